@@ -1,0 +1,29 @@
+// Element types of tensors; values mirror proto::DataType.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "framework/proto/framework.pb.h"
+
+namespace kiln {
+
+enum class DataType : int { kFP32 = 0, kINT64 = 1, kINT32 = 2, kFP64 = 3, kBOOL = 4 };
+
+size_t SizeOf(DataType dtype);
+// Short readable name used in IR printing and errors: f32, i64, i32, f64, bool.
+const char* DataTypeName(DataType dtype);
+
+inline DataType FromProto(proto::DataType d) { return static_cast<DataType>(static_cast<int>(d)); }
+inline proto::DataType ToProto(DataType d) { return static_cast<proto::DataType>(static_cast<int>(d)); }
+
+template <typename T>
+struct DataTypeOf;
+template <> struct DataTypeOf<float> { static constexpr DataType value = DataType::kFP32; };
+template <> struct DataTypeOf<double> { static constexpr DataType value = DataType::kFP64; };
+template <> struct DataTypeOf<int64_t> { static constexpr DataType value = DataType::kINT64; };
+template <> struct DataTypeOf<int32_t> { static constexpr DataType value = DataType::kINT32; };
+template <> struct DataTypeOf<bool> { static constexpr DataType value = DataType::kBOOL; };
+
+}  // namespace kiln

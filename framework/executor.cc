@@ -1,0 +1,125 @@
+#include "framework/executor.h"
+
+#include <cmath>
+
+#include "framework/shape_util.h"
+
+namespace kiln {
+
+std::unique_ptr<ExecutionPlan> Executor::Prepare(const proto::ProgramDesc& program, int block_id,
+                                                 const std::set<std::string>& keep) const {
+  if (block_id < 0 || block_id >= program.blocks_size()) ThrowInvalidArgument("program has no block ", block_id);
+  auto plan = std::make_unique<ExecutionPlan>();
+  plan->block_ = program.blocks(block_id);
+  const proto::BlockDesc& block = plan->block_;
+
+  std::map<std::string, size_t> last_use;
+  std::set<std::string> written;
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const proto::OpDesc& desc = block.ops(i);
+    ExecutionPlan::PreparedOp op;
+    op.info = &registry_.Get(desc.type());
+    op.desc = desc;
+    op.index = i;
+    CheckSlots(*op.info, desc, i);
+    op.attrs = ResolveAttrs(*op.info, desc, i);
+    for (const auto& s : desc.inputs()) {
+      op.inputs.push_back({s.name(), {}, {s.args().begin(), s.args().end()}});
+      for (const auto& a : s.args()) last_use[a] = i;
+    }
+    for (const auto& s : desc.outputs()) {
+      op.outputs.push_back({s.name(), {}, {s.args().begin(), s.args().end()}});
+      for (const auto& a : s.args()) {
+        last_use[a] = i;
+        written.insert(a);
+      }
+    }
+    plan->ops_.push_back(std::move(op));
+  }
+  if (options_.free_intermediates) {
+    for (const auto& [name, op_index] : last_use) {
+      if (name == kEmptyVarName || !written.count(name) || keep.count(name)) continue;
+      const proto::VarDesc* v = FindVarDesc(block, name);
+      if (v != nullptr && v->persistable()) continue;
+      plan->ops_[op_index].free_after_names.push_back(name);
+    }
+  }
+  return plan;
+}
+
+void Executor::Bind(ExecutionPlan& plan, Scope& scope) const {
+  if (plan.bound_scope_ == &scope) return;
+  for (const auto& v : plan.block_.vars()) scope.Var(v.name());
+  auto bind = [&scope](std::vector<SlotVars>& slots) {
+    for (auto& s : slots) {
+      s.vars.clear();
+      for (const auto& a : s.args) s.vars.push_back(a == kEmptyVarName ? nullptr : scope.Var(a));
+    }
+  };
+  for (auto& op : plan.ops_) {
+    bind(op.inputs);
+    bind(op.outputs);
+    op.free_after.clear();
+    for (const auto& n : op.free_after_names) op.free_after.push_back(scope.Var(n));
+  }
+  plan.bound_scope_ = &scope;
+}
+
+void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
+  Bind(plan, scope);
+  for (auto& op : plan.ops_) {
+    ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index);
+    RunInferShape(*op.info, ctx);
+    bool done = false;
+    if (options_.use_onednn && op.info->onednn_kernel) done = op.info->onednn_kernel(ctx);
+    if (!done) {
+      if (!op.info->reference_kernel) ThrowUnimplemented(ctx.OpName(), ": no kernel");
+      op.info->reference_kernel(ctx);
+    }
+    if (options_.check_nan_inf) CheckNanInf(op);
+    for (Variable* v : op.free_after) v->GetMutable()->Clear();
+  }
+}
+
+void Executor::RunProgram(const proto::ProgramDesc& program, Scope& scope) const {
+  Executor keep_all({options_.use_onednn, options_.check_nan_inf, /*free_intermediates=*/false}, registry_);
+  auto plan = keep_all.Prepare(program, 0, {});
+  keep_all.Run(*plan, scope);
+}
+
+void Executor::CheckNanInf(const ExecutionPlan::PreparedOp& op) const {
+  for (const auto& s : op.outputs) {
+    for (size_t k = 0; k < s.vars.size(); ++k) {
+      if (s.vars[k] == nullptr) continue;
+      const Tensor& t = s.vars[k]->Get();
+      if (!t.initialized()) continue;
+      auto scan = [&](const auto* p) {
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          if (!std::isfinite(p[i])) {
+            ThrowInvalidArgument("--check_nan_inf: ", OpLabel(op.desc, op.index), " wrote ",
+                                 std::isnan(p[i]) ? "NaN" : "Inf", " to output ", s.name, " (var '", s.args[k],
+                                 "' ", t.ShapeString(), ") at flat index ", i);
+          }
+        }
+      };
+      if (t.dtype() == DataType::kFP32) scan(t.data<float>());
+      if (t.dtype() == DataType::kFP64) scan(t.data<double>());
+    }
+  }
+}
+
+void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value) {
+  const proto::VarDesc* v = FindVarDesc(block, name);
+  if (v == nullptr) ThrowNotFound("feed '", name, "': the program declares no such variable");
+  if (FromProto(v->dtype()) != value.dtype()) {
+    ThrowInvalidArgument("feed '", name, "': expected dtype ", DataTypeName(FromProto(v->dtype())), ", got ",
+                         DataTypeName(value.dtype()));
+  }
+  if (!DimsCompatible(VarDims(*v), value.dims())) {
+    ThrowInvalidArgument("feed '", name, "': expected dims ", DimsToString(VarDims(*v)), ", got ",
+                         DimsToString(value.dims()));
+  }
+  scope.Var(name)->GetMutable()->CopyFrom(value);
+}
+
+}  // namespace kiln

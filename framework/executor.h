@@ -1,0 +1,81 @@
+// Executor: runs one block's ops in order over a Scope.
+//
+// Prepare() resolves each op's registry entry, attributes and kernel once and
+// works out when every intermediate dies; Run() binds the plan to a scope and
+// executes it. Non-persistable vars written in the block are freed after their
+// last use unless they are fetched.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "framework/op_registry.h"
+#include "framework/proto/framework.pb.h"
+#include "framework/scope.h"
+
+namespace kiln {
+
+struct ExecutorOptions {
+  bool use_onednn = true;          // oneDNN kernels where an op has one
+  bool check_nan_inf = false;      // stop at the first op that writes NaN/Inf
+  bool free_intermediates = true;  // free dead intermediates after their last use
+};
+
+class ExecutionPlan {
+ public:
+  struct PreparedOp {
+    const OpInfo* info = nullptr;
+    proto::OpDesc desc;
+    AttrMap attrs;
+    int index = 0;
+    std::vector<SlotVars> inputs;   // vars bound per scope
+    std::vector<SlotVars> outputs;
+    std::vector<Variable*> free_after;  // bound per scope
+    std::vector<std::string> free_after_names;
+  };
+
+  const proto::BlockDesc& block() const { return block_; }
+  const std::vector<PreparedOp>& ops() const { return ops_; }
+  // Names of vars freed after op i.
+  const std::vector<std::string>& FreedAfter(size_t i) const { return ops_[i].free_after_names; }
+
+ private:
+  friend class Executor;
+  proto::BlockDesc block_;
+  std::vector<PreparedOp> ops_;
+  const Scope* bound_scope_ = nullptr;
+};
+
+class Executor {
+ public:
+  explicit Executor(ExecutorOptions options = {}, const OpRegistry& registry = OpRegistry::Global())
+      : options_(options), registry_(registry) {}
+
+  // `keep`: vars that must survive the run (fetch targets).
+  std::unique_ptr<ExecutionPlan> Prepare(const proto::ProgramDesc& program, int block_id,
+                                         const std::set<std::string>& keep) const;
+
+  // Runs the plan over `scope`, creating the block's vars there when missing.
+  void Run(ExecutionPlan& plan, Scope& scope) const;
+
+  // Prepare + run once: every var of the block survives (nothing is freed).
+  void RunProgram(const proto::ProgramDesc& program, Scope& scope) const;
+
+  const ExecutorOptions& options() const { return options_; }
+
+ private:
+  void Bind(ExecutionPlan& plan, Scope& scope) const;
+  void CheckNanInf(const ExecutionPlan::PreparedOp& op) const;
+
+  ExecutorOptions options_;
+  const OpRegistry& registry_;
+};
+
+// Copies `value` into the scope var `name` (creating it). Throws when the block
+// declares `name` with another dtype or incompatible dims.
+void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value);
+
+}  // namespace kiln

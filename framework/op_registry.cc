@@ -1,0 +1,61 @@
+#include "framework/op_registry.h"
+
+#include "framework/onednn/onednn_kernels.h"
+#include "framework/ops/ops.h"
+
+namespace kiln {
+
+const OpRegistry& OpRegistry::Global() {
+  static const OpRegistry* registry = [] {
+    auto* r = new OpRegistry();
+    RegisterAllOps(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+OpInfo& OpRegistry::Add(OpInfo info) {
+  KILN_CHECK(!info.type.empty());
+  KILN_CHECK(ops_.find(info.type) == ops_.end(), "op '", info.type, "' registered twice");
+  std::string type = info.type;
+  auto& slot = ops_[type];
+  slot = std::make_unique<OpInfo>(std::move(info));
+  return *slot;
+}
+
+const OpInfo* OpRegistry::Find(std::string_view type) const {
+  auto it = ops_.find(type);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+OpInfo* OpRegistry::FindMutable(std::string_view type) {
+  auto it = ops_.find(type);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+const OpInfo& OpRegistry::Get(std::string_view type) const {
+  const OpInfo* info = Find(type);
+  if (info == nullptr) ThrowNotFound("unknown op type '", type, "'");
+  return *info;
+}
+
+std::vector<std::string> OpRegistry::Types() const {
+  std::vector<std::string> out;
+  for (const auto& kv : ops_) out.push_back(kv.first);
+  return out;
+}
+
+void RegisterAllOps(OpRegistry& r) {
+  RegisterElementwiseOps(r);
+  RegisterActivationOps(r);
+  RegisterMatmulOps(r);
+  RegisterConvPoolOps(r);
+  RegisterNormSoftmaxOps(r);
+  RegisterReduceOps(r);
+  RegisterShapeOps(r);
+  RegisterFillOps(r);
+  RegisterOptimizerOps(r);
+  AttachOneDnnKernels(r);
+}
+
+}  // namespace kiln

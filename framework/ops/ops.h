@@ -1,0 +1,19 @@
+// Registration entry points of the built-in ops (reference kernels), one per
+// source file in this folder. Called from RegisterAllOps only.
+#pragma once
+
+namespace kiln {
+
+class OpRegistry;
+
+void RegisterElementwiseOps(OpRegistry& r);  // elementwise_add/sub/mul/div (+grads)
+void RegisterActivationOps(OpRegistry& r);   // relu, tanh, sigmoid, exp, gelu, scale (+grads)
+void RegisterMatmulOps(OpRegistry& r);       // matmul (+grad)
+void RegisterConvPoolOps(OpRegistry& r);     // conv2d, pool2d (+grads)
+void RegisterNormSoftmaxOps(OpRegistry& r);  // softmax, softmax_with_cross_entropy, layer_norm (+grads)
+void RegisterReduceOps(OpRegistry& r);       // mean, reduce_sum, reduce_mean, sum (+grads)
+void RegisterShapeOps(OpRegistry& r);        // reshape2, transpose2 (+grads)
+void RegisterFillOps(OpRegistry& r);         // fill_constant, uniform_random
+void RegisterOptimizerOps(OpRegistry& r);    // sgd, momentum, adam
+
+}  // namespace kiln

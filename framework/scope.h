@@ -1,0 +1,56 @@
+// Scope and Variable: named storage for tensors while programs run. A child
+// scope sees its parent's variables; lookups walk up the chain.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace kiln {
+
+class Variable {
+ public:
+  explicit Variable(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
+  Tensor* GetMutable() { return &tensor_; }
+  const Tensor& Get() const { return tensor_; }
+
+ private:
+  std::string name_;
+  Tensor tensor_;
+};
+
+class Scope {
+ public:
+  Scope() = default;
+  explicit Scope(const Scope* parent) : parent_(parent) {}
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+  // Returns the variable named `name` in this scope or an ancestor, creating it
+  // here when none exists.
+  Variable* Var(const std::string& name);
+  // Finds in this scope or an ancestor; nullptr when absent.
+  Variable* FindVar(const std::string& name) const;
+  // Finds in this scope only.
+  Variable* FindLocalVar(const std::string& name) const;
+  // Like FindVar but throws NotFound naming the variable.
+  Variable* GetVar(const std::string& name) const;
+  // Tensor of an existing variable (throws NotFound when absent).
+  Tensor* GetTensor(const std::string& name) const { return GetVar(name)->GetMutable(); }
+
+  void EraseVar(const std::string& name);
+  std::vector<std::string> LocalVarNames() const;
+  const Scope* parent() const { return parent_; }
+
+ private:
+  const Scope* parent_ = nullptr;
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Variable>> vars_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,58 @@
+#include "framework/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace kiln {
+
+int64_t Numel(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string DimsToString(const Dims& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+Allocation::Allocation(size_t bytes) : size_(bytes) {
+  // aligned_alloc needs a size that is a multiple of the alignment; never 0.
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  ptr_ = std::aligned_alloc(kAlignment, rounded);
+  if (ptr_ == nullptr) throw std::bad_alloc();
+}
+
+Allocation::~Allocation() { std::free(ptr_); }
+
+void* Tensor::raw_mutable_data() {
+  KILN_CHECK(numel() >= 0, "negative dims ", DimsToString(dims_));
+  size_t need = bytes();
+  if (alloc_ == nullptr || alloc_->size() < need) alloc_ = std::make_shared<Allocation>(need);
+  return alloc_->ptr();
+}
+
+void Tensor::CopyFrom(const Tensor& src) {
+  dtype_ = src.dtype_;
+  dims_ = src.dims_;
+  alloc_ = std::make_shared<Allocation>(bytes());
+  if (src.raw_data() != nullptr && bytes() > 0) std::memcpy(alloc_->ptr(), src.raw_data(), bytes());
+}
+
+std::string Tensor::ShapeString() const { return std::string(DataTypeName(dtype_)) + DimsToString(dims_); }
+
+void Tensor::CheckReadable(DataType want) const {
+  if (dtype_ != want) {
+    ThrowInvalidArgument("tensor ", ShapeString(), ": expected dtype ", DataTypeName(want), ", got ",
+                         DataTypeName(dtype_));
+  }
+  if (!initialized()) ThrowInvalidArgument("tensor ", ShapeString(), " is read before it holds data");
+}
+
+}  // namespace kiln
