@@ -1,0 +1,190 @@
+#include "framework/backward.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "framework/validate.h"
+
+namespace kiln {
+namespace {
+
+bool IsFloat(const proto::VarDesc& v) {
+  return v.dtype() == proto::FP32 || v.dtype() == proto::FP64;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDesc* program,
+                                                                const std::string& loss,
+                                                                const OpRegistry& registry) {
+  if (program->blocks_size() == 0) ThrowInvalidArgument("append_backward: program has no blocks");
+  proto::BlockDesc* block = program->mutable_blocks(0);
+  const proto::VarDesc* loss_var = FindVarDesc(*block, loss);
+  if (loss_var == nullptr) ThrowNotFound("append_backward: loss variable '", loss, "' is not declared");
+  int loss_op = -1;
+  for (int i = 0; i < block->ops_size(); ++i) {
+    for (const auto& a : AllOutputArgs(block->ops(i))) {
+      if (a == loss) loss_op = i;
+    }
+  }
+  if (loss_op < 0) ThrowInvalidArgument("append_backward: no op writes the loss '", loss, "'");
+
+  // The forward part must be valid on its own (the ops after the loss may
+  // read gradients that do not exist yet).
+  {
+    proto::BlockDesc scratch = *block;
+    for (int i = 0; i <= loss_op; ++i) InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry);
+  }
+
+  auto var_of = [&](const std::string& name, int op_index) -> const proto::VarDesc& {
+    const proto::VarDesc* v = FindVarDesc(*block, name);
+    if (v == nullptr) {
+      ThrowInvalidArgument(OpLabel(block->ops(op_index), op_index), ": variable '", name, "' is not declared");
+    }
+    return *v;
+  };
+
+  // 1. Which vars receive a gradient: walk back from the loss through
+  //    differentiable input slots of float, non-stop_gradient vars.
+  std::set<std::string> has_grad = {loss};
+  std::vector<bool> on_path(loss_op + 1, false);
+  for (int i = loss_op; i >= 0; --i) {
+    const proto::OpDesc& op = block->ops(i);
+    bool flows = false;
+    for (const auto& a : AllOutputArgs(op)) flows |= has_grad.count(a) > 0;
+    if (!flows) continue;
+    const OpInfo& info = registry.Get(op.type());
+    bool any_input = false;
+    for (const auto& slot : op.inputs()) {
+      if (std::find(info.no_grad_inputs.begin(), info.no_grad_inputs.end(), slot.name()) !=
+          info.no_grad_inputs.end()) {
+        continue;
+      }
+      for (const auto& a : slot.args()) {
+        if (a == kEmptyVarName) continue;
+        const proto::VarDesc& v = var_of(a, i);
+        if (IsFloat(v) && !v.stop_gradient()) {
+          has_grad.insert(a);
+          any_input = true;
+        }
+      }
+    }
+    if (!any_input) continue;
+    if (!info.grad_maker) {
+      ThrowInvalidArgument("append_backward: ", OpLabel(op, i), " lies on the path to '", loss,
+                           "' but has no gradient");
+    }
+    on_path[i] = true;
+  }
+
+  // 2. Grad ops in reverse order, pruned to the gradients that exist/are needed.
+  std::vector<proto::OpDesc> backward;
+  {
+    proto::OpDesc fill = OpBuilder("fill_constant")
+                             .Out("Out", {GradVarName(loss)})
+                             .Attr("shape", std::vector<int64_t>(loss_var->dims().begin(), loss_var->dims().end()))
+                             .Attr("value", 1.0f)
+                             .Attr("dtype", static_cast<int64_t>(loss_var->dtype()))
+                             .Build();
+    backward.push_back(fill);
+  }
+  for (int i = loss_op; i >= 0; --i) {
+    if (!on_path[i]) continue;
+    const proto::OpDesc& op = block->ops(i);
+    std::set<std::string> fwd_outputs;
+    for (const auto& a : AllOutputArgs(op)) fwd_outputs.insert(a);
+    for (proto::OpDesc g : registry.Get(op.type()).grad_maker(op)) {
+      for (auto& s : *g.mutable_inputs()) {
+        for (auto& a : *s.mutable_args()) {
+          // An out-grad whose forward var gets no gradient is absent (zeros).
+          if (EndsWith(a, kGradSuffix)) {
+            const std::string base = a.substr(0, a.size() - 5);
+            if (fwd_outputs.count(base) && !has_grad.count(base)) a = kEmptyVarName;
+          }
+        }
+      }
+      bool writes_any = false;
+      for (auto& s : *g.mutable_outputs()) {
+        for (auto& a : *s.mutable_args()) {
+          if (EndsWith(a, kGradSuffix)) {
+            const std::string base = a.substr(0, a.size() - 5);
+            if (!has_grad.count(base)) a = kEmptyVarName;
+          }
+          writes_any |= a != kEmptyVarName;
+        }
+      }
+      if (writes_any) backward.push_back(std::move(g));
+    }
+  }
+
+  // 3. Accumulate gradients written by several grad ops: rename every write
+  //    and sum them right after the last one. All writers of v@GRAD precede
+  //    its readers (the grad ops of v's producer come later in reverse order).
+  std::map<std::string, int> writes;
+  for (const auto& g : backward) {
+    for (const auto& a : AllOutputArgs(g)) {
+      if (a != kEmptyVarName && EndsWith(a, kGradSuffix)) ++writes[a];
+    }
+  }
+  std::map<std::string, std::vector<std::string>> parts;
+  std::map<std::string, size_t> last_writer;
+  for (size_t k = 0; k < backward.size(); ++k) {
+    for (auto& s : *backward[k].mutable_outputs()) {
+      for (auto& a : *s.mutable_args()) {
+        if (a == kEmptyVarName || writes[a] < 2) continue;
+        const std::string orig = a;
+        a = orig + "@RENAME@" + std::to_string(parts[orig].size());
+        parts[orig].push_back(a);
+        last_writer[orig] = k;
+      }
+    }
+  }
+  std::vector<proto::OpDesc> ordered;
+  std::map<size_t, std::vector<std::string>> sums_after;
+  for (const auto& [name, k] : last_writer) sums_after[k].push_back(name);
+  for (size_t k = 0; k < backward.size(); ++k) {
+    ordered.push_back(backward[k]);
+    for (const auto& name : sums_after[k]) ordered.push_back(OpBuilder("sum").In("X", parts[name]).Out("Out", {name}).Build());
+  }
+
+  // 4. Declare gradient vars like their forward vars.
+  std::vector<std::string> grad_names;
+  for (const auto& g : ordered) {
+    for (const auto& a : AllOutputArgs(g)) {
+      if (a == kEmptyVarName || FindVarDesc(*block, a) != nullptr) continue;
+      const std::string base = a.substr(0, a.find(kGradSuffix));
+      const proto::VarDesc* fwd = FindVarDesc(*block, base);
+      if (fwd == nullptr || a.find(kGradSuffix) == std::string::npos) continue;  // declared by shape inference
+      proto::VarDesc* v = block->add_vars();
+      v->set_name(a);
+      v->set_dtype(fwd->dtype());
+      *v->mutable_dims() = fwd->dims();
+    }
+  }
+
+  // 5. Splice the backward ops in after the loss op, then infer shapes of the
+  //    inserted ops (declares any other intermediate a grad maker introduced).
+  google::protobuf::RepeatedPtrField<proto::OpDesc> ops;
+  for (int i = 0; i <= loss_op; ++i) *ops.Add() = block->ops(i);
+  for (auto& g : ordered) *ops.Add() = std::move(g);
+  for (int i = loss_op + 1; i < block->ops_size(); ++i) *ops.Add() = block->ops(i);
+  block->mutable_ops()->Swap(&ops);
+  const int first = loss_op + 1;
+  const int last = first + static_cast<int>(ordered.size());
+  for (int i = first; i < last; ++i) InferShapeAtBuild(block, i, /*declare_outputs=*/true, registry);
+
+  std::vector<std::pair<std::string, std::string>> params;
+  for (const auto& v : block->vars()) {
+    if (v.persistable() && has_grad.count(v.name()) && v.name() != loss) {
+      params.emplace_back(v.name(), GradVarName(v.name()));
+    }
+  }
+  return params;
+}
+
+}  // namespace kiln

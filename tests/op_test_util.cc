@@ -188,7 +188,9 @@ std::string CheckGrad(const proto::OpDesc& fwd, const std::map<std::string, Tens
     const int64_t n = x.numel();
     const int64_t step = std::max<int64_t>(1, n / options.max_elements);
     for (int64_t i = 0; i < n; i += step) {
-      auto perturbed = in64;
+      // Deep copies: Tensor copies share buffers, and the inputs must stay unperturbed.
+      std::map<std::string, Tensor> perturbed;
+      for (const auto& [name, t] : in64) perturbed[name].CopyFrom(t);
       double* p = perturbed[w].data<double>();
       const double orig = p[i];
       p[i] = orig + options.eps;

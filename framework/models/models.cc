@@ -1,0 +1,194 @@
+#include "framework/models/models.h"
+
+#include <cmath>
+
+#include "framework/backward.h"
+#include "framework/op_desc.h"
+#include "framework/program_builder.h"
+
+namespace kiln {
+
+OptimizerKind ParseOptimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "momentum") return OptimizerKind::kMomentum;
+  if (name == "adam") return OptimizerKind::kAdam;
+  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum or adam");
+}
+
+namespace {
+
+enum class Act { kNone, kRelu, kGelu };
+
+// y = act(x @ w + b); x's last dim is `in`.
+std::string Fc(ProgramBuilder& b, const std::string& x, int64_t in, int64_t out, Act act, const std::string& name) {
+  const Init w_init = act == Act::kRelu ? Init::HeUniform(in) : Init::XavierUniform(in, out);
+  const std::string w = b.Param(name + ".w", {in, out}, w_init);
+  const std::string bias = b.Param(name + ".b", {out}, Init::Constant(0.f));
+  std::string y = b.Op1("matmul", {{"X", {x}}, {"Y", {w}}});
+  y = b.Op1("elementwise_add", {{"X", {y}}, {"Y", {bias}}});
+  if (act == Act::kRelu) y = b.Op1("relu", {{"X", {y}}});
+  if (act == Act::kGelu) y = b.Op1("gelu", {{"X", {y}}});
+  return y;
+}
+
+// softmax_with_cross_entropy + mean; fills model.probs/loss.
+void ClassifierLoss(ProgramBuilder& b, Model& m, const std::string& logits) {
+  auto outs = b.Op("softmax_with_cross_entropy", {{"Logits", {logits}}, {"Label", {m.labels}}}, {"Softmax", "Loss"});
+  m.probs = outs[0];
+  m.loss = b.Op1("mean", {{"X", {outs[1]}}});
+}
+
+void AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
+                     const TrainConfig& tc) {
+  const std::string lr = b.Persistable("learning_rate", {1}, tc.lr);
+  for (const auto& [p, g] : params_grads) {
+    const Dims dims = b.VarDimsOf(p);
+    OpBuilder op("sgd");
+    switch (tc.optimizer) {
+      case OptimizerKind::kSgd:
+        op = OpBuilder("sgd").In("Param", {p}).In("Grad", {g}).In("LearningRate", {lr}).Out("ParamOut", {p});
+        break;
+      case OptimizerKind::kMomentum: {
+        const std::string v = b.Persistable(p + ".velocity", dims, 0.f);
+        op = OpBuilder("momentum")
+                 .In("Param", {p})
+                 .In("Grad", {g})
+                 .In("Velocity", {v})
+                 .In("LearningRate", {lr})
+                 .Out("ParamOut", {p})
+                 .Out("VelocityOut", {v})
+                 .Attr("mu", tc.momentum);
+        break;
+      }
+      case OptimizerKind::kAdam: {
+        const float beta1 = 0.9f, beta2 = 0.999f;
+        const std::string m1 = b.Persistable(p + ".moment1", dims, 0.f);
+        const std::string m2 = b.Persistable(p + ".moment2", dims, 0.f);
+        const std::string p1 = b.Persistable(p + ".beta1_pow", {1}, beta1);
+        const std::string p2 = b.Persistable(p + ".beta2_pow", {1}, beta2);
+        op = OpBuilder("adam")
+                 .In("Param", {p})
+                 .In("Grad", {g})
+                 .In("Moment1", {m1})
+                 .In("Moment2", {m2})
+                 .In("LearningRate", {lr})
+                 .In("Beta1Pow", {p1})
+                 .In("Beta2Pow", {p2})
+                 .Out("ParamOut", {p})
+                 .Out("Moment1Out", {m1})
+                 .Out("Moment2Out", {m2})
+                 .Out("Beta1PowOut", {p1})
+                 .Out("Beta2PowOut", {p2})
+                 .Attr("beta1", beta1)
+                 .Attr("beta2", beta2);
+        break;
+      }
+    }
+    b.RawOp(op.Build());
+  }
+}
+
+Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
+  m.forward = b.main();
+  const auto params_grads = AppendBackward(&b.main(), m.loss);
+  AppendOptimizer(b, params_grads, tc);
+  m.train = b.main();
+  m.startup = b.startup();
+  m.params = b.params();
+  return m;
+}
+
+}  // namespace
+
+Model BuildMlp(const MlpConfig& c, const TrainConfig& tc) {
+  ProgramBuilder b(tc.seed);
+  Model m;
+  m.sample_dims = {c.input};
+  m.features = b.Data("features", {-1, c.input});
+  m.labels = b.Data("labels", {-1, 1}, DataType::kINT64);
+  std::string h = m.features;
+  int64_t width = c.input;
+  for (size_t i = 0; i < c.hidden.size(); ++i) {
+    h = Fc(b, h, width, c.hidden[i], Act::kRelu, "fc" + std::to_string(i));
+    width = c.hidden[i];
+  }
+  ClassifierLoss(b, m, Fc(b, h, width, c.classes, Act::kNone, "fc" + std::to_string(c.hidden.size())));
+  return Finish(b, std::move(m), tc);
+}
+
+Model BuildCnn(const CnnConfig& c, const TrainConfig& tc) {
+  ProgramBuilder b(tc.seed);
+  Model m;
+  m.sample_dims = {c.channels, c.height, c.width};
+  m.features = b.Data("features", {-1, c.channels, c.height, c.width});
+  m.labels = b.Data("labels", {-1, 1}, DataType::kINT64);
+  std::string h = m.features;
+  int64_t in_ch = c.channels, height = c.height, width = c.width;
+  const int64_t out_chs[2] = {6, 16};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t fan_in = in_ch * 25;
+    const std::string f = b.Param("conv" + std::to_string(i) + ".w", {out_chs[i], in_ch, 5, 5}, Init::HeUniform(fan_in));
+    const std::string bias = b.Param("conv" + std::to_string(i) + ".b", {out_chs[i]}, Init::Constant(0.f));
+    h = b.Op1("conv2d", {{"Input", {h}}, {"Filter", {f}}},
+              {{"strides", std::vector<int64_t>{1, 1}}, {"paddings", std::vector<int64_t>{2, 2}}}, "Output");
+    h = b.Op1("elementwise_add", {{"X", {h}}, {"Y", {bias}}}, {{"axis", int64_t{1}}});
+    h = b.Op1("relu", {{"X", {h}}});
+    h = b.Op1("pool2d", {{"X", {h}}},
+              {{"pooling_type", std::string("max")},
+               {"ksize", std::vector<int64_t>{2, 2}},
+               {"strides", std::vector<int64_t>{2, 2}}});
+    in_ch = out_chs[i];
+    height /= 2;
+    width /= 2;
+  }
+  const int64_t flat = in_ch * height * width;
+  h = b.Op1("reshape2", {{"X", {h}}}, {{"shape", std::vector<int64_t>{0, flat}}});
+  h = Fc(b, h, flat, 120, Act::kRelu, "fc0");
+  h = Fc(b, h, 120, 84, Act::kRelu, "fc1");
+  ClassifierLoss(b, m, Fc(b, h, 84, c.classes, Act::kNone, "fc2"));
+  return Finish(b, std::move(m), tc);
+}
+
+Model BuildTransformer(const TransformerConfig& c, const TrainConfig& tc) {
+  if (c.d_model % c.num_heads != 0) {
+    ThrowInvalidArgument("transformer: d_model ", c.d_model, " is not a multiple of num_heads ", c.num_heads);
+  }
+  ProgramBuilder b(tc.seed);
+  Model m;
+  const int64_t d = c.d_model, h = c.num_heads, dh = d / h;
+  m.sample_dims = {c.seq_len, d};
+  m.features = b.Data("features", {-1, c.seq_len, d});
+  m.labels = b.Data("labels", {-1, 1}, DataType::kINT64);
+  const std::string x = m.features;
+
+  // [B,S,D] -> [B,H,S,Dh]
+  auto split_heads = [&](const std::string& t) {
+    std::string r = b.Op1("reshape2", {{"X", {t}}}, {{"shape", std::vector<int64_t>{0, 0, h, dh}}});
+    return b.Op1("transpose2", {{"X", {r}}}, {{"axis", std::vector<int64_t>{0, 2, 1, 3}}});
+  };
+  const std::string q = split_heads(Fc(b, x, d, d, Act::kNone, "attn.q"));
+  const std::string k = split_heads(Fc(b, x, d, d, Act::kNone, "attn.k"));
+  const std::string v = split_heads(Fc(b, x, d, d, Act::kNone, "attn.v"));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  std::string s = b.Op1("matmul", {{"X", {q}}, {"Y", {k}}}, {{"transpose_Y", true}, {"alpha", scale}});
+  s = b.Op1("softmax", {{"X", {s}}});
+  std::string ctx = b.Op1("matmul", {{"X", {s}}, {"Y", {v}}});
+  ctx = b.Op1("transpose2", {{"X", {ctx}}}, {{"axis", std::vector<int64_t>{0, 2, 1, 3}}});
+  ctx = b.Op1("reshape2", {{"X", {ctx}}}, {{"shape", std::vector<int64_t>{0, 0, d}}});
+  const std::string attn = Fc(b, ctx, d, d, Act::kNone, "attn.out");
+
+  auto layer_norm = [&](const std::string& t, const std::string& name) {
+    const std::string sc = b.Param(name + ".scale", {d}, Init::Constant(1.f));
+    const std::string bi = b.Param(name + ".bias", {d}, Init::Constant(0.f));
+    return b.Op("layer_norm", {{"X", {t}}, {"Scale", {sc}}, {"Bias", {bi}}}, {"Y", "Mean", "Variance"},
+                {{"begin_norm_axis", int64_t{2}}, {"epsilon", 1e-5f}}, name)[0];
+  };
+  const std::string ln1 = layer_norm(b.Op1("elementwise_add", {{"X", {x}}, {"Y", {attn}}}), "ln1");
+  const std::string ffn = Fc(b, Fc(b, ln1, d, c.ffn_dim, Act::kGelu, "ffn0"), c.ffn_dim, d, Act::kNone, "ffn1");
+  const std::string ln2 = layer_norm(b.Op1("elementwise_add", {{"X", {ln1}}, {"Y", {ffn}}}), "ln2");
+  const std::string pooled = b.Op1("reduce_mean", {{"X", {ln2}}}, {{"dim", std::vector<int64_t>{1}}});
+  ClassifierLoss(b, m, Fc(b, pooled, d, c.classes, Act::kNone, "head"));
+  return Finish(b, std::move(m), tc);
+}
+
+}  // namespace kiln

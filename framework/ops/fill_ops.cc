@@ -1,9 +1,147 @@
-// IN PROGRESS: registration is being written.
+// fill_constant and uniform_random: ops without inputs that create a tensor
+// from attrs (gradient seeds, parameter initialisation).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
 #include "framework/op_registry.h"
+#include "framework/ops/kernel_util_a.h"
 #include "framework/ops/ops.h"
 
 namespace kiln {
+namespace {
 
-void RegisterFillOps(OpRegistry& r) { (void)r; }
+// Attr `shape`, checked: every dim positive.
+Dims ShapeAttr(const InferShapeContext& ctx) {
+  const auto& shape = ctx.Attr<std::vector<int64_t>>("shape");
+  for (int64_t d : shape) {
+    if (d <= 0) ctx.Fail("attribute shape: expected positive dims, got ", DimsToString(shape));
+  }
+  return shape;
+}
+
+// Attr `dtype` holds a proto::DataType value; `allowed` lists the ones the op supports.
+DataType DtypeAttr(const InferShapeContext& ctx, const std::vector<DataType>& allowed) {
+  const int64_t v = ctx.Attr<int64_t>("dtype");
+  for (DataType d : allowed) {
+    if (static_cast<int64_t>(d) == v) return d;
+  }
+  std::string names;
+  for (DataType d : allowed) {
+    names += (names.empty() ? "" : ", ") + std::to_string(static_cast<int>(d)) + " (" + DataTypeName(d) + ")";
+  }
+  ctx.Fail("attribute dtype: expected one of ", names, ", got ", v);
+}
+
+const std::vector<DataType>& FillDtypes() {
+  static const std::vector<DataType> d = {DataType::kFP32, DataType::kINT64, DataType::kINT32, DataType::kFP64};
+  return d;
+}
+const std::vector<DataType>& RandomDtypes() {
+  static const std::vector<DataType> d = {DataType::kFP32, DataType::kFP64};
+  return d;
+}
+
+void InferFillConstant(InferShapeContext& ctx) { ctx.SetOutput("Out", ShapeAttr(ctx), DtypeAttr(ctx, FillDtypes())); }
+
+template <typename T>
+void Fill(Tensor* out, T value) {
+  T* p = out->mutable_data<T>();
+  std::fill(p, p + out->numel(), value);
+}
+
+void FillConstantKernel(ExecContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  const float value = ctx.Attr<float>("value");
+  // InferShape has set Out's dtype from attr dtype.
+  switch (out->dtype()) {
+    case DataType::kFP32:
+      Fill<float>(out, value);
+      break;
+    case DataType::kFP64:
+      Fill<double>(out, value);
+      break;
+    case DataType::kINT64:
+      Fill<int64_t>(out, static_cast<int64_t>(value));
+      break;
+    case DataType::kINT32:
+      Fill<int32_t>(out, static_cast<int32_t>(value));
+      break;
+    default:
+      ctx.Fail("output Out: unsupported dtype ", DataTypeName(out->dtype()));
+  }
+}
+
+void InferUniformRandom(InferShapeContext& ctx) {
+  const float lo = ctx.Attr<float>("min");
+  const float hi = ctx.Attr<float>("max");
+  if (!(lo <= hi)) ctx.Fail("attributes min/max: expected min <= max, got ", lo, " > ", hi);
+  ctx.SetOutput("Out", ShapeAttr(ctx), DtypeAttr(ctx, RandomDtypes()));
+}
+
+// Values are min + (max - min) * u with u in [0, 1) built from std::mt19937
+// words by a fixed recipe (std::uniform_real_distribution is
+// implementation-defined), so a seed gives the same tensor on every platform:
+// FP32 takes the top 24 bits of one word, FP64 53 bits from two words.
+void UniformRandomKernel(ExecContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  const double lo = ctx.Attr<float>("min");
+  const double hi = ctx.Attr<float>("max");
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(ctx.Attr<int64_t>("seed")));
+  const int64_t n = out->numel();
+  if (out->dtype() == DataType::kFP64) {
+    double* p = out->mutable_data<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t a = rng() >> 5;                                                     // 27 bits
+      const uint64_t b = rng() >> 6;                                                     // 26 bits
+      const double u = static_cast<double>((a << 26) | b) * (1.0 / 9007199254740992.0);  // 2^-53
+      p[i] = lo + (hi - lo) * u;
+    }
+    return;
+  }
+  if (out->dtype() != DataType::kFP32) ctx.Fail("output Out: unsupported dtype ", DataTypeName(out->dtype()));
+  float* p = out->mutable_data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = static_cast<double>(rng() >> 8) * (1.0 / 16777216.0);  // 2^-24
+    // Rounding to float may reach max exactly; keep the interval half-open.
+    float v = static_cast<float>(lo + (hi - lo) * u);
+    if (v >= static_cast<float>(hi) && hi > lo) v = std::nextafter(static_cast<float>(hi), static_cast<float>(lo));
+    p[i] = v;
+  }
+}
+
+}  // namespace
+
+void RegisterFillOps(OpRegistry& r) {
+  {
+    OpInfo op;
+    op.type = "fill_constant";
+    op.doc = "Out = a tensor of attr shape and dtype filled with value";
+    op.outputs = {ops_a::Required("Out")};
+    op.attrs = {{"shape", AttrKind::kInts, std::nullopt},
+                {"value", AttrKind::kFloat, Attribute(0.0f)},
+                {"dtype", AttrKind::kInt, Attribute(int64_t{0})}};
+    op.infer_shape = InferFillConstant;
+    op.reference_kernel = FillConstantKernel;
+    r.Add(std::move(op));
+  }
+  {
+    OpInfo op;
+    op.type = "uniform_random";
+    op.doc = "Out = values uniform in [min, max), reproducible for a given seed";
+    op.outputs = {ops_a::Required("Out")};
+    op.attrs = {{"shape", AttrKind::kInts, std::nullopt},
+                {"min", AttrKind::kFloat, Attribute(-1.0f)},
+                {"max", AttrKind::kFloat, Attribute(1.0f)},
+                {"seed", AttrKind::kInt, Attribute(int64_t{0})},
+                {"dtype", AttrKind::kInt, Attribute(int64_t{0})}};
+    op.infer_shape = InferUniformRandom;
+    op.reference_kernel = UniformRandomKernel;
+    r.Add(std::move(op));
+  }
+}
 
 }  // namespace kiln

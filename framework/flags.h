@@ -1,0 +1,51 @@
+// Command-line flags (gflags). Defined here, read only at the tool edge
+// (tools/), which turns them into options structs: passes, kernels and the
+// executor never read flags themselves. Every flag can also be set as an
+// environment variable FLAGS_<name> (see ApplyFlagsFromEnv).
+#pragma once
+
+#include <gflags/gflags.h>
+
+#include "framework/executor.h"
+
+// Kernels and executor.
+DECLARE_bool(use_onednn);
+DECLARE_bool(check_nan_inf);
+DECLARE_bool(free_intermediates);
+
+// Training.
+DECLARE_string(model);
+DECLARE_string(dataset);
+DECLARE_string(data_dir);
+DECLARE_int32(epochs);
+DECLARE_int32(batch_size);
+DECLARE_double(lr);
+DECLARE_string(optimizer);
+DECLARE_uint64(seed);
+DECLARE_string(metrics_out);
+DECLARE_string(mlp_hidden);
+DECLARE_int32(seq_len);
+DECLARE_int32(d_model);
+DECLARE_int32(num_heads);
+DECLARE_int32(ffn_dim);
+DECLARE_int32(synthetic_size);
+DECLARE_int32(max_steps);
+DECLARE_bool(progress);
+
+// kiln run / kiln program.
+DECLARE_string(program);
+DECLARE_string(fetch);
+DECLARE_string(out);
+DECLARE_string(append_backward);
+DECLARE_int32(steps);
+
+namespace kiln {
+
+// For every defined flag NAME whose environment variable FLAGS_NAME is set,
+// sets the flag from it. Call before parsing the command line so that the
+// command line wins.
+void ApplyFlagsFromEnv();
+
+ExecutorOptions ExecutorOptionsFromFlags();
+
+}  // namespace kiln

@@ -1,0 +1,64 @@
+// Model builders: an MLP, a LeNet-style CNN and a transformer encoder block,
+// each as a startup program (seeded parameter initialisation), a forward
+// program (features, labels -> probabilities, loss) and a training program
+// (forward + append_backward + optimizer updates in place).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/proto/framework.pb.h"
+#include "framework/tensor.h"
+
+namespace kiln {
+
+enum class OptimizerKind { kSgd, kMomentum, kAdam };
+// "sgd" | "momentum" | "adam"; throws InvalidArgument otherwise.
+OptimizerKind ParseOptimizer(const std::string& name);
+
+struct TrainConfig {
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  float lr = 0.1f;
+  uint64_t seed = 1;
+  float momentum = 0.9f;  // momentum's mu
+};
+
+struct MlpConfig {
+  int64_t input = 64;
+  std::vector<int64_t> hidden = {128};
+  int64_t classes = 10;
+};
+
+struct CnnConfig {  // conv(6,5x5,pad 2)-relu-maxpool2 -> conv(16,5x5,pad 2)-relu-maxpool2 -> fc120-fc84-fc
+  int64_t channels = 1;
+  int64_t height = 28;
+  int64_t width = 28;
+  int64_t classes = 10;
+};
+
+struct TransformerConfig {  // one post-LN encoder block, mean-pooled, then a classifier
+  int64_t seq_len = 16;
+  int64_t d_model = 32;
+  int64_t num_heads = 4;
+  int64_t ffn_dim = 64;
+  int64_t classes = 10;
+};
+
+struct Model {
+  proto::ProgramDesc startup;
+  proto::ProgramDesc forward;
+  proto::ProgramDesc train;
+  std::string features;  // data var [-1, sample dims...]
+  std::string labels;    // data var INT64 [-1, 1]
+  std::string loss;      // [1]
+  std::string probs;     // softmax output [-1, classes]
+  std::vector<std::string> params;
+  Dims sample_dims;  // per-sample feature dims
+};
+
+Model BuildMlp(const MlpConfig& config, const TrainConfig& train);
+Model BuildCnn(const CnnConfig& config, const TrainConfig& train);
+Model BuildTransformer(const TransformerConfig& config, const TrainConfig& train);
+
+}  // namespace kiln

@@ -1,0 +1,177 @@
+// Derived Acquire-style handlers, one per oneDNN op family. Each constructor
+// builds the PrimitiveKey from dims and attributes (OPS.md semantics already
+// resolved by the caller); each Run* method acquires the primitive (cached),
+// wraps the tensors and executes. Run* returns false when oneDNN has no
+// implementation for the case; the caller then falls back to the reference
+// kernel. Tensors are FP32, dense row-major; outputs must already have their
+// dims (their buffers are allocated here).
+//
+// Used by the oneDNN kernels (onednn_kernels.cc) and reusable by the compiler.
+#pragma once
+
+#include <vector>
+
+#include "framework/onednn/onednn_handler.h"
+
+namespace kiln::onednn {
+
+// dst = alpha * op(a) @ op(b). `a_dims`/`b_dims` are the stored dims (rank
+// >= 2); with trans_a the stored a is [..., K, M]. Batch dims are padded with
+// leading 1s to a common rank and broadcast where one side is 1. When b has no
+// batch (all 1) and a is not transposed, a's batch dims fold into M (one 2-D
+// product). Key dims: {a, b} as the primitive sees them.
+class MatmulHandler : public OneDnnHandler {
+ public:
+  MatmulHandler(PrimitiveCache& cache, const Dims& a_dims, bool trans_a, const Dims& b_dims, bool trans_b,
+                float alpha);
+  // False when the dims do not make a matmul oneDNN can express.
+  bool valid() const { return valid_; }
+  // Dims of dst (batch dims broadcast, at the common rank).
+  const Dims& dst_dims() const { return dst_dims_; }
+  bool Run(const Tensor& a, const Tensor& b, Tensor* dst);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+
+ private:
+  bool valid_ = false;
+  Dims dst_dims_;
+  Dims prim_dst_dims_;  // the primitive's dst dims (2-D when folded)
+};
+
+// 2-D convolution, NCHW input, OIHW filter (O, C/groups, KH, KW). `strides`,
+// `dilations` (kiln convention: 1 = dense) and symmetric `paddings` have 2
+// entries. Key dims: {input, filter}.
+class ConvHandler : public OneDnnHandler {
+ public:
+  ConvHandler(PrimitiveCache& cache, const Dims& input_dims, const Dims& filter_dims, const Dims& strides,
+              const Dims& paddings, const Dims& dilations, int64_t groups);
+  bool valid() const { return valid_; }
+  const Dims& output_dims() const { return output_dims_; }
+  bool RunForward(const Tensor& input, const Tensor& filter, Tensor* output);
+  bool RunBackwardData(const Tensor& filter, const Tensor& d_output, Tensor* d_input);
+  bool RunBackwardWeights(const Tensor& input, const Tensor& d_output, Tensor* d_filter);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+  PrimitiveEntry CreateBackward() const override;  // bwd_key_.kind picks data or weights
+
+ private:
+  dnnl::convolution_forward::primitive_desc ForwardPd() const;
+  dnnl::memory::desc FilterDesc() const;
+
+  bool valid_ = false;
+  Dims output_dims_;
+};
+
+// 2-D max or average pooling, NCHW. `kernel`, `strides`, `paddings`
+// (symmetric) have 2 entries; windows are clipped to the input, so padding
+// never wins a max and is not counted by exclusive averaging. Key dims: {x}.
+class PoolHandler : public OneDnnHandler {
+ public:
+  PoolHandler(PrimitiveCache& cache, const Dims& x_dims, bool is_max, bool exclusive, const Dims& kernel,
+              const Dims& strides, const Dims& paddings);
+  bool valid() const { return valid_; }
+  const Dims& out_dims() const { return out_dims_; }
+  bool RunForward(const Tensor& x, Tensor* out);
+  // Max pooling re-runs the forward (training) pass on x for its workspace
+  // (the argmax positions), then routes d_out through it.
+  bool RunBackward(const Tensor& x, const Tensor& d_out, Tensor* d_x);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+  PrimitiveEntry CreateBackward() const override;  // aux[0]: forward training (max only)
+
+ private:
+  dnnl::pooling_forward::primitive_desc ForwardPd(dnnl::prop_kind prop) const;
+
+  bool valid_ = false;
+  bool is_max_ = false;
+  Dims out_dims_;
+};
+
+// Softmax along `axis` (normalised). Backward reads Out. Key dims: {x}.
+class SoftmaxHandler : public OneDnnHandler {
+ public:
+  SoftmaxHandler(PrimitiveCache& cache, const Dims& dims, int64_t axis);
+  bool RunForward(const Tensor& x, Tensor* out);
+  bool RunBackward(const Tensor& out, const Tensor& d_out, Tensor* d_x);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+  PrimitiveEntry CreateBackward() const override;
+
+ private:
+  dnnl::softmax_forward::primitive_desc ForwardPd() const;
+};
+
+// Layer normalisation of x viewed as [rows, cols] (cols = product of the dims
+// from begin_norm_axis on). Mean/Variance are [rows]; Variance is biased.
+// Key dims: {[rows, cols]}; flags say whether scale/bias are used.
+class LayerNormHandler : public OneDnnHandler {
+ public:
+  LayerNormHandler(PrimitiveCache& cache, int64_t rows, int64_t cols, float epsilon, bool use_scale,
+                   bool use_bias);
+  // `scale`/`bias` may be null when not used; `mean`/`variance` may be null
+  // (not wanted).
+  bool RunForward(const Tensor& x, const Tensor* scale, const Tensor* bias, Tensor* y, Tensor* mean,
+                  Tensor* variance);
+  // `mean`/`variance` are the forward's statistics. Outputs may be null.
+  bool RunBackward(const Tensor& x, const Tensor* scale, const Tensor& mean, const Tensor& variance,
+                   const Tensor& d_y, Tensor* d_x, Tensor* d_scale, Tensor* d_bias);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+  PrimitiveEntry CreateBackward() const override;
+
+ private:
+  dnnl::layer_normalization_forward::primitive_desc ForwardPd() const;
+  dnnl::memory::desc StatDesc() const;
+
+  int64_t rows_, cols_;
+  bool use_scale_, use_bias_;
+};
+
+// Elementwise unary op (dnnl::algorithm eltwise_*), on the flattened tensor.
+// The backward reads dst for *_use_dst_for_bwd algorithms and src otherwise.
+// Key dims: {[numel]}.
+class EltwiseHandler : public OneDnnHandler {
+ public:
+  EltwiseHandler(PrimitiveCache& cache, int64_t numel, dnnl::algorithm algorithm, float alpha = 0.0f,
+                 float beta = 0.0f);
+  bool RunForward(const Tensor& x, Tensor* out);
+  // `data` is Out for use_dst algorithms, X otherwise.
+  bool RunBackward(const Tensor& data, const Tensor& d_out, Tensor* d_x);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+  PrimitiveEntry CreateBackward() const override;
+
+ private:
+  dnnl::eltwise_forward::primitive_desc ForwardPd() const;
+};
+
+// dst = x (op) y with y broadcast into x: `y_dims` has x's rank, each dim equal
+// to x's or 1 (BroadcastYDims). Key dims: {x, y} with neighbouring dims of
+// the same broadcast merged ([2,3,7,5] + [1,3,7,1] is keyed [2,21,5]x[1,21,1]),
+// which also lets oneDNN pick its jit implementation for more patterns.
+class BinaryHandler : public OneDnnHandler {
+ public:
+  BinaryHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& y_dims, dnnl::algorithm algorithm);
+  bool Run(const Tensor& x, const Tensor& y, Tensor* out);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+};
+
+// out = sum of `count` tensors of `numel` elements each. Key dims: count x {[numel]}.
+class SumHandler : public OneDnnHandler {
+ public:
+  SumHandler(PrimitiveCache& cache, int64_t numel, size_t count);
+  bool Run(const std::vector<const Tensor*>& xs, Tensor* out);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+};
+
+}  // namespace kiln::onednn

@@ -1,0 +1,171 @@
+#include "framework/onednn/onednn_handler.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "framework/shape_util.h"
+
+namespace kiln::onednn {
+
+dnnl::memory::dims ToDnnlDims(const Dims& dims) { return dnnl::memory::dims(dims.begin(), dims.end()); }
+
+dnnl::memory::desc PlainDesc(const Dims& dims) {
+  const std::vector<int64_t> strides = Strides(dims);
+  return dnnl::memory::desc(ToDnnlDims(dims), dnnl::memory::data_type::f32,
+                            dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims) {
+  KILN_CHECK(dims.size() >= 2);
+  Dims stored = dims;
+  const size_t r = dims.size();
+  std::swap(stored[r - 1], stored[r - 2]);
+  std::vector<int64_t> strides = Strides(stored);
+  std::swap(strides[r - 1], strides[r - 2]);
+  return dnnl::memory::desc(ToDnnlDims(dims), dnnl::memory::data_type::f32,
+                            dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+bool IsSlowImplementation(const std::string& impl) {
+  for (const char* prefix : {"ref:", "simple_nchw:"}) {
+    if (impl.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+namespace {
+std::atomic<bool> allow_slow_impls{false};
+}  // namespace
+
+void SetAllowSlowImplementations(bool allow) { allow_slow_impls.store(allow); }
+bool AllowSlowImplementations() { return allow_slow_impls.load(std::memory_order_relaxed); }
+
+bool AllFp32(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t == nullptr || t->dtype() != DataType::kFP32 || t->numel() == 0) return false;
+  }
+  return true;
+}
+
+// ---- Engine, stream, scratchpad ----------------------------------------------------
+
+const dnnl::engine& OneDnnHandler::Engine() {
+  // Leaked: thread-local streams created on it may be destroyed after static
+  // destructors run.
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+dnnl::stream& OneDnnHandler::ThreadStream() {
+  thread_local dnnl::stream stream(Engine());
+  return stream;
+}
+
+dnnl::primitive_attr OneDnnHandler::DefaultAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+namespace {
+
+// The calling thread's scratchpad: grows to the largest size asked for and is
+// reused by every primitive the thread runs (they run one after another).
+void* ThreadScratchpad(size_t bytes) {
+  thread_local std::unique_ptr<Allocation> buffer;
+  if (buffer == nullptr || buffer->size() < bytes) {
+    buffer.reset();  // free first: peak memory stays one buffer
+    buffer = std::make_unique<Allocation>(bytes);
+  }
+  return buffer->ptr();
+}
+
+}  // namespace
+
+// ---- Primitives ------------------------------------------------------------------------
+
+PrimitiveEntry OneDnnHandler::CreateForward() const {
+  KILN_CHECK(false, "handler has no forward primitive for ", fwd_key_.ToString());
+  return {};
+}
+
+PrimitiveEntry OneDnnHandler::CreateBackward() const {
+  KILN_CHECK(false, "handler has no backward primitive for ", bwd_key_.ToString());
+  return {};
+}
+
+bool OneDnnHandler::AcquireForwardPrimitive() { return Acquire(fwd_key_, /*forward=*/true); }
+bool OneDnnHandler::AcquireBackwardPrimitive() { return Acquire(bwd_key_, /*forward=*/false); }
+
+bool OneDnnHandler::Acquire(const PrimitiveKey& key, bool forward) {
+  entry_ = cache_.GetOrCreate(key, [&]() {
+    auto created = std::make_shared<PrimitiveEntry>();
+    try {
+      *created = forward ? CreateForward() : CreateBackward();
+    } catch (const dnnl::error&) {
+      // No implementation for this case: remember the answer (an entry
+      // without primitive) so later calls do not retry the creation.
+      *created = PrimitiveEntry{};
+      return std::shared_ptr<const PrimitiveEntry>(std::move(created));
+    }
+    created->impl = created->pd.impl_info_str();
+    created->slow_impl = IsSlowImplementation(created->impl);
+    for (const auto& pd : created->aux_pds) created->slow_impl |= IsSlowImplementation(pd.impl_info_str());
+    return std::shared_ptr<const PrimitiveEntry>(std::move(created));
+  });
+  acquired_.clear();
+  return entry_->primitive && (!entry_->slow_impl || AllowSlowImplementations());
+}
+
+const PrimitiveEntry& OneDnnHandler::entry() const {
+  KILN_CHECK(entry_ != nullptr && entry_->primitive, "no primitive acquired");
+  return *entry_;
+}
+
+// ---- Memory ------------------------------------------------------------------------------
+
+dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md) { return dnnl::memory(md, Engine()); }
+
+dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, const Tensor& t) {
+  KILN_CHECK(md.get_size() == t.bytes(), "oneDNN memory of ", md.get_size(), " bytes over tensor ", t.ShapeString());
+  for (const Acquired& a : acquired_) {
+    if (a.tensor->IsSharedBufferWith(t) && a.memory.get_desc() == md) return a.memory;
+  }
+  // oneDNN takes a non-const handle; inputs are only read.
+  dnnl::memory m(md, Engine(), const_cast<void*>(t.raw_data()));
+  acquired_.push_back({&t, m});
+  return m;
+}
+
+dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, Tensor* t) {
+  KILN_CHECK(md.get_size() == t->bytes(), "oneDNN memory of ", md.get_size(), " bytes over tensor ",
+             t->ShapeString());
+  void* data = t->raw_mutable_data(DataType::kFP32);
+  for (const Acquired& a : acquired_) {
+    if (a.tensor->IsSharedBufferWith(*t) && a.memory.get_desc() == md) return a.memory;
+  }
+  dnnl::memory m(md, Engine(), data);
+  acquired_.push_back({t, m});
+  return m;
+}
+
+// ---- Execution ---------------------------------------------------------------------------
+
+void OneDnnHandler::Run(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args) {
+  const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
+  if (scratch_md.get_size() > 0) {
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, Engine(), ThreadScratchpad(scratch_md.get_size()));
+  }
+  dnnl::stream& stream = ThreadStream();
+  p.execute(stream, args);
+  stream.wait();
+}
+
+void OneDnnHandler::Execute(ExecArgs args) { Run(entry().primitive, entry().pd, std::move(args)); }
+
+void OneDnnHandler::ExecuteAux(size_t i, ExecArgs args) {
+  KILN_CHECK(i < entry().aux.size(), "aux primitive ", i, " of ", entry().aux.size());
+  Run(entry().aux[i], entry().aux_pds[i], std::move(args));
+}
+
+}  // namespace kiln::onednn

@@ -1,0 +1,127 @@
+// Acquire-style handler base for oneDNN kernels (seed 004).
+//
+// A derived handler describes one op family: its constructor builds the
+// PrimitiveKey from dims and attributes, and CreateForward()/CreateBackward()
+// build the primitive descriptors and primitives for that key. The base class
+// owns everything common: the process-wide CPU engine, the calling thread's
+// stream and scratchpad, the cache lookup, and memory objects that wrap kiln
+// tensors without copying.
+//
+// Layouts: every memory descriptor a handler creates is dense row-major
+// ("abcd..."), the layout of a kiln Tensor, so tensor buffers are handed to
+// oneDNN as they are.
+//
+// Thread safety (seed 001): a cached primitive may run on several threads at
+// once. Each primitive is created with a user-managed scratchpad, and each
+// thread executes on its own stream with its own scratchpad buffer.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dnnl.hpp"
+#include "framework/onednn/primitive_cache.h"
+#include "framework/tensor.h"
+
+namespace kiln::onednn {
+
+// oneDNN dims of kiln dims.
+dnnl::memory::dims ToDnnlDims(const Dims& dims);
+// Dense row-major f32 descriptor of `dims`.
+dnnl::memory::desc PlainDesc(const Dims& dims);
+// Row-major f32 descriptor of `dims` whose last two dims are stored swapped
+// (the tensor holds [..., b, a] and is read as [..., a, b]).
+dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims);
+
+// oneDNN sometimes has only a generic implementation for a case ("ref:any"
+// for a softmax over a non-innermost axis or an unusual broadcast,
+// "simple_nchw" pooling for few channels); measured here those run 5-200x
+// slower than kiln's reference kernels, so by default a handler refuses them
+// (Acquire*Primitive returns false and the kernel falls back). Tests turn
+// them on to check descriptor set-up on every case. Process-wide.
+bool IsSlowImplementation(const std::string& impl);
+void SetAllowSlowImplementations(bool allow);
+bool AllowSlowImplementations();
+
+// True when every tensor is FP32 (the only dtype these kernels handle) and
+// non-empty.
+bool AllFp32(std::initializer_list<const Tensor*> tensors);
+
+using ExecArgs = std::unordered_map<int, dnnl::memory>;
+
+class OneDnnHandler {
+ public:
+  virtual ~OneDnnHandler() = default;
+  OneDnnHandler(const OneDnnHandler&) = delete;
+  OneDnnHandler& operator=(const OneDnnHandler&) = delete;
+
+  // The process-wide CPU engine.
+  static const dnnl::engine& Engine();
+  // The calling thread's stream, created on first use.
+  static dnnl::stream& ThreadStream();
+  // The attributes every primitive is created with (user scratchpad).
+  static dnnl::primitive_attr DefaultAttr();
+
+  const PrimitiveKey& forward_key() const { return fwd_key_; }
+  const PrimitiveKey& backward_key() const { return bwd_key_; }
+
+  // Looks the forward (backward) primitive of the handler's key up in the
+  // cache, creating it with CreateForward() (CreateBackward()) on a miss, and
+  // makes it the current primitive for the Acquire*Memory calls and
+  // Execute(). Returns false when oneDNN has no implementation for it (the
+  // negative answer is cached too) or only a slow one (unless allowed); the
+  // kernel then falls back.
+  bool AcquireForwardPrimitive();
+  bool AcquireBackwardPrimitive();
+  const PrimitiveEntry& entry() const;
+
+  // Memory objects over tensor buffers, with the current primitive's
+  // descriptors. Outputs get their buffer allocated first. When an output
+  // tensor shares its buffer with a tensor acquired before (in-place run),
+  // the same memory object is returned, so oneDNN sees one buffer.
+  dnnl::memory AcquireSrcMemory(const Tensor& t) { return AcquireMemory(entry().pd.src_desc(), t); }
+  dnnl::memory AcquireSrc1Memory(const Tensor& t) { return AcquireMemory(entry().pd.src_desc(1), t); }
+  dnnl::memory AcquireWeightsMemory(const Tensor& t) { return AcquireMemory(entry().pd.weights_desc(), t); }
+  dnnl::memory AcquireDiffDstMemory(const Tensor& t) { return AcquireMemory(entry().pd.diff_dst_desc(), t); }
+  dnnl::memory AcquireDstMemory(Tensor* t) { return AcquireMemory(entry().pd.dst_desc(), t); }
+  dnnl::memory AcquireDiffSrcMemory(Tensor* t) { return AcquireMemory(entry().pd.diff_src_desc(), t); }
+  dnnl::memory AcquireDiffWeightsMemory(Tensor* t) { return AcquireMemory(entry().pd.diff_weights_desc(), t); }
+  // A buffer of the handler's own (workspace, an output nobody needs).
+  dnnl::memory AcquireMemory(const dnnl::memory::desc& md);
+  // Wraps `t` (same number of bytes as `md` describes; the dims may differ,
+  // e.g. a [B,S,K] tensor read as [B*S,K]).
+  dnnl::memory AcquireMemory(const dnnl::memory::desc& md, const Tensor& t);
+  dnnl::memory AcquireMemory(const dnnl::memory::desc& md, Tensor* t);
+
+  // Runs the current primitive (or its aux primitive `i`) with `args` and the
+  // thread's scratchpad, and waits for it.
+  void Execute(ExecArgs args);
+  void ExecuteAux(size_t i, ExecArgs args);
+
+ protected:
+  explicit OneDnnHandler(PrimitiveCache& cache) : cache_(cache) {}
+
+  // Build the primitives of fwd_key_ / bwd_key_. May throw dnnl::error when
+  // oneDNN has no implementation.
+  virtual PrimitiveEntry CreateForward() const;
+  virtual PrimitiveEntry CreateBackward() const;
+
+  PrimitiveKey fwd_key_;
+  PrimitiveKey bwd_key_;
+
+ private:
+  bool Acquire(const PrimitiveKey& key, bool forward);
+  void Run(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args);
+
+  PrimitiveCache& cache_;
+  std::shared_ptr<const PrimitiveEntry> entry_;
+  struct Acquired {
+    const Tensor* tensor;
+    dnnl::memory memory;
+  };
+  std::vector<Acquired> acquired_;
+};
+
+}  // namespace kiln::onednn

@@ -1,0 +1,154 @@
+// Cache of oneDNN primitives keyed by a typed description of what the
+// primitive computes (seed 001). A primitive is specific to the shapes it was
+// created for, so every input's dims are part of the key: a new shape is a miss.
+//
+// The cache is bounded (least-recently-used entries are evicted beyond the
+// capacity) and thread-safe. Kernels use PrimitiveCache::Global(); tests create
+// their own instances.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dnnl.hpp"
+#include "framework/data_type.h"
+#include "framework/tensor.h"
+
+namespace kiln::onednn {
+
+// Which oneDNN primitive (and which pass of it) a key describes.
+enum class PrimitiveKind : uint8_t {
+  kMatmul,
+  kConvForward,
+  kConvBackwardData,
+  kConvBackwardWeights,
+  kPoolForward,
+  kPoolBackward,  // holds the forward-training pooling too (max: workspace)
+  kSoftmaxForward,
+  kSoftmaxBackward,
+  kLayerNormForward,
+  kLayerNormBackward,
+  kEltwiseForward,
+  kEltwiseBackward,
+  kBinary,
+  kSum,
+};
+const char* PrimitiveKindName(PrimitiveKind kind);
+
+// Everything that changes the primitive a handler creates. Fields a kind does
+// not use keep their defaults, so they never split entries.
+struct PrimitiveKey {
+  PrimitiveKind kind = PrimitiveKind::kMatmul;
+  DataType dtype = DataType::kFP32;
+  std::vector<Dims> dims;  // every input's dims, in the order the handler documents
+  int algorithm = 0;       // dnnl::algorithm (eltwise, pooling, binary); 0 when unused
+  bool transpose_a = false;  // matmul: src stored as [..., K, M]
+  bool transpose_b = false;  // matmul: weights stored as [..., N, K]
+  int64_t axis = 0;          // softmax axis, layer_norm begin_norm_axis
+  int64_t groups = 1;        // convolution groups
+  Dims kernel;               // pooling window
+  Dims strides;
+  Dims dilations;            // oneDNN convention: 0 = dense
+  Dims padding_l;            // top, left
+  Dims padding_r;            // bottom, right
+  float alpha = 0.0f;        // matmul scale, eltwise alpha
+  float beta = 0.0f;         // eltwise beta
+  float epsilon = 0.0f;      // layer_norm
+  uint32_t flags = 0;        // layer_norm dnnl::normalization_flags
+
+  bool operator==(const PrimitiveKey& other) const;
+  bool operator!=(const PrimitiveKey& other) const { return !(*this == other); }
+  size_t Hash() const;
+  // Readable one-line form for logs and dumps, e.g.
+  // "matmul f32 [64,784]x[784,10] alpha=1" (unused fields are left out).
+  std::string ToString() const;
+};
+
+struct PrimitiveKeyHash {
+  size_t operator()(const PrimitiveKey& key) const { return key.Hash(); }
+};
+
+// A cached primitive with its descriptor. The descriptors are kept as
+// primitive_desc_base: every query a kernel needs (memory descs, workspace,
+// scratchpad) is available there.
+struct PrimitiveEntry {
+  dnnl::primitive_desc_base pd;
+  dnnl::primitive primitive;
+  // Primitives run together with the main one, in the order the handler
+  // documents (e.g. the forward-training pooling whose workspace max-pooling
+  // backward reads).
+  std::vector<dnnl::primitive_desc_base> aux_pds;
+  std::vector<dnnl::primitive> aux;
+  // oneDNN's implementation name of the main primitive ("brg:avx512_core"),
+  // for logs and dumps; empty when there is no primitive.
+  std::string impl;
+  // True when oneDNN picked an implementation known to be slower than kiln's
+  // reference kernel for the main or an aux primitive (see onednn_handler.h).
+  bool slow_impl = false;
+};
+
+struct PrimitiveCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t evictions = 0;
+  size_t size = 0;
+  size_t capacity = 0;
+};
+
+class PrimitiveCache {
+ public:
+  static constexpr size_t kDefaultCapacity = 1024;
+
+  explicit PrimitiveCache(size_t capacity = kDefaultCapacity);
+  PrimitiveCache(const PrimitiveCache&) = delete;
+  PrimitiveCache& operator=(const PrimitiveCache&) = delete;
+
+  // The process-wide instance the oneDNN kernels use.
+  static PrimitiveCache& Global();
+
+  using CreateFn = std::function<std::shared_ptr<const PrimitiveEntry>()>;
+  // Returns the entry of `key`, calling `create` on a miss and inserting its
+  // result. `create` runs outside the lock, so concurrent misses of one key
+  // may both create; the first insertion wins and both get that entry.
+  // Exceptions from `create` propagate and nothing is inserted.
+  std::shared_ptr<const PrimitiveEntry> GetOrCreate(const PrimitiveKey& key, const CreateFn& create);
+
+  // Lookup without creating (counts a hit or a miss); nullptr on a miss.
+  std::shared_ptr<const PrimitiveEntry> Find(const PrimitiveKey& key);
+  // Inserts (or replaces) `key`, evicting the least recently used entries
+  // beyond the capacity.
+  void Insert(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry);
+
+  // Keys from most to least recently used (for dumps and tests).
+  std::vector<PrimitiveKey> Keys() const;
+  bool Contains(const PrimitiveKey& key) const;
+
+  PrimitiveCacheStats stats() const;
+  // Shrinking evicts the least recently used entries at once. Capacity 0 is
+  // treated as 1.
+  void set_capacity(size_t capacity);
+  // Drops every entry and zeroes the statistics.
+  void Clear();
+
+ private:
+  using Item = std::pair<PrimitiveKey, std::shared_ptr<const PrimitiveEntry>>;
+  void InsertLocked(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry);
+  void EvictLocked();
+
+  mutable std::mutex mu_;
+  size_t capacity_;
+  std::list<Item> lru_;  // front: most recently used
+  std::unordered_map<PrimitiveKey, std::list<Item>::iterator, PrimitiveKeyHash> index_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+  int64_t evictions_ = 0;
+};
+
+}  // namespace kiln::onednn

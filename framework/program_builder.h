@@ -1,0 +1,80 @@
+// ProgramBuilder: builds a main program and its startup program (parameter
+// initialisation) op by op, declaring each output var from shape inference.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/attribute.h"
+#include "framework/proto/framework.pb.h"
+#include "framework/tensor.h"
+
+namespace kiln {
+
+// How a parameter is initialised (seeded, by uniform_random/fill_constant ops
+// in the startup program).
+struct Init {
+  enum class Kind { kConstant, kXavierUniform, kHeUniform, kUniform };
+  Kind kind = Kind::kConstant;
+  float value = 0.f;    // kConstant
+  int64_t fan_in = 0;   // Xavier/He
+  int64_t fan_out = 0;  // Xavier
+  float limit = 0.f;    // kUniform: U(-limit, limit)
+
+  static Init Constant(float v) { return {Kind::kConstant, v, 0, 0, 0.f}; }
+  // U(-a, a) with a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010).
+  static Init XavierUniform(int64_t fan_in, int64_t fan_out) { return {Kind::kXavierUniform, 0.f, fan_in, fan_out, 0.f}; }
+  // U(-a, a) with a = sqrt(6 / fan_in) (He et al. 2015, for ReLU layers).
+  static Init HeUniform(int64_t fan_in) { return {Kind::kHeUniform, 0.f, fan_in, 0, 0.f}; }
+  static Init Uniform(float limit) { return {Kind::kUniform, 0.f, 0, 0, limit}; }
+};
+
+using SlotArgsList = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(uint64_t seed);
+
+  // A fed input (not persistable).
+  std::string Data(const std::string& name, const Dims& dims, DataType dtype = DataType::kFP32,
+                   bool stop_gradient = true);
+  // A trainable parameter, initialised in the startup program.
+  std::string Param(const std::string& name, const Dims& dims, const Init& init);
+  // A persistable non-trainable var (learning rate, optimizer state),
+  // filled with `value` by the startup program.
+  std::string Persistable(const std::string& name, const Dims& dims, float value);
+
+  // Appends an op to the main program. `outputs` lists output slot names; each
+  // gets one fresh var named "<prefix>.<slot>_<n>" declared from shape
+  // inference. Returns the output var names in `outputs` order.
+  std::vector<std::string> Op(const std::string& type, const SlotArgsList& inputs,
+                              const std::vector<std::string>& outputs, const AttrMap& attrs = {},
+                              const std::string& prefix = "");
+  // Single-output convenience (slot "Out").
+  std::string Op1(const std::string& type, const SlotArgsList& inputs, const AttrMap& attrs = {},
+                  const std::string& out_slot = "Out");
+  // Appends an op with explicit outputs (vars may already exist, e.g. in-place updates).
+  void RawOp(const proto::OpDesc& op);
+
+  std::string UniqueName(const std::string& prefix);
+  const std::vector<std::string>& params() const { return params_; }
+  Dims VarDimsOf(const std::string& name) const;
+
+  proto::ProgramDesc& main() { return main_; }
+  proto::ProgramDesc& startup() { return startup_; }
+
+ private:
+  proto::VarDesc* Declare(proto::ProgramDesc& program, const std::string& name, const Dims& dims, DataType dtype);
+
+  uint64_t seed_;
+  int64_t init_count_ = 0;
+  std::map<std::string, int> name_counts_;
+  std::vector<std::string> params_;
+  proto::ProgramDesc main_;
+  proto::ProgramDesc startup_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,117 @@
+#include "framework/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+float MeanOf(const std::vector<float>& v, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += v[i];
+  return end > begin ? static_cast<float>(s / static_cast<double>(end - begin)) : 0.f;
+}
+
+void FeedBatch(const Model& m, const proto::ProgramDesc& program, Scope& scope, const Dataset& batch) {
+  FeedTensor(program.blocks(0), scope, m.features, batch.features);
+  FeedTensor(program.blocks(0), scope, m.labels, batch.labels);
+}
+
+}  // namespace
+
+double Evaluate(const Model& model, Scope& scope, const Dataset& data, int64_t batch_size,
+                const ExecutorOptions& exec_options) {
+  if (data.size() == 0) return 0.0;
+  Executor exec(exec_options);
+  auto plan = exec.Prepare(model.forward, 0, {model.probs});
+  BatcherOptions bo;
+  bo.batch_size = batch_size;
+  bo.shuffle = false;
+  bo.drop_last = false;
+  Batcher batcher(data, bo);
+  Dataset batch;
+  int64_t correct = 0, total = 0;
+  while (batcher.Next(&batch)) {
+    FeedBatch(model, model.forward, scope, batch);
+    exec.Run(*plan, scope);
+    const Tensor& probs = scope.GetVar(model.probs)->Get();
+    const int64_t rows = probs.dim(0), classes = probs.dim(1);
+    const float* p = probs.data<float>();
+    const int64_t* labels = batch.labels.data<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = p + r * classes;
+      const int64_t pred = std::max_element(row, row + classes) - row;
+      correct += pred == labels[r];
+    }
+    total += rows;
+  }
+  return static_cast<double>(correct) / static_cast<double>(total);
+}
+
+TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options) {
+  CheckDataset(train, "training data");
+  if (options.batch_size < 1) ThrowInvalidArgument("batch size must be at least 1, got ", options.batch_size);
+  if (options.batch_size > train.size()) {
+    ThrowInvalidArgument("batch size ", options.batch_size, " exceeds the ", train.size(), " training rows");
+  }
+  Scope scope;
+  Executor exec(options.exec);
+  exec.RunProgram(model.startup, scope);
+  auto plan = exec.Prepare(model.train, 0, {model.loss});
+
+  BatcherOptions bo;
+  bo.batch_size = options.batch_size;
+  bo.seed = options.seed;
+  Batcher batcher(train, bo);
+  TrainResult result;
+  std::vector<double> step_ms;
+  const auto t_start = Clock::now();
+  bool stop = false;
+  for (int epoch = 0; epoch < options.epochs && !stop; ++epoch) {
+    batcher.StartEpoch(epoch);
+    const auto t_epoch = Clock::now();
+    int64_t samples = 0;
+    Dataset batch;
+    for (int64_t b = 0; batcher.Next(&batch); ++b) {
+      const auto t0 = Clock::now();
+      FeedBatch(model, model.train, scope, batch);
+      exec.Run(*plan, scope);
+      const float loss = scope.GetVar(model.loss)->Get().data<float>()[0];
+      step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      result.losses.push_back(loss);
+      samples += batch.size();
+      if (options.on_step) {
+        TrainProgress p;
+        p.epoch = epoch;
+        p.epochs = options.epochs;
+        p.batch = b;
+        p.batches = batcher.num_batches();
+        p.step = static_cast<int64_t>(result.losses.size());
+        p.loss = loss;
+        const double secs = std::chrono::duration<double>(Clock::now() - t_epoch).count();
+        p.samples_per_sec = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
+        options.on_step(p);
+      }
+      if (options.max_steps > 0 && static_cast<int64_t>(result.losses.size()) >= options.max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    if (options.on_epoch) options.on_epoch(epoch, Evaluate(model, scope, test, 256, options.exec));
+  }
+  result.train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  result.steps = static_cast<int64_t>(result.losses.size());
+  const size_t n = result.losses.size(), k = std::min<size_t>(10, n);
+  result.first_loss = MeanOf(result.losses, 0, k);
+  result.final_loss = MeanOf(result.losses, n - k, n);
+  if (!step_ms.empty()) {
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+    result.step_ms_median = step_ms[step_ms.size() / 2];
+  }
+  result.test_accuracy = Evaluate(model, scope, test, 256, options.exec);
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,53 @@
+// The training loop: runs a Model's startup program once, then its training
+// program over mini-batches, and evaluates test accuracy with its forward
+// program. Shared by `kiln train` and the end-to-end tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "framework/data/dataset.h"
+#include "framework/executor.h"
+#include "framework/models/models.h"
+
+namespace kiln {
+
+struct TrainProgress {
+  int epoch = 0;  // 0-based
+  int epochs = 0;
+  int64_t batch = 0;  // 0-based within the epoch
+  int64_t batches = 0;
+  int64_t step = 0;  // global, 1-based after the step
+  float loss = 0.f;
+  double samples_per_sec = 0.0;  // over the epoch so far
+};
+
+struct TrainOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  uint64_t seed = 1;      // shuffling
+  int64_t max_steps = 0;  // 0: no limit
+  ExecutorOptions exec;
+  std::function<void(const TrainProgress&)> on_step;  // after every step
+  std::function<void(int epoch, double test_accuracy)> on_epoch;  // after every epoch (evaluated)
+};
+
+struct TrainResult {
+  std::vector<float> losses;  // one per step
+  float first_loss = 0.f;     // mean of the first min(10, steps) losses
+  float final_loss = 0.f;     // mean of the last min(10, steps) losses
+  double test_accuracy = 0.0;
+  int64_t steps = 0;
+  double step_ms_median = 0.0;
+  double train_seconds = 0.0;
+};
+
+TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options);
+
+// Fraction of rows of `data` whose arg-max probability is the label, using
+// the parameters in `scope` and the model's forward program.
+double Evaluate(const Model& model, Scope& scope, const Dataset& data, int64_t batch_size,
+                const ExecutorOptions& exec_options);
+
+}  // namespace kiln

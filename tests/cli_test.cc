@@ -1,0 +1,163 @@
+// The kiln command line: `kiln run` per OPS.md, bad input through the CLI
+// (clear message, non-zero exit, no output file), `kiln ops`, `kiln program`.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+
+#include "framework/data/npy.h"
+#include "framework/file_util.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout + stderr
+};
+
+Result Kiln(const std::string& args) {
+  const std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/kiln_cli_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str());
+    WriteFileAtomic(dir_ + "/p.pbtxt", R"pb(
+version: 1
+blocks {
+  idx: 0 parent_idx: -1
+  vars { name: "x" dtype: FP32 dims: -1 dims: 3 }
+  vars { name: "w" dtype: FP32 dims: 3 dims: 2 persistable: true }
+  vars { name: "lr" dtype: FP32 dims: 1 persistable: true }
+  vars { name: "y" dtype: FP32 dims: -1 dims: 2 }
+  vars { name: "loss" dtype: FP32 dims: 1 }
+  ops { type: "matmul" inputs { name: "X" args: "x" } inputs { name: "Y" args: "w" } outputs { name: "Out" args: "y" } }
+  ops { type: "mean" inputs { name: "X" args: "y" } outputs { name: "Out" args: "loss" } }
+  ops { type: "sgd" inputs { name: "Param" args: "w" } inputs { name: "Grad" args: "w@GRAD" }
+        inputs { name: "LearningRate" args: "lr" } outputs { name: "ParamOut" args: "w" } }
+})pb");
+    WriteNpy(dir_ + "/x.npy", test::FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6}));
+    WriteNpy(dir_ + "/w.npy", test::FloatTensor({3, 2}, {0, 0, 0, 0, 0, 0}));
+    WriteNpy(dir_ + "/lr.npy", test::FloatTensor({1}, {0.5f}));
+    WriteNpy(dir_ + "/xi.npy", test::Int64Tensor({2, 3}, {1, 2, 3, 4, 5, 6}));
+  }
+  std::string Feeds() const {
+    return " --feed x=" + dir_ + "/x.npy --feed w=" + dir_ + "/w.npy --feed lr=" + dir_ + "/lr.npy";
+  }
+  std::string dir_;
+};
+
+TEST_F(CliTest, RunTrainsAndStacksSteps) {
+  const Result r = Kiln("run --program " + dir_ + "/p.pbtxt" + Feeds() + " --append_backward loss --fetch loss,w --steps 3 --out " + dir_ + "/out");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Tensor loss = ReadNpy(dir_ + "/out/loss.npy");
+  const Tensor w = ReadNpy(dir_ + "/out/w.npy");
+  EXPECT_EQ(loss.dims(), (Dims{3, 1}));
+  EXPECT_EQ(w.dims(), (Dims{3, 3, 2}));
+  // loss = mean(x @ w); dL/dw[k][j] = sum_i x[i][k] / 4; w starts at 0 and
+  // moves by -0.5 * grad each step.
+  EXPECT_FLOAT_EQ(loss.data<float>()[0], 0.f);
+  const float g0 = (1 + 4) / 4.f;  // column k = 0
+  EXPECT_FLOAT_EQ(w.data<float>()[0], -0.5f * g0);             // step 1, w[0][0]
+  EXPECT_FLOAT_EQ(w.data<float>()[12], -1.5f * g0);            // step 3, w[0][0]
+  EXPECT_LT(loss.data<float>()[2], loss.data<float>()[1]);
+}
+
+TEST_F(CliTest, FlagsComeFromTheEnvironmentToo) {
+  const Result r = Kiln("run --program " + dir_ + "/p.pbtxt" + Feeds() + " --append_backward loss --fetch loss --out " + dir_ + "/o2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string cmd = "FLAGS_steps=4 ";
+  const Result r2 = Result{std::system((cmd + KILN_BINARY + " run --program " + dir_ + "/p.pbtxt" + Feeds() +
+                                         " --append_backward loss --fetch loss --out " + dir_ + "/o4 >/dev/null 2>&1").c_str()), ""};
+  ASSERT_EQ(r2.code, 0);
+  EXPECT_EQ(ReadNpy(dir_ + "/o4/loss.npy").dims(), (Dims{4, 1}));
+}
+
+// Each bad input: non-zero exit, a message naming what was wrong, no output.
+TEST_F(CliTest, BadInputsFailCleanly) {
+  struct Case {
+    std::string name, setup, args, expect;
+  };
+  const std::string p = dir_ + "/p.pbtxt";
+  const std::vector<Case> cases = {
+      {"malformed", "printf 'blocks {\\n  idx: 0 oops\\n' > " + dir_ + "/bad.pbtxt",
+       "--program " + dir_ + "/bad.pbtxt --fetch y", "bad.pbtxt': line 3, column 1"},
+      {"unknown op", "sed 's/\"mean\"/\"meen\"/' " + p + " > " + dir_ + "/u.pbtxt",
+       "--program " + dir_ + "/u.pbtxt --fetch y", "unknown op type 'meen'"},
+      {"missing slot", "sed 's/inputs { name: \"Y\" args: \"w\" }//' " + p + " > " + dir_ + "/m.pbtxt",
+       "--program " + dir_ + "/m.pbtxt --fetch y", "missing input slot 'Y'"},
+      {"shape mismatch", "sed 's/name: \"w\" dtype: FP32 dims: 3/name: \"w\" dtype: FP32 dims: 4/' " + p + " > " + dir_ + "/s.pbtxt",
+       "--program " + dir_ + "/s.pbtxt --fetch y", "op #0 'matmul'"},
+      {"wrong feed dtype", "true", "--program " + p + " --feed x=" + dir_ + "/xi.npy --fetch y",
+       "feed 'x': expected dtype f32, got i64"},
+      {"corrupt npy", "head -c 20 " + dir_ + "/x.npy > " + dir_ + "/c.npy",
+       "--program " + p + " --feed x=" + dir_ + "/c.npy --fetch y", "c.npy"},
+      {"unknown fetch", "true", "--program " + p + Feeds() + " --fetch nope", "fetch 'nope'"},
+      {"unfed input", "true", "--program " + p + " --feed x=" + dir_ + "/x.npy --fetch y", "input Y ('w') holds no data"},
+  };
+  for (const auto& c : cases) {
+    ASSERT_EQ(std::system(c.setup.c_str()), 0) << c.name;
+    const std::string out = dir_ + "/out_" + std::to_string(&c - cases.data());
+    const Result r = Kiln("run " + c.args + " --append_backward loss --out " + out);
+    EXPECT_NE(r.code, 0) << c.name;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.name << ": " << r.output;
+    EXPECT_FALSE(Exists(out + "/y.npy")) << c.name << " left an output file";
+  }
+}
+
+TEST_F(CliTest, CorruptCsvRowIsNamedAndNoMetricsWritten) {
+  // Row 3 gets a pixel value of 99.
+  const std::string csv = dir_ + "/digits.csv.gz";
+  ASSERT_EQ(std::system(("zcat tools/data/digits.csv.gz | sed '3s/^0,/99,/' | gzip > " + csv).c_str()), 0);
+  const Result r = Kiln("train --model mlp --dataset digits --data_dir " + dir_ + " --epochs 1 --metrics_out " + dir_ + "/m.json");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("row 3"), std::string::npos) << r.output;
+  EXPECT_FALSE(Exists(dir_ + "/m.json"));
+}
+
+TEST_F(CliTest, TrainWritesMetrics) {
+  const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string json = ReadFile(dir_ + "/m.json");
+  for (const char* key : {"\"test_accuracy\"", "\"final_loss\"", "\"steps\"", "\"step_ms_median\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << json;
+  }
+  EXPECT_NE(r.output.find("test accuracy:"), std::string::npos);
+}
+
+TEST_F(CliTest, OpsAndProgram) {
+  const Result ops = Kiln("ops");
+  ASSERT_EQ(ops.code, 0);
+  for (const char* op : {"matmul\n", "conv2d\n", "adam\n", "softmax_with_cross_entropy\n", "layer_norm_grad\n"}) {
+    EXPECT_NE(ops.output.find(op), std::string::npos) << op;
+  }
+  for (const char* model : {"mlp", "cnn", "transformer"}) {
+    const Result r = Kiln(std::string("program --model ") + model + " --out " + dir_ + "/" + model + ".pbtxt");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string text = ReadFile(dir_ + "/" + model + ".pbtxt");
+    EXPECT_NE(text.find("_grad"), std::string::npos);
+    EXPECT_NE(text.find("\"sgd\""), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,365 @@
+// fill_constant, uniform_random, sgd, momentum, adam: values, determinism,
+// one optimizer step against hand formulas, three adam steps against a plain
+// computation, in-place updates and error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "framework/executor.h"
+#include "framework/op_registry.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompareTensors;
+using test::FloatTensor;
+using test::RandomTensor;
+using test::RunOp;
+using test::ValueAt;
+
+Tensor RunAndGet(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, const std::string& out) {
+  auto scope = RunOp(op, inputs);
+  Tensor t;
+  t.CopyFrom(scope->GetVar(out)->Get());
+  return t;
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ---- fill_constant ------------------------------------------------------------------
+
+TEST(FillOpsTest, FillConstantFillsEveryDtype) {
+  const std::vector<int64_t> shape = {2, 3};
+  Tensor t =
+      RunAndGet(OpBuilder("fill_constant").Out("Out", {"o"}).Attr("shape", shape).Attr("value", 1.5f).Build(), {}, "o");
+  EXPECT_EQ(CompareTensors(t, FloatTensor({2, 3}, {1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f}), 0, 0), "");
+  // Default value 0.
+  t = RunAndGet(OpBuilder("fill_constant").Out("Out", {"o"}).Attr("shape", std::vector<int64_t>{7}).Build(), {}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kFP32);
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(ValueAt(t, i), 0.0);
+  // dtype 1: INT64, 3: FP64 (proto DataType values).
+  t = RunAndGet(OpBuilder("fill_constant")
+                    .Out("Out", {"o"})
+                    .Attr("shape", std::vector<int64_t>{17})
+                    .Attr("value", 4.0f)
+                    .Attr("dtype", int64_t{1})
+                    .Build(),
+                {}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kINT64);
+  for (int64_t i = 0; i < 17; ++i) EXPECT_EQ(t.data<int64_t>()[i], 4);
+  t = RunAndGet(OpBuilder("fill_constant")
+                    .Out("Out", {"o"})
+                    .Attr("shape", std::vector<int64_t>{33})
+                    .Attr("value", -0.25f)
+                    .Attr("dtype", int64_t{3})
+                    .Build(),
+                {}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kFP64);
+  EXPECT_EQ(t.dims(), Dims{33});
+  for (int64_t i = 0; i < 33; ++i) EXPECT_EQ(t.data<double>()[i], -0.25);
+}
+
+TEST(FillOpsTest, FillConstantBadAttrs) {
+  std::string e = ErrorOf([] { RunOp(OpBuilder("fill_constant").Out("Out", {"o"}).Build(), {}); });
+  EXPECT_NE(e.find("fill_constant"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing required attribute 'shape'"), std::string::npos) << e;
+  e = ErrorOf([] {
+    RunOp(OpBuilder("fill_constant").Out("Out", {"o"}).Attr("shape", std::vector<int64_t>{2, 0}).Build(), {});
+  });
+  EXPECT_NE(e.find("expected positive dims, got [2,0]"), std::string::npos) << e;
+  e = ErrorOf([] {
+    RunOp(OpBuilder("fill_constant")
+              .Out("Out", {"o"})
+              .Attr("shape", std::vector<int64_t>{2})
+              .Attr("dtype", int64_t{9})
+              .Build(),
+          {});
+  });
+  EXPECT_NE(e.find("attribute dtype"), std::string::npos) << e;
+  EXPECT_NE(e.find("got 9"), std::string::npos) << e;
+}
+
+// ---- uniform_random -----------------------------------------------------------------
+
+proto::OpDesc Uniform(const std::vector<int64_t>& shape, int64_t seed, float lo, float hi, int64_t dtype = 0) {
+  return OpBuilder("uniform_random")
+      .Out("Out", {"o"})
+      .Attr("shape", shape)
+      .Attr("seed", seed)
+      .Attr("min", lo)
+      .Attr("max", hi)
+      .Attr("dtype", dtype)
+      .Build();
+}
+
+TEST(FillOpsTest, UniformRandomIsDeterministicAndInRange) {
+  const Tensor a = RunAndGet(Uniform({64, 33}, 42, -0.5f, 2.0f), {}, "o");
+  const Tensor b = RunAndGet(Uniform({64, 33}, 42, -0.5f, 2.0f), {}, "o");
+  const Tensor c = RunAndGet(Uniform({64, 33}, 43, -0.5f, 2.0f), {}, "o");
+  EXPECT_EQ(a.dims(), (Dims{64, 33}));
+  EXPECT_EQ(CompareTensors(a, b, 0, 0), "");
+  EXPECT_NE(CompareTensors(a, c, 0, 0), "");
+  double sum = 0, lo = 1e9, hi = -1e9;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double v = ValueAt(a, i);
+    EXPECT_GE(v, -0.5);
+    EXPECT_LT(v, 2.0);
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  // 2112 draws: the mean is within a few standard errors (0.72/sqrt(2112) = 0.016) of 0.75.
+  EXPECT_NEAR(sum / static_cast<double>(a.numel()), 0.75, 0.06);
+  EXPECT_LT(lo, -0.4);
+  EXPECT_GT(hi, 1.9);
+}
+
+TEST(FillOpsTest, UniformRandomFollowsTheDocumentedRecipe) {
+  // FP32: top 24 bits of one mt19937 word; FP64: 27 + 26 bits of two words.
+  const Tensor f = RunAndGet(Uniform({5}, 7, -1.0f, 3.0f), {}, "o");
+  std::mt19937 rng(7);
+  for (int64_t i = 0; i < 5; ++i) {
+    const double u = static_cast<double>(rng() >> 8) / 16777216.0;
+    EXPECT_EQ(f.data<float>()[i], static_cast<float>(-1.0 + 4.0 * u)) << i;
+  }
+  const Tensor d = RunAndGet(Uniform({5}, 7, -1.0f, 3.0f, 3), {}, "o");
+  EXPECT_EQ(d.dtype(), DataType::kFP64);
+  rng.seed(7);
+  for (int64_t i = 0; i < 5; ++i) {
+    const uint64_t a = rng() >> 5;
+    const uint64_t b = rng() >> 6;
+    const double u = (static_cast<double>(a) * 67108864.0 + static_cast<double>(b)) / 9007199254740992.0;
+    EXPECT_EQ(d.data<double>()[i], -1.0 + 4.0 * u) << i;
+  }
+  // Golden first value for seed 7 (mt19937's output sequence is fixed by the standard).
+  EXPECT_NEAR(f.data<float>()[0], -1.0 + 4.0 * static_cast<double>(std::mt19937(7)() >> 8) / 16777216.0, 0);
+}
+
+TEST(FillOpsTest, UniformRandomBadAttrs) {
+  std::string e = ErrorOf([] { RunOp(Uniform({3}, 1, 2.0f, 1.0f), {}); });
+  EXPECT_NE(e.find("uniform_random"), std::string::npos) << e;
+  EXPECT_NE(e.find("min <= max"), std::string::npos) << e;
+  e = ErrorOf([] { RunOp(Uniform({3}, 1, 0.0f, 1.0f, 1), {}); });
+  EXPECT_NE(e.find("attribute dtype"), std::string::npos) << e;
+}
+
+// ---- optimizers ----------------------------------------------------------------------
+
+TEST(OptimizerOpsTest, SgdOneStep) {
+  const proto::OpDesc op =
+      OpBuilder("sgd").In("Param", {"p"}).In("Grad", {"g"}).In("LearningRate", {"lr"}).Out("ParamOut", {"p"}).Build();
+  auto scope = RunOp(op, {{"p", FloatTensor({2}, {1.0f, 2.0f})},
+                          {"g", FloatTensor({2}, {0.5f, -1.0f})},
+                          {"lr", FloatTensor({1}, {0.1f})}});
+  EXPECT_EQ(CompareTensors(scope->GetVar("p")->Get(), FloatTensor({2}, {0.95f, 2.1f}), 1e-7, 0), "");
+}
+
+TEST(OptimizerOpsTest, SgdWritesAnotherVarWhenNotInPlace) {
+  std::mt19937 rng(1);
+  for (DataType dtype : {DataType::kFP32, DataType::kFP64}) {
+    for (int64_t n : {1, 7, 17, 33}) {
+      const Tensor p = RandomTensor({n}, dtype, rng);
+      const Tensor g = RandomTensor({n}, dtype, rng);
+      const proto::OpDesc op = OpBuilder("sgd")
+                                   .In("Param", {"p"})
+                                   .In("Grad", {"g"})
+                                   .In("LearningRate", {"lr"})
+                                   .Out("ParamOut", {"p2"})
+                                   .Build();
+      auto scope = RunOp(op, {{"p", p}, {"g", g}, {"lr", FloatTensor({1}, {0.25f})}});
+      EXPECT_EQ(CompareTensors(scope->GetVar("p")->Get(), p, 0, 0), "");  // input untouched
+      const Tensor& out = scope->GetVar("p2")->Get();
+      ASSERT_EQ(out.dtype(), dtype);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ValueAt(out, i), ValueAt(p, i) - 0.25 * ValueAt(g, i), 1e-6);
+    }
+  }
+}
+
+proto::OpDesc Momentum(float mu, bool nesterov) {
+  return OpBuilder("momentum")
+      .In("Param", {"p"})
+      .In("Grad", {"g"})
+      .In("Velocity", {"v"})
+      .In("LearningRate", {"lr"})
+      .Out("ParamOut", {"p"})
+      .Out("VelocityOut", {"v"})
+      .Attr("mu", mu)
+      .Attr("use_nesterov", nesterov)
+      .Build();
+}
+
+TEST(OptimizerOpsTest, MomentumOneStep) {
+  const std::map<std::string, Tensor> in = {{"p", FloatTensor({2}, {1.0f, -1.0f})},
+                                            {"g", FloatTensor({2}, {0.2f, 0.4f})},
+                                            {"v", FloatTensor({2}, {0.5f, 0.0f})},
+                                            {"lr", FloatTensor({1}, {0.1f})}};
+  // v = 0.9 v + g = [0.65, 0.4]; p -= 0.1 v.
+  auto scope = RunOp(Momentum(0.9f, false), in);
+  EXPECT_EQ(CompareTensors(scope->GetVar("v")->Get(), FloatTensor({2}, {0.65f, 0.4f}), 1e-7, 0), "");
+  EXPECT_EQ(CompareTensors(scope->GetVar("p")->Get(), FloatTensor({2}, {0.935f, -1.04f}), 1e-7, 0), "");
+  // Nesterov: p -= 0.1 (g + 0.9 v) = [1 - 0.0785, -1 - 0.076].
+  scope = RunOp(Momentum(0.9f, true), in);
+  EXPECT_EQ(CompareTensors(scope->GetVar("v")->Get(), FloatTensor({2}, {0.65f, 0.4f}), 1e-7, 0), "");
+  EXPECT_EQ(CompareTensors(scope->GetVar("p")->Get(), FloatTensor({2}, {0.9215f, -1.076f}), 1e-7, 0), "");
+}
+
+proto::OpDesc Adam(const std::string& param_out = "p") {
+  return OpBuilder("adam")
+      .In("Param", {"p"})
+      .In("Grad", {"g"})
+      .In("Moment1", {"m1"})
+      .In("Moment2", {"m2"})
+      .In("LearningRate", {"lr"})
+      .In("Beta1Pow", {"b1p"})
+      .In("Beta2Pow", {"b2p"})
+      .Out("ParamOut", {param_out})
+      .Out("Moment1Out", {"m1"})
+      .Out("Moment2Out", {"m2"})
+      .Out("Beta1PowOut", {"b1p"})
+      .Out("Beta2PowOut", {"b2p"})
+      .Build();
+}
+
+TEST(OptimizerOpsTest, AdamOneStep) {
+  // First step from zero moments: m = 0.1 g, v = 0.001 g^2, lr_t = lr sqrt(0.001) / 0.1,
+  // so p -= lr_t * 0.1 g / (sqrt(0.001) |g| + eps sqrt(0.001)) = lr * g / (|g| + eps) ~ lr sign(g).
+  auto scope = RunOp(Adam(), {{"p", FloatTensor({3}, {1.0f, 2.0f, 3.0f})},
+                              {"g", FloatTensor({3}, {0.5f, -2.0f, 0.0f})},
+                              {"m1", FloatTensor({3}, {0, 0, 0})},
+                              {"m2", FloatTensor({3}, {0, 0, 0})},
+                              {"lr", FloatTensor({1}, {0.01f})},
+                              {"b1p", FloatTensor({1}, {0.9f})},
+                              {"b2p", FloatTensor({1}, {0.999f})}});
+  EXPECT_EQ(CompareTensors(scope->GetVar("p")->Get(), FloatTensor({3}, {0.99f, 2.01f, 3.0f}), 1e-6, 0), "");
+  EXPECT_EQ(CompareTensors(scope->GetVar("m1")->Get(), FloatTensor({3}, {0.05f, -0.2f, 0.0f}), 1e-7, 1e-6), "");
+  EXPECT_EQ(CompareTensors(scope->GetVar("m2")->Get(), FloatTensor({3}, {0.00025f, 0.004f, 0.0f}), 1e-9, 1e-4), "");
+  EXPECT_EQ(CompareTensors(scope->GetVar("b1p")->Get(), FloatTensor({1}, {0.81f}), 1e-7, 0), "");
+  EXPECT_EQ(CompareTensors(scope->GetVar("b2p")->Get(), FloatTensor({1}, {0.998001f}), 1e-7, 0), "");
+}
+
+TEST(OptimizerOpsTest, AdamThreeStepsMatchPlainComputationInPlace) {
+  std::mt19937 rng(2);
+  const int64_t n = 33;
+  const float beta1 = 0.8f, beta2 = 0.95f, eps = 1e-6f, lr = 0.05f;
+  proto::ProgramDesc program;
+  proto::BlockDesc* block = program.add_blocks();
+  block->set_idx(0);
+  block->set_parent_idx(-1);
+  proto::OpDesc op = Adam();
+  SetAttr(&op, "beta1", beta1);
+  SetAttr(&op, "beta2", beta2);
+  SetAttr(&op, "epsilon", eps);
+  *block->add_ops() = op;
+
+  Scope scope;
+  const Tensor p0 = RandomTensor({n}, DataType::kFP32, rng);
+  scope.Var("p")->GetMutable()->CopyFrom(p0);
+  scope.Var("m1")->GetMutable()->CopyFrom(FloatTensor({n}, std::vector<float>(n, 0.0f)));
+  scope.Var("m2")->GetMutable()->CopyFrom(FloatTensor({n}, std::vector<float>(n, 0.0f)));
+  scope.Var("lr")->GetMutable()->CopyFrom(FloatTensor({1}, {lr}));
+  scope.Var("b1p")->GetMutable()->CopyFrom(FloatTensor({1}, {beta1}));
+  scope.Var("b2p")->GetMutable()->CopyFrom(FloatTensor({1}, {beta2}));
+  const void* param_buffer = scope.GetTensor("p")->raw_data();
+
+  // The plain computation, in double.
+  std::vector<double> p(n), m(n, 0.0), v(n, 0.0);
+  for (int64_t i = 0; i < n; ++i) p[i] = ValueAt(p0, i);
+  double b1p = beta1, b2p = beta2;
+
+  Executor exec({/*use_onednn=*/false, false, false});
+  auto plan = exec.Prepare(program, 0, {});
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = RandomTensor({n}, DataType::kFP32, rng);
+    scope.Var("g")->GetMutable()->CopyFrom(g);
+    exec.Run(*plan, scope);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = ValueAt(g, i);
+      m[i] = beta1 * m[i] + (1 - static_cast<double>(beta1)) * gi;
+      v[i] = beta2 * v[i] + (1 - static_cast<double>(beta2)) * gi * gi;
+      const double lr_t = lr * std::sqrt(1 - b2p) / (1 - b1p);
+      p[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps * std::sqrt(1 - b2p));
+    }
+    b1p *= beta1;
+    b2p *= beta2;
+    const Tensor& pt = *scope.GetTensor("p");
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(ValueAt(pt, i), p[i], 2e-6) << "step " << step << " i " << i;
+      EXPECT_NEAR(ValueAt(*scope.GetTensor("m1"), i), m[i], 1e-6) << "step " << step;
+      EXPECT_NEAR(ValueAt(*scope.GetTensor("m2"), i), v[i], 1e-7) << "step " << step;
+    }
+    EXPECT_NEAR(ValueAt(*scope.GetTensor("b1p"), 0), b1p, 1e-6);
+    EXPECT_NEAR(ValueAt(*scope.GetTensor("b2p"), 0), b2p, 1e-6);
+  }
+  // Updated in place: the parameter kept its buffer.
+  EXPECT_EQ(scope.GetTensor("p")->raw_data(), param_buffer);
+}
+
+TEST(OptimizerOpsTest, AdamFp64AndNotInPlace) {
+  std::mt19937 rng(3);
+  const Tensor p = RandomTensor({7}, DataType::kFP64, rng);
+  const Tensor g = RandomTensor({7}, DataType::kFP64, rng);
+  auto scope = RunOp(Adam("p_new"), {{"p", p},
+                                     {"g", g},
+                                     {"m1", RandomTensor({7}, DataType::kFP64, rng)},
+                                     {"m2", RandomTensor({7}, DataType::kFP64, rng, 0.0, 1.0)},
+                                     {"lr", FloatTensor({1}, {0.1f})},
+                                     {"b1p", FloatTensor({1}, {0.9f * 0.9f})},
+                                     {"b2p", FloatTensor({1}, {0.999f * 0.999f})}});
+  EXPECT_EQ(CompareTensors(scope->GetVar("p")->Get(), p, 0, 0), "");
+  const Tensor& out = scope->GetVar("p_new")->Get();
+  EXPECT_EQ(out.dtype(), DataType::kFP64);
+  for (int64_t i = 0; i < 7; ++i) EXPECT_NE(ValueAt(out, i), ValueAt(p, i));
+}
+
+TEST(OptimizerOpsTest, RegistryEntries) {
+  const std::map<std::string, size_t> inplace_pairs = {{"sgd", 1}, {"momentum", 2}, {"adam", 5}};
+  for (const auto& [type, pairs] : inplace_pairs) {
+    const OpInfo& info = OpRegistry::Global().Get(type);
+    EXPECT_FALSE(info.doc.empty());
+    EXPECT_EQ(info.jit, JitLowering::kOptimizer) << type;
+    EXPECT_FALSE(static_cast<bool>(info.grad_maker)) << type;
+    EXPECT_EQ(info.inplace.size(), pairs) << type;
+    EXPECT_EQ(info.inplace[0], (std::pair<std::string, std::string>{"Param", "ParamOut"}));
+    EXPECT_EQ(info.no_grad_inputs.size(), info.inputs.size()) << type;
+  }
+  EXPECT_EQ(std::get<float>(*OpRegistry::Global().Get("adam").FindAttr("epsilon")->default_value), 1e-8f);
+}
+
+TEST(OptimizerOpsTest, BadInputsNameTheOp) {
+  const proto::OpDesc op =
+      OpBuilder("sgd").In("Param", {"p"}).In("Grad", {"g"}).In("LearningRate", {"lr"}).Out("ParamOut", {"p"}).Build();
+  std::string e = ErrorOf([&] {
+    RunOp(op, {{"p", FloatTensor({2}, {1, 2})}, {"g", FloatTensor({3}, {1, 2, 3})}, {"lr", FloatTensor({1}, {0.1f})}});
+  });
+  EXPECT_NE(e.find("sgd"), std::string::npos) << e;
+  EXPECT_NE(e.find("input Grad: expected dims [2]"), std::string::npos) << e;
+  e = ErrorOf([&] {
+    RunOp(op,
+          {{"p", FloatTensor({2}, {1, 2})}, {"g", FloatTensor({2}, {1, 2})}, {"lr", FloatTensor({2}, {0.1f, 0.2f})}});
+  });
+  EXPECT_NE(e.find("input LearningRate: expected one element"), std::string::npos) << e;
+  e = ErrorOf([&] {
+    RunOp(Momentum(0.9f, false), {{"p", FloatTensor({2}, {1, 2})},
+                                  {"g", FloatTensor({2}, {1, 2})},
+                                  {"v", FloatTensor({2, 1}, {1, 2})},
+                                  {"lr", FloatTensor({1}, {0.1f})}});
+  });
+  EXPECT_NE(e.find("momentum"), std::string::npos) << e;
+  EXPECT_NE(e.find("input Velocity: expected dims [2]"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace kiln

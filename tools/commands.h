@@ -1,0 +1,17 @@
+// The subcommands of the `kiln` command line. Each returns the process exit
+// code; errors are thrown as kiln::Error and reported by main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+int TrainCommand();
+// feeds: "NAME=FILE.npy" entries (gflags cannot repeat a flag, so main
+// collects every --feed itself).
+int RunCommand(const std::vector<std::string>& feeds);
+int ProgramCommand();
+int OpsCommand();
+
+}  // namespace kiln::tools

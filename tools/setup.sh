@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sets kiln up on a Debian machine: installs the missing Debian packages,
+# configures a Release build in build/ and builds it. Then:
+#   bash tools/setup.sh          set up only
+#   bash tools/setup.sh --train  set up, then train the MLP on the bundled digits data
+#   bash tools/setup.sh --test   set up, then run the whole test suite (ctest)
+# Extra cmake options: KILN_CMAKE_ARGS="-DKILN_SANITIZE=ON" bash tools/setup.sh --test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-}"
+case "$mode" in
+  ""|--train|--test) ;;
+  *) echo "usage: bash tools/setup.sh [--train|--test]" >&2; exit 2 ;;
+esac
+
+packages=(
+  build-essential cmake pkg-config
+  libdnnl-dev ocl-icd-opencl-dev libxbyak-dev libprotobuf-dev protobuf-compiler
+  libboost-graph-dev libgflags-dev libzydis-dev zlib1g-dev libgtest-dev libbenchmark-dev
+  dataset-fashion-mnist python3-numpy
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "kiln setup: missing Debian packages. Run as root:" >&2
+    echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "kiln setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+jobs="${KILN_JOBS:-2}"
+# shellcheck disable=SC2086
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j "$jobs"
+
+case "$mode" in
+  --train)
+    ./build/tools/kiln train --model mlp --dataset digits --epochs 20 --batch_size 32 --lr 0.1 --optimizer momentum \
+      --seed 1 --metrics_out build/mlp_digits_metrics.json
+    ;;
+  --test)
+    cd build
+    ctest --output-on-failure -j "$jobs"
+    ;;
+esac

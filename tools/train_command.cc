@@ -1,0 +1,105 @@
+// kiln train: trains a model on a dataset with a progress bar, prints test
+// accuracy and optionally writes metrics JSON.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "framework/data/digits.h"
+#include "framework/data/idx.h"
+#include "framework/data/synthetic.h"
+#include "framework/file_util.h"
+#include "framework/flags.h"
+#include "framework/trainer.h"
+#include "tools/commands.h"
+#include "tools/model_flags.h"
+
+namespace kiln::tools {
+namespace {
+
+// Loads the dataset and shapes its features as the model's samples.
+TrainTest LoadDataset(const std::string& dataset, const Model& model) {
+  TrainTest data;
+  if (dataset == "digits") {
+    data = LoadDigits(FLAGS_data_dir.empty() ? kDefaultDigitsPath : FLAGS_data_dir + "/digits.csv.gz", FLAGS_seed);
+  } else if (dataset == "fashion-mnist") {
+    data = LoadFashionMnist(FLAGS_data_dir.empty() ? kDefaultFashionMnistDir : FLAGS_data_dir);
+  } else {
+    const int64_t n = FLAGS_synthetic_size;
+    if (n < 10) ThrowInvalidArgument("--synthetic_size must be at least 10, got ", n);
+    const Dataset all = MakeSyntheticSequences(n, FLAGS_seq_len, FLAGS_d_model, 10, FLAGS_seed);
+    auto split = SplitDataset(all, 0.8);
+    data.train = std::move(split.first);
+    data.test = std::move(split.second);
+  }
+  for (Dataset* d : {&data.train, &data.test}) {
+    Dims dims = model.sample_dims;
+    dims.insert(dims.begin(), d->size());
+    if (Numel(dims) != d->features.numel()) {
+      ThrowInvalidArgument("dataset ", dataset, " has samples of ", DimsToString(d->features.dims()),
+                           ", the model takes ", DimsToString(model.sample_dims));
+    }
+    d->features.Resize(dims);
+  }
+  return data;
+}
+
+void PrintProgress(const TrainProgress& p, bool tty) {
+  const int64_t every = std::max<int64_t>(1, p.batches / 50);
+  const bool last = p.batch + 1 == p.batches;
+  if (!tty) {
+    if (last) {
+      std::fprintf(stderr, "epoch %d/%d  loss %.4f  %.0f samples/s\n", p.epoch + 1, p.epochs, p.loss,
+                   p.samples_per_sec);
+    }
+    return;
+  }
+  if (p.batch % every != 0 && !last) return;
+  const int width = 30;
+  const int filled = static_cast<int>(width * (p.batch + 1) / std::max<int64_t>(1, p.batches));
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\repoch %d/%d [%s] %3d%%  loss %.4f  %.0f samples/s", p.epoch + 1, p.epochs, bar.c_str(),
+               static_cast<int>(100 * (p.batch + 1) / std::max<int64_t>(1, p.batches)), p.loss, p.samples_per_sec);
+  if (last) std::fputc('\n', stderr);
+}
+
+}  // namespace
+
+int TrainCommand() {
+  const std::string dataset = DatasetFromFlags();
+  const Model model = BuildModelFromFlags(dataset);
+  const TrainTest data = LoadDataset(dataset, model);
+  if (FLAGS_epochs < 1) ThrowInvalidArgument("--epochs must be at least 1, got ", FLAGS_epochs);
+
+  TrainOptions options;
+  options.epochs = FLAGS_epochs;
+  options.batch_size = FLAGS_batch_size;
+  options.seed = FLAGS_seed;
+  options.max_steps = FLAGS_max_steps;
+  options.exec = ExecutorOptionsFromFlags();
+  const bool tty = ::isatty(STDERR_FILENO);
+  if (FLAGS_progress) options.on_step = [tty](const TrainProgress& p) { PrintProgress(p, tty); };
+
+  std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
+               FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
+               static_cast<long long>(data.test.size()), FLAGS_optimizer.c_str(), FLAGS_lr, FLAGS_batch_size,
+               FLAGS_epochs, FLAGS_use_onednn ? "oneDNN" : "reference");
+  const TrainResult r = Train(model, data.train, data.test, options);
+  std::printf("test accuracy: %.4f  final loss: %.4f  steps: %lld  median step: %.3f ms\n", r.test_accuracy,
+              r.final_loss, static_cast<long long>(r.steps), r.step_ms_median);
+
+  if (!FLAGS_metrics_out.empty()) {
+    char json[1024];
+    std::snprintf(json, sizeof(json),
+                  "{\n  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"test_accuracy\": %.6f,\n"
+                  "  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n  \"steps\": %lld,\n"
+                  "  \"step_ms_median\": %.4f,\n  \"train_seconds\": %.3f\n}\n",
+                  FLAGS_model.c_str(), dataset.c_str(), r.test_accuracy, r.first_loss, r.final_loss,
+                  static_cast<long long>(r.steps), r.step_ms_median, r.train_seconds);
+    WriteFileAtomic(FLAGS_metrics_out, json);
+  }
+  return 0;
+}
+
+}  // namespace kiln::tools
