@@ -55,5 +55,5 @@ template <typename... Args>
 // Internal invariant: aborts with file, line and the condition.
 #define KILN_CHECK(cond, ...)                                                  \
   do {                                                                         \
-    if (!(cond)) ::kiln::CheckFailed(__FILE__, __LINE__, #cond, ::kiln::StrCat("" __VA_ARGS__)); \
+    if (!(cond)) ::kiln::CheckFailed(__FILE__, __LINE__, #cond, ::kiln::StrCat("", ##__VA_ARGS__)); \
   } while (0)

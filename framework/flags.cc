@@ -7,6 +7,17 @@ DEFINE_bool(use_onednn, true, "Run ops through oneDNN kernels where they have on
 DEFINE_bool(check_nan_inf, false, "Stop at the first op that writes NaN or Inf and name it and the variable");
 DEFINE_bool(free_intermediates, true, "Free non-persistable intermediates after their last use");
 
+DEFINE_bool(use_jit, false, "JIT: cluster supported ops and run them as compiled code (jit_launch)");
+DEFINE_string(jit_launch_mode, "runtime", "JIT: run compiled clusters through the runtime (runtime) or as jit_kernel ops through the executor (executor)");
+DEFINE_int32(jit_cache_capacity, 256, "JIT: compiled objects kept in the cache (LRU)");
+DEFINE_int32(jit_recompile_limit, 8, "JIT: shape signatures a cluster may compile for before it runs through the framework ops");
+DEFINE_string(jit_isa, "", "JIT: instruction set of generated code, avx512 or avx2 (default: the best this CPU has)");
+DEFINE_bool(jit_fuse_elementwise, true, "JIT: compile groups of elementwise ops into one generated kernel");
+DEFINE_bool(jit_reuse_buffers, true, "JIT: reuse dead intermediates' memory inside a cluster's arena");
+DEFINE_string(jit_allow_ops, "", "JIT: cluster only these op types (comma-separated; default: every type with a JIT lowering)");
+DEFINE_string(jit_deny_ops, "", "JIT: never cluster these op types (comma-separated)");
+DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
+
 DEFINE_string(model, "mlp", "Model to build: mlp | cnn | transformer");
 DEFINE_string(dataset, "", "Dataset: digits | fashion-mnist | synthetic (default: digits, synthetic for the transformer)");
 DEFINE_string(data_dir, "", "Where the dataset files are (default: tools/data for digits, /usr/share/datasets/fashion-mnist)");

@@ -13,6 +13,19 @@ DECLARE_bool(use_onednn);
 DECLARE_bool(check_nan_inf);
 DECLARE_bool(free_intermediates);
 
+// JIT clustering (build_jit_pass; turned into BuildJitPassOptions by
+// BuildJitPassOptionsFromFlags in passes/pass_flags.h).
+DECLARE_bool(use_jit);
+DECLARE_string(jit_launch_mode);
+DECLARE_int32(jit_cache_capacity);
+DECLARE_int32(jit_recompile_limit);
+DECLARE_string(jit_isa);
+DECLARE_bool(jit_fuse_elementwise);
+DECLARE_bool(jit_reuse_buffers);
+DECLARE_string(jit_allow_ops);
+DECLARE_string(jit_deny_ops);
+DECLARE_int32(jit_min_cluster_size);
+
 // Training.
 DECLARE_string(model);
 DECLARE_string(dataset);

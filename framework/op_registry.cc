@@ -5,14 +5,16 @@
 
 namespace kiln {
 
-const OpRegistry& OpRegistry::Global() {
-  static const OpRegistry* registry = [] {
+OpRegistry& OpRegistry::GlobalForRegistration() {
+  static OpRegistry* registry = [] {
     auto* r = new OpRegistry();
     RegisterAllOps(*r);
     return r;
   }();
   return *registry;
 }
+
+const OpRegistry& OpRegistry::Global() { return GlobalForRegistration(); }
 
 OpInfo& OpRegistry::Add(OpInfo info) {
   KILN_CHECK(!info.type.empty());

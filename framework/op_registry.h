@@ -16,6 +16,9 @@ class OpRegistry {
  public:
   // The process-wide registry with every built-in op (reference and oneDNN kernels).
   static const OpRegistry& Global();
+  // The same registry, for layers above framework/ (launch_op/) to add their
+  // ops at start-up, before anything runs. Not for use while programs run.
+  static OpRegistry& GlobalForRegistration();
 
   OpInfo& Add(OpInfo info);  // aborts on a duplicate type (programming error)
   const OpInfo* Find(std::string_view type) const;

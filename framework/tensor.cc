@@ -29,7 +29,9 @@ Allocation::Allocation(size_t bytes) : size_(bytes) {
   if (ptr_ == nullptr) throw std::bad_alloc();
 }
 
-Allocation::~Allocation() { std::free(ptr_); }
+Allocation::~Allocation() {
+  if (owned_) std::free(ptr_);
+}
 
 void* Tensor::raw_mutable_data() {
   KILN_CHECK(numel() >= 0, "negative dims ", DimsToString(dims_));

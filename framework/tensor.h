@@ -24,6 +24,8 @@ class Allocation {
  public:
   static constexpr size_t kAlignment = 64;
   explicit Allocation(size_t bytes);
+  // A non-owning view of memory someone else keeps alive (zero-copy binding).
+  Allocation(void* external, size_t bytes) : ptr_(external), size_(bytes), owned_(false) {}
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -33,6 +35,7 @@ class Allocation {
  private:
   void* ptr_ = nullptr;
   size_t size_ = 0;
+  bool owned_ = true;
 };
 
 class Tensor {
@@ -89,6 +92,13 @@ class Tensor {
   // How many tensors hold this buffer (0 when none).
   long use_count() const { return alloc_ ? alloc_.use_count() : 0; }
   const std::shared_ptr<Allocation>& allocation() const { return alloc_; }
+
+  // Makes this tensor a non-owning view of `data` (which must outlive it).
+  void ShareExternalData(void* data, DataType dtype, Dims dims) {
+    dtype_ = dtype;
+    dims_ = std::move(dims);
+    alloc_ = std::make_shared<Allocation>(data, bytes());
+  }
 
   // Drops the buffer; dims and dtype stay.
   void Clear() { alloc_.reset(); }

@@ -21,11 +21,11 @@ void FeedBatch(const Model& m, const proto::ProgramDesc& program, Scope& scope, 
 
 }  // namespace
 
-double Evaluate(const Model& model, Scope& scope, const Dataset& data, int64_t batch_size,
-                const ExecutorOptions& exec_options) {
+double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& data,
+                int64_t batch_size, const ExecutorOptions& exec_options) {
   if (data.size() == 0) return 0.0;
   Executor exec(exec_options);
-  auto plan = exec.Prepare(model.forward, 0, {model.probs});
+  auto plan = exec.Prepare(forward, 0, {model.probs});
   BatcherOptions bo;
   bo.batch_size = batch_size;
   bo.shuffle = false;
@@ -34,7 +34,7 @@ double Evaluate(const Model& model, Scope& scope, const Dataset& data, int64_t b
   Dataset batch;
   int64_t correct = 0, total = 0;
   while (batcher.Next(&batch)) {
-    FeedBatch(model, model.forward, scope, batch);
+    FeedBatch(model, forward, scope, batch);
     exec.Run(*plan, scope);
     const Tensor& probs = scope.GetVar(model.probs)->Get();
     const int64_t rows = probs.dim(0), classes = probs.dim(1);
@@ -59,7 +59,12 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
   Scope scope;
   Executor exec(options.exec);
   exec.RunProgram(model.startup, scope);
-  auto plan = exec.Prepare(model.train, 0, {model.loss});
+  proto::ProgramDesc train_program = model.train, forward_program = model.forward;
+  if (options.program_transform) {
+    train_program = options.program_transform(model.train, {model.features, model.labels, model.loss});
+    forward_program = options.program_transform(model.forward, {model.features, model.labels, model.probs});
+  }
+  auto plan = exec.Prepare(train_program, 0, {model.loss});
 
   BatcherOptions bo;
   bo.batch_size = options.batch_size;
@@ -76,7 +81,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
     Dataset batch;
     for (int64_t b = 0; batcher.Next(&batch); ++b) {
       const auto t0 = Clock::now();
-      FeedBatch(model, model.train, scope, batch);
+      FeedBatch(model, train_program, scope, batch);
       exec.Run(*plan, scope);
       const float loss = scope.GetVar(model.loss)->Get().data<float>()[0];
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -99,7 +104,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
         break;
       }
     }
-    if (options.on_epoch) options.on_epoch(epoch, Evaluate(model, scope, test, 256, options.exec));
+    if (options.on_epoch) options.on_epoch(epoch, Evaluate(model, forward_program, scope, test, 256, options.exec));
   }
   result.train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   result.steps = static_cast<int64_t>(result.losses.size());
@@ -110,7 +115,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
     std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
     result.step_ms_median = step_ms[step_ms.size() / 2];
   }
-  result.test_accuracy = Evaluate(model, scope, test, 256, options.exec);
+  result.test_accuracy = Evaluate(model, forward_program, scope, test, 256, options.exec);
   return result;
 }
 

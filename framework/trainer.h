@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "framework/data/dataset.h"
@@ -31,6 +33,9 @@ struct TrainOptions {
   ExecutorOptions exec;
   std::function<void(const TrainProgress&)> on_step;  // after every step
   std::function<void(int epoch, double test_accuracy)> on_epoch;  // after every epoch (evaluated)
+  // Rewrites the training and forward programs before they run (the JIT's
+  // build_jit_pass); `keep` names the feeds and fetch targets.
+  std::function<proto::ProgramDesc(const proto::ProgramDesc&, const std::set<std::string>& keep)> program_transform;
 };
 
 struct TrainResult {
@@ -47,7 +52,8 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
 
 // Fraction of rows of `data` whose arg-max probability is the label, using
 // the parameters in `scope` and the model's forward program.
-double Evaluate(const Model& model, Scope& scope, const Dataset& data, int64_t batch_size,
-                const ExecutorOptions& exec_options);
+// `forward` is the model's forward program, possibly transformed.
+double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& data,
+                int64_t batch_size, const ExecutorOptions& exec_options);
 
 }  // namespace kiln

@@ -471,11 +471,136 @@ TEST_F(OneDnnParityTest, InPlace) {
                {{"x", x}, {"y", Rand({33})}});
   ExpectParity(OpBuilder("elementwise_mul").In("X", {"x"}).In("Y", {"x"}).Out("Out", {"x"}).Build(), {{"x", x}});
   ExpectParity(OpBuilder("sum").In("X", {"x", "y"}).Out("Out", {"x"}).Build(), {{"x", x}, {"y", Rand({7, 33})}});
+  // Grad ops writing X@GRAD over Out@GRAD.
+  const Tensor y = Rand({7, 33}, 0, 1);
+  ExpectParity(OpBuilder("softmax_grad").In("Out", {"y"}).In("Out@GRAD", {"g"}).Out("X@GRAD", {"g"}).Build(),
+               {{"y", y}, {"g", x}});
+  ExpectParity(OpBuilder("relu_grad").In("Out", {"y"}).In("Out@GRAD", {"g"}).Out("X@GRAD", {"g"}).Build(),
+               {{"y", y}, {"g", x}});
   // oneDNN binary and sum run in place over their first source only.
   ExpectParity(OpBuilder("elementwise_add").In("X", {"a"}).In("Y", {"y"}).Out("Out", {"y"}).Build(),
                {{"a", x}, {"y", Rand({7, 33})}}, Expect::kFallback);
   ExpectParity(OpBuilder("sum").In("X", {"a", "y"}).Out("Out", {"y"}).Build(), {{"a", x}, {"y", Rand({7, 33})}},
                Expect::kFallback);
+}
+
+// ---- random shapes -------------------------------------------------------------------------------------------
+
+int64_t Pick(std::initializer_list<int64_t> values) {
+  std::uniform_int_distribution<size_t> d(0, values.size() - 1);
+  return *(values.begin() + d(Rng()));
+}
+
+// Random dims of rank `rank` from the sizes that exercise vector tails.
+Dims RandomDims(size_t rank) {
+  Dims d(rank);
+  for (auto& x : d) x = Pick({1, 7, 17, 33});
+  return d;
+}
+
+TEST_F(OneDnnParityTest, RandomMatmul) {
+  for (int iter = 0; iter < 24; ++iter) {
+    const int64_t m = Pick({1, 7, 17, 33}), k = Pick({1, 7, 17, 33}), n = Pick({1, 7, 17, 33});
+    Dims batch = RandomDims(static_cast<size_t>(Pick({0, 1, 2})));
+    for (auto& b : batch) b = std::min<int64_t>(b, 7);
+    const bool tx = Pick({0, 1}), ty = Pick({0, 1});
+    Dims x = batch, y = batch;
+    x.insert(x.end(), {tx ? k : m, tx ? m : k});
+    y.insert(y.end(), {ty ? n : k, ty ? k : n});
+    const proto::OpDesc op = OpBuilder("matmul")
+                                 .In("X", {"x"})
+                                 .In("Y", {"y"})
+                                 .Out("Out", {"out"})
+                                 .Attr("transpose_X", tx)
+                                 .Attr("transpose_Y", ty)
+                                 .Attr("alpha", 0.75f)
+                                 .Build();
+    const std::map<std::string, Tensor> in = {{"x", Rand(x)}, {"y", Rand(y)}};
+    ExpectParity(op, in);
+    ExpectGradParity(op, in, Rng());
+  }
+}
+
+TEST_F(OneDnnParityTest, RandomConvAndPool) {
+  for (int iter = 0; iter < 24; ++iter) {
+    const int64_t groups = Pick({1, 1, 2, 3});
+    const int64_t c = groups * Pick({1, 2, 3}), o = groups * Pick({1, 3});
+    const int64_t kh = Pick({1, 2, 3}), kw = Pick({1, 2, 3});
+    const std::vector<int64_t> strides = {Pick({1, 2, 3}), Pick({1, 2, 3})};
+    const std::vector<int64_t> dilations = {Pick({1, 2}), Pick({1, 2})};
+    const std::vector<int64_t> paddings = {Pick({0, 1, 2}), Pick({0, 1, 2})};
+    const int64_t h = std::max(Pick({1, 7, 17}), dilations[0] * (kh - 1) + 1);
+    const int64_t w = std::max(Pick({1, 7, 17, 33}), dilations[1] * (kw - 1) + 1);
+    const std::map<std::string, Tensor> in = {{"in", Rand({Pick({1, 2}), c, h, w})}, {"f", Rand({o, c / groups, kh, kw})}};
+    const proto::OpDesc conv = OpBuilder("conv2d")
+                                   .In("Input", {"in"})
+                                   .In("Filter", {"f"})
+                                   .Out("Output", {"out"})
+                                   .Attr("strides", strides)
+                                   .Attr("paddings", paddings)
+                                   .Attr("dilations", dilations)
+                                   .Attr("groups", groups)
+                                   .Build();
+    ExpectParity(conv, in);
+    ExpectGradParity(conv, in, Rng());
+
+    const std::vector<int64_t> ksize = {std::min(kh, h), std::min(kw, w)};
+    const std::vector<int64_t> pool_pad = {std::min<int64_t>(paddings[0], ksize[0] - 1),
+                                           std::min<int64_t>(paddings[1], ksize[1] - 1)};
+    const proto::OpDesc pool = OpBuilder("pool2d")
+                                   .In("X", {"in"})
+                                   .Out("Out", {"out"})
+                                   .Attr("pooling_type", std::string(iter % 2 ? "max" : "avg"))
+                                   .Attr("ksize", ksize)
+                                   .Attr("strides", strides)
+                                   .Attr("paddings", pool_pad)
+                                   .Attr("exclusive", iter % 3 != 0)
+                                   .Build();
+    ExpectParity(pool, {{"in", in.at("in")}});
+    ExpectGradParity(pool, {{"in", in.at("in")}}, Rng());
+  }
+}
+
+TEST_F(OneDnnParityTest, RandomElementwiseAndNorm) {
+  const std::vector<std::string> binary = {"elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div"};
+  for (int iter = 0; iter < 32; ++iter) {
+    const Dims x = RandomDims(static_cast<size_t>(Pick({1, 2, 3, 4})));
+    // Y: a window of X's dims starting at a random axis, some set to 1.
+    const int64_t start = Pick({0, 1, 2, 3}) % static_cast<int64_t>(x.size());
+    const int64_t len = 1 + Pick({0, 1, 2, 3}) % (static_cast<int64_t>(x.size()) - start);
+    Dims y(x.begin() + start, x.begin() + start + len);
+    for (auto& d : y) d = Pick({0, 1}) ? d : 1;
+    const int64_t axis = start + len == static_cast<int64_t>(x.size()) && Pick({0, 1}) ? -1 : start;
+    const proto::OpDesc op = OpBuilder(binary[iter % 4])
+                                 .In("X", {"x"})
+                                 .In("Y", {"y"})
+                                 .Out("Out", {"out"})
+                                 .Attr("axis", axis)
+                                 .Build();
+    ExpectParity(op, {{"x", Rand(x)}, {"y", Rand(y, 0.5, 1.5)}});
+
+    const proto::OpDesc softmax =
+        OpBuilder("softmax").In("X", {"x"}).Out("Out", {"out"}).Attr("axis", start).Build();
+    ExpectParity(softmax, {{"x", Rand(x, -3, 3)}});
+    ExpectGradParity(softmax, {{"x", Rand(x, -3, 3)}}, Rng());
+
+    if (x.size() >= 2) {
+      const int64_t begin = std::max<int64_t>(1, start);
+      const int64_t cols = Numel(Dims(x.begin() + begin, x.end()));
+      const proto::OpDesc ln = OpBuilder("layer_norm")
+                                   .In("X", {"x"})
+                                   .In("Scale", {"s"})
+                                   .In("Bias", {"b"})
+                                   .Out("Y", {"y"})
+                                   .Out("Mean", {"mean"})
+                                   .Out("Variance", {"var"})
+                                   .Attr("begin_norm_axis", begin)
+                                   .Build();
+      const std::map<std::string, Tensor> in = {{"x", Rand(x, -2, 2)}, {"s", Rand({cols})}, {"b", Rand({cols})}};
+      ExpectParity(ln, in);
+      ExpectGradParity(ln, in, Rng());
+    }
+  }
 }
 
 // ---- cache ------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "framework/error.h"
 #include "framework/flags.h"
 #include "tools/commands.h"
+#include "tools/jit_setup.h"
 
 namespace {
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kiln %s: unexpected argument '%s'\n", command.c_str(), a[1]);
       return 2;
     }
+    kiln::tools::ConfigureJitFromFlags();
     if (command == "train") return kiln::tools::TrainCommand();
     if (command == "run") return kiln::tools::RunCommand(feeds);
     if (command == "program") return kiln::tools::ProgramCommand();

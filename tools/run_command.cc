@@ -14,6 +14,7 @@
 #include "framework/program_io.h"
 #include "framework/validate.h"
 #include "tools/commands.h"
+#include "tools/jit_setup.h"
 
 namespace kiln::tools {
 namespace {
@@ -80,6 +81,10 @@ int RunCommand(const std::vector<std::string>& feed_args) {
 
   Executor exec(ExecutorOptionsFromFlags());
   std::set<std::string> keep(fetches.begin(), fetches.end());
+  std::set<std::string> jit_keep = keep;
+  for (const auto& [name, value] : per_step_feeds) jit_keep.insert(name);
+  for (const auto& arg : feed_args) jit_keep.insert(arg.substr(0, arg.find('=')));
+  program = MaybeApplyJit(program, jit_keep);
   auto plan = exec.Prepare(program, 0, keep);
   std::map<std::string, std::vector<Tensor>> fetched;
   for (int step = 0; step < FLAGS_steps; ++step) {

@@ -12,6 +12,9 @@
 #include "framework/flags.h"
 #include "framework/trainer.h"
 #include "tools/commands.h"
+#include "tools/jit_setup.h"
+#include "compiler/jit_compiler.h"
+#include "launch_op/jit_launch_op.h"
 #include "tools/model_flags.h"
 
 namespace kiln::tools {
@@ -78,6 +81,7 @@ int TrainCommand() {
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();
+  if (FLAGS_use_jit) options.program_transform = MaybeApplyJit;
   const bool tty = ::isatty(STDERR_FILENO);
   if (FLAGS_progress) options.on_step = [tty](const TrainProgress& p) { PrintProgress(p, tty); };
 
@@ -85,10 +89,21 @@ int TrainCommand() {
                FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
                static_cast<long long>(data.test.size()), FLAGS_optimizer.c_str(), FLAGS_lr, FLAGS_batch_size,
                FLAGS_epochs, FLAGS_use_onednn ? "oneDNN" : "reference");
+  if (FLAGS_use_jit) std::fprintf(stderr, "kiln train: JIT on (%s launch mode)\n", FLAGS_jit_launch_mode.c_str());
   const TrainResult r = Train(model, data.train, data.test, options);
   std::printf("test accuracy: %.4f  final loss: %.4f  steps: %lld  median step: %.3f ms\n", r.test_accuracy,
               r.final_loss, static_cast<long long>(r.steps), r.step_ms_median);
 
+  if (FLAGS_use_jit) {
+    const jit::JitStats js = jit::JitCompiler::Instance().stats();
+    const jit::LaunchStats ls = jit::GetLaunchStats();
+    std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed; %lld launches, "
+                "%lld in-place updates donated, %lld copy-protected, %lld ran the framework ops\n",
+                static_cast<long long>(js.compiles), js.compile_ms, static_cast<long long>(js.hits),
+                static_cast<long long>(js.evictions), static_cast<long long>(js.failures),
+                static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
+                static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks));
+  }
   if (!FLAGS_metrics_out.empty()) {
     char json[1024];
     std::snprintf(json, sizeof(json),

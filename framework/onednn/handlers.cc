@@ -29,6 +29,18 @@ int64_t PaddingRight(int64_t in, int64_t out, int64_t span, int64_t stride, int6
 
 dnnl::memory::dims D(const Dims& dims) { return ToDnnlDims(dims); }
 
+// Lets the primitive choose the layout (it is reordered to and from plain).
+dnnl::memory::desc AnyDesc(const Dims& dims) {
+  return dnnl::memory::desc(D(dims), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+}
+
+PrimitiveEntry MakeEntry(const dnnl::primitive_desc_base& pd, const dnnl::primitive& p) {
+  PrimitiveEntry e;
+  e.pd = pd;
+  e.primitive = p;
+  return e;
+}
+
 }  // namespace
 
 // ---- MatmulHandler -----------------------------------------------------------------------
@@ -95,7 +107,7 @@ PrimitiveEntry MatmulHandler::CreateForward() const {
   dnnl::primitive_attr attr = DefaultAttr();
   if (fwd_key_.alpha != 1.0f) attr.set_output_scales(0, {fwd_key_.alpha});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, Engine());
-  return {pd, dnnl::matmul(pd), {}, {}};
+  return MakeEntry(pd, dnnl::matmul(pd));
 }
 
 bool MatmulHandler::Run(const Tensor& a, const Tensor& b, Tensor* dst) {
@@ -139,43 +151,64 @@ ConvHandler::ConvHandler(PrimitiveCache& cache, const Dims& in, const Dims& f, c
   valid_ = true;
 }
 
-dnnl::memory::desc ConvHandler::FilterDesc() const {
+dnnl::memory::desc ConvHandler::FilterDesc(bool any) const {
   const Dims& f = fwd_key_.dims[1];
   const int64_t g = fwd_key_.groups;
   // OIHW with groups is the same buffer as GOIHW: [g, O/g, I/g, KH, KW].
-  if (g == 1) return PlainDesc(f);
-  return PlainDesc({g, f[0] / g, f[1], f[2], f[3]});
+  const Dims dims = g == 1 ? f : Dims{g, f[0] / g, f[1], f[2], f[3]};
+  return any ? AnyDesc(dims) : PlainDesc(dims);
 }
 
-dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd() const {
+dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(bool any) const {
   const PrimitiveKey& k = fwd_key_;
-  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                       PlainDesc(k.dims[0]), FilterDesc(), PlainDesc(output_dims_), D(k.strides),
-                                       D(k.dilations), D(k.padding_l), D(k.padding_r));
+  auto md = [any](const Dims& d) { return any ? AnyDesc(d) : PlainDesc(d); };
+  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, md(k.dims[0]),
+                                       FilterDesc(any), md(output_dims_), D(k.strides), D(k.dilations),
+                                       D(k.padding_l), D(k.padding_r));
   return dnnl::convolution_forward::primitive_desc(desc, DefaultAttr(), Engine());
 }
 
+// Layouts: the primitives pick their own (format "any", usually channel
+// blocked) and the entry reorders the plain tensors in and out. Measured on
+// LeNet-sized layers this is 1.5-4x faster than the gemm-based
+// implementation oneDNN uses for plain layouts, reorders included, except for
+// the backward-data pass with very few input channels per group, which stays
+// plain.
 PrimitiveEntry ConvHandler::CreateForward() const {
-  auto pd = ForwardPd();
-  return {pd, dnnl::convolution_forward(pd), {}, {}};
+  const PrimitiveKey& k = fwd_key_;
+  auto pd = ForwardPd(/*any=*/true);
+  PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_forward(pd));
+  AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
+  AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
+  AddReorder(&e, DNNL_ARG_DST, true, PlainDesc(output_dims_), pd.dst_desc());
+  return e;
 }
 
 PrimitiveEntry ConvHandler::CreateBackward() const {
   const PrimitiveKey& k = bwd_key_;
-  const auto hint = ForwardPd();
   if (k.kind == PrimitiveKind::kConvBackwardData) {
-    dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, PlainDesc(k.dims[0]), FilterDesc(),
-                                               PlainDesc(output_dims_), D(k.strides), D(k.dilations),
-                                               D(k.padding_l), D(k.padding_r));
-    dnnl::convolution_backward_data::primitive_desc pd(desc, DefaultAttr(), Engine(), hint);
-    return {pd, dnnl::convolution_backward_data(pd), {}, {}};
+    const bool any = k.dims[1][1] >= 4;  // input channels per group
+    auto md = [any](const Dims& d) { return any ? AnyDesc(d) : PlainDesc(d); };
+    dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, md(k.dims[0]), FilterDesc(any),
+                                               md(output_dims_), D(k.strides), D(k.dilations), D(k.padding_l),
+                                               D(k.padding_r));
+    dnnl::convolution_backward_data::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd(any));
+    PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_data(pd));
+    AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
+    AddReorder(&e, DNNL_ARG_DIFF_DST, false, PlainDesc(output_dims_), pd.diff_dst_desc());
+    AddReorder(&e, DNNL_ARG_DIFF_SRC, true, PlainDesc(k.dims[0]), pd.diff_src_desc());
+    return e;
   }
   KILN_CHECK(k.kind == PrimitiveKind::kConvBackwardWeights);
-  dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, PlainDesc(k.dims[0]), FilterDesc(),
-                                                PlainDesc(output_dims_), D(k.strides), D(k.dilations),
+  dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, AnyDesc(k.dims[0]), FilterDesc(true),
+                                                AnyDesc(output_dims_), D(k.strides), D(k.dilations),
                                                 D(k.padding_l), D(k.padding_r));
-  dnnl::convolution_backward_weights::primitive_desc pd(desc, DefaultAttr(), Engine(), hint);
-  return {pd, dnnl::convolution_backward_weights(pd), {}, {}};
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd(true));
+  PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_weights(pd));
+  AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
+  AddReorder(&e, DNNL_ARG_DIFF_DST, false, PlainDesc(output_dims_), pd.diff_dst_desc());
+  AddReorder(&e, DNNL_ARG_DIFF_WEIGHTS, true, FilterDesc(false), pd.diff_weights_desc());
+  return e;
 }
 
 bool ConvHandler::RunForward(const Tensor& input, const Tensor& filter, Tensor* output) {
@@ -256,7 +289,7 @@ dnnl::pooling_forward::primitive_desc PoolHandler::ForwardPd(prop_kind prop) con
 
 PrimitiveEntry PoolHandler::CreateForward() const {
   auto pd = ForwardPd(prop_kind::forward_inference);
-  return {pd, dnnl::pooling_forward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::pooling_forward(pd));
 }
 
 PrimitiveEntry PoolHandler::CreateBackward() const {
@@ -265,7 +298,7 @@ PrimitiveEntry PoolHandler::CreateBackward() const {
   dnnl::pooling_backward::desc desc(static_cast<algorithm>(k.algorithm), PlainDesc(k.dims[0]), PlainDesc(out_dims_),
                                     D(k.strides), D(k.kernel), D(k.padding_l), D(k.padding_r));
   dnnl::pooling_backward::primitive_desc pd(desc, DefaultAttr(), Engine(), fwd);
-  PrimitiveEntry e{pd, dnnl::pooling_backward(pd), {}, {}};
+  PrimitiveEntry e = MakeEntry(pd, dnnl::pooling_backward(pd));
   if (is_max_) {
     e.aux_pds.push_back(fwd);
     e.aux.push_back(dnnl::pooling_forward(fwd));
@@ -319,14 +352,14 @@ dnnl::softmax_forward::primitive_desc SoftmaxHandler::ForwardPd() const {
 
 PrimitiveEntry SoftmaxHandler::CreateForward() const {
   auto pd = ForwardPd();
-  return {pd, dnnl::softmax_forward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::softmax_forward(pd));
 }
 
 PrimitiveEntry SoftmaxHandler::CreateBackward() const {
   const dnnl::memory::desc md = PlainDesc(bwd_key_.dims[0]);
   dnnl::softmax_backward::desc desc(md, md, static_cast<int>(bwd_key_.axis));
   dnnl::softmax_backward::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd());
-  return {pd, dnnl::softmax_backward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::softmax_backward(pd));
 }
 
 bool SoftmaxHandler::RunForward(const Tensor& x, Tensor* out) {
@@ -376,7 +409,7 @@ dnnl::layer_normalization_forward::primitive_desc LayerNormHandler::ForwardPd() 
 
 PrimitiveEntry LayerNormHandler::CreateForward() const {
   auto pd = ForwardPd();
-  return {pd, dnnl::layer_normalization_forward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::layer_normalization_forward(pd));
 }
 
 PrimitiveEntry LayerNormHandler::CreateBackward() const {
@@ -387,7 +420,7 @@ PrimitiveEntry LayerNormHandler::CreateBackward() const {
   dnnl::layer_normalization_backward::desc desc(prop, md, md, StatDesc(), bwd_key_.epsilon,
                                                 static_cast<dnnl::normalization_flags>(bwd_key_.flags));
   dnnl::layer_normalization_backward::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd());
-  return {pd, dnnl::layer_normalization_backward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::layer_normalization_backward(pd));
 }
 
 bool LayerNormHandler::RunForward(const Tensor& x, const Tensor* scale, const Tensor* bias, Tensor* y,
@@ -478,7 +511,7 @@ dnnl::eltwise_forward::primitive_desc EltwiseHandler::ForwardPd() const {
 
 PrimitiveEntry EltwiseHandler::CreateForward() const {
   auto pd = ForwardPd();
-  return {pd, dnnl::eltwise_forward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::eltwise_forward(pd));
 }
 
 PrimitiveEntry EltwiseHandler::CreateBackward() const {
@@ -486,7 +519,7 @@ PrimitiveEntry EltwiseHandler::CreateBackward() const {
   dnnl::eltwise_backward::desc desc(static_cast<algorithm>(bwd_key_.algorithm), md, md, bwd_key_.alpha,
                                     bwd_key_.beta);
   dnnl::eltwise_backward::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd());
-  return {pd, dnnl::eltwise_backward(pd), {}, {}};
+  return MakeEntry(pd, dnnl::eltwise_backward(pd));
 }
 
 bool EltwiseHandler::RunForward(const Tensor& x, Tensor* out) {
@@ -554,7 +587,7 @@ PrimitiveEntry BinaryHandler::CreateForward() const {
   const dnnl::memory::desc x = PlainDesc(fwd_key_.dims[0]);
   dnnl::binary::desc desc(static_cast<algorithm>(fwd_key_.algorithm), x, PlainDesc(fwd_key_.dims[1]), x);
   dnnl::binary::primitive_desc pd(desc, DefaultAttr(), Engine());
-  return {pd, dnnl::binary(pd), {}, {}};
+  return MakeEntry(pd, dnnl::binary(pd));
 }
 
 bool BinaryHandler::Run(const Tensor& x, const Tensor& y, Tensor* out) {
@@ -586,7 +619,7 @@ PrimitiveEntry SumHandler::CreateForward() const {
   const std::vector<float> scales(count, 1.0f);
   const std::vector<dnnl::memory::desc> srcs(count, md);
   dnnl::sum::primitive_desc pd(md, scales, srcs, Engine(), DefaultAttr());
-  return {pd, dnnl::sum(pd), {}, {}};
+  return MakeEntry(pd, dnnl::sum(pd));
 }
 
 bool SumHandler::Run(const std::vector<const Tensor*>& xs, Tensor* out) {

@@ -41,7 +41,8 @@ class MatmulHandler : public OneDnnHandler {
 
 // 2-D convolution, NCHW input, OIHW filter (O, C/groups, KH, KW). `strides`,
 // `dilations` (kiln convention: 1 = dense) and symmetric `paddings` have 2
-// entries. Key dims: {input, filter}.
+// entries. Key dims: {input, filter}. The primitives work in the layouts they
+// prefer; the cached entry holds the reorders from and to the plain tensors.
 class ConvHandler : public OneDnnHandler {
  public:
   ConvHandler(PrimitiveCache& cache, const Dims& input_dims, const Dims& filter_dims, const Dims& strides,
@@ -57,8 +58,9 @@ class ConvHandler : public OneDnnHandler {
   PrimitiveEntry CreateBackward() const override;  // bwd_key_.kind picks data or weights
 
  private:
-  dnnl::convolution_forward::primitive_desc ForwardPd() const;
-  dnnl::memory::desc FilterDesc() const;
+  // `any`: let the primitive pick the layouts.
+  dnnl::convolution_forward::primitive_desc ForwardPd(bool any) const;
+  dnnl::memory::desc FilterDesc(bool any) const;
 
   bool valid_ = false;
   Dims output_dims_;

@@ -69,12 +69,17 @@ dnnl::primitive_attr OneDnnHandler::DefaultAttr() {
 
 namespace {
 
-// The calling thread's scratchpad: grows to the largest size asked for and is
-// reused by every primitive the thread runs (they run one after another).
-void* ThreadScratchpad(size_t bytes) {
-  thread_local std::unique_ptr<Allocation> buffer;
+// Buffers of the calling thread: slot 0 is the scratchpad, slots 1.. hold the
+// reordered arguments of one primitive. Each grows to the largest size asked
+// for and is reused by every primitive the thread runs (they run one after
+// another), so steady-state execution allocates nothing.
+constexpr size_t kScratchpadSlot = 0;
+void* ThreadBuffer(size_t slot, size_t bytes) {
+  thread_local std::vector<std::unique_ptr<Allocation>> buffers;
+  if (buffers.size() <= slot) buffers.resize(slot + 1);
+  std::unique_ptr<Allocation>& buffer = buffers[slot];
   if (buffer == nullptr || buffer->size() < bytes) {
-    buffer.reset();  // free first: peak memory stays one buffer
+    buffer.reset();  // free first: peak memory stays one buffer per slot
     buffer = std::make_unique<Allocation>(bytes);
   }
   return buffer->ptr();
@@ -154,14 +159,60 @@ dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, Tensor* 
 void OneDnnHandler::Run(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args) {
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
   if (scratch_md.get_size() > 0) {
-    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, Engine(), ThreadScratchpad(scratch_md.get_size()));
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, Engine(), ThreadBuffer(kScratchpadSlot, scratch_md.get_size()));
   }
   dnnl::stream& stream = ThreadStream();
   p.execute(stream, args);
   stream.wait();
 }
 
-void OneDnnHandler::Execute(ExecArgs args) { Run(entry().primitive, entry().pd, std::move(args)); }
+void OneDnnHandler::Execute(ExecArgs args) {
+  const PrimitiveEntry& e = entry();
+  // Outputs are reordered back into the tensors after the primitive ran:
+  // (index into e.reorders, the tensor's memory).
+  std::vector<std::pair<size_t, dnnl::memory>> outputs;
+  for (size_t i = 0; i < e.reorders.size(); ++i) {
+    const ArgReorder& r = e.reorders[i];
+    auto it = args.find(r.arg);
+    KILN_CHECK(it != args.end(), "argument ", r.arg, " of ", e.impl, " is not bound");
+    dnnl::memory internal(r.prim_md, Engine(), ThreadBuffer(1 + i, r.prim_md.get_size()));
+    if (r.output) {
+      outputs.emplace_back(i, it->second);
+    } else {
+      Run(r.reorder, r.pd, {{DNNL_ARG_FROM, it->second}, {DNNL_ARG_TO, internal}});
+    }
+    it->second = internal;
+  }
+  Run(e.primitive, e.pd, args);
+  for (const auto& [i, user] : outputs) {
+    const ArgReorder& r = e.reorders[i];
+    Run(r.reorder, r.pd, {{DNNL_ARG_FROM, args.at(r.arg)}, {DNNL_ARG_TO, user}});
+  }
+}
+
+dnnl::memory::desc OneDnnHandler::UserDesc(int arg) const {
+  const PrimitiveEntry& e = entry();
+  for (const ArgReorder& r : e.reorders) {
+    if (r.arg == arg) return r.user_md;
+  }
+  return e.pd.query_md(dnnl::query::exec_arg_md, arg);
+}
+
+void OneDnnHandler::AddReorder(PrimitiveEntry* entry, int arg, bool output, const dnnl::memory::desc& user_md,
+                               const dnnl::memory::desc& prim_md) {
+  if (user_md == prim_md) return;
+  ArgReorder r;
+  r.arg = arg;
+  r.output = output;
+  r.user_md = user_md;
+  r.prim_md = prim_md;
+  const dnnl::memory::desc& from = output ? prim_md : user_md;
+  const dnnl::memory::desc& to = output ? user_md : prim_md;
+  dnnl::reorder::primitive_desc pd(Engine(), from, Engine(), to, DefaultAttr());
+  r.pd = pd;
+  r.reorder = dnnl::reorder(pd);
+  entry->reorders.push_back(std::move(r));
+}
 
 void OneDnnHandler::ExecuteAux(size_t i, ExecArgs args) {
   KILN_CHECK(i < entry().aux.size(), "aux primitive ", i, " of ", entry().aux.size());

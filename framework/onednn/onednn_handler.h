@@ -78,16 +78,20 @@ class OneDnnHandler {
   const PrimitiveEntry& entry() const;
 
   // Memory objects over tensor buffers, with the current primitive's
-  // descriptors. Outputs get their buffer allocated first. When an output
-  // tensor shares its buffer with a tensor acquired before (in-place run),
-  // the same memory object is returned, so oneDNN sees one buffer.
-  dnnl::memory AcquireSrcMemory(const Tensor& t) { return AcquireMemory(entry().pd.src_desc(), t); }
-  dnnl::memory AcquireSrc1Memory(const Tensor& t) { return AcquireMemory(entry().pd.src_desc(1), t); }
-  dnnl::memory AcquireWeightsMemory(const Tensor& t) { return AcquireMemory(entry().pd.weights_desc(), t); }
-  dnnl::memory AcquireDiffDstMemory(const Tensor& t) { return AcquireMemory(entry().pd.diff_dst_desc(), t); }
-  dnnl::memory AcquireDstMemory(Tensor* t) { return AcquireMemory(entry().pd.dst_desc(), t); }
-  dnnl::memory AcquireDiffSrcMemory(Tensor* t) { return AcquireMemory(entry().pd.diff_src_desc(), t); }
-  dnnl::memory AcquireDiffWeightsMemory(Tensor* t) { return AcquireMemory(entry().pd.diff_weights_desc(), t); }
+  // descriptors (the plain side of an argument the primitive reorders).
+  // Outputs get their buffer allocated first. When an output tensor shares
+  // its buffer with a tensor acquired before (in-place run), the same memory
+  // object is returned, so oneDNN sees one buffer.
+  dnnl::memory AcquireSrcMemory(const Tensor& t) { return AcquireMemory(UserDesc(DNNL_ARG_SRC), t); }
+  dnnl::memory AcquireSrc1Memory(const Tensor& t) { return AcquireMemory(UserDesc(DNNL_ARG_SRC_1), t); }
+  dnnl::memory AcquireWeightsMemory(const Tensor& t) { return AcquireMemory(UserDesc(DNNL_ARG_WEIGHTS), t); }
+  dnnl::memory AcquireDiffDstMemory(const Tensor& t) { return AcquireMemory(UserDesc(DNNL_ARG_DIFF_DST), t); }
+  dnnl::memory AcquireDstMemory(Tensor* t) { return AcquireMemory(UserDesc(DNNL_ARG_DST), t); }
+  dnnl::memory AcquireDiffSrcMemory(Tensor* t) { return AcquireMemory(UserDesc(DNNL_ARG_DIFF_SRC), t); }
+  dnnl::memory AcquireDiffWeightsMemory(Tensor* t) { return AcquireMemory(UserDesc(DNNL_ARG_DIFF_WEIGHTS), t); }
+  // The descriptor a tensor bound to `arg` must have: the plain side of the
+  // argument's reorder, else the primitive's own descriptor.
+  dnnl::memory::desc UserDesc(int arg) const;
   // A buffer of the handler's own (workspace, an output nobody needs).
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md);
   // Wraps `t` (same number of bytes as `md` describes; the dims may differ,
@@ -96,7 +100,8 @@ class OneDnnHandler {
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md, Tensor* t);
 
   // Runs the current primitive (or its aux primitive `i`) with `args` and the
-  // thread's scratchpad, and waits for it.
+  // thread's scratchpad, and waits for it. Execute also runs the entry's
+  // reorders, through per-thread buffers.
   void Execute(ExecArgs args);
   void ExecuteAux(size_t i, ExecArgs args);
 
@@ -107,6 +112,11 @@ class OneDnnHandler {
   // oneDNN has no implementation.
   virtual PrimitiveEntry CreateForward() const;
   virtual PrimitiveEntry CreateBackward() const;
+  // For a primitive created with format "any" for `arg`: adds the reorder
+  // between the tensor's plain layout and the chosen one (nothing when they
+  // are the same).
+  static void AddReorder(PrimitiveEntry* entry, int arg, bool output, const dnnl::memory::desc& user_md,
+                         const dnnl::memory::desc& prim_md);
 
   PrimitiveKey fwd_key_;
   PrimitiveKey bwd_key_;

@@ -75,12 +75,27 @@ struct PrimitiveKeyHash {
   size_t operator()(const PrimitiveKey& key) const { return key.Hash(); }
 };
 
+// Moves one argument of a primitive between the tensor's plain layout
+// (user_md) and the layout the primitive chose for it (prim_md): before the
+// primitive for inputs, after it for outputs.
+struct ArgReorder {
+  int arg = 0;  // DNNL_ARG_*
+  bool output = false;
+  dnnl::memory::desc user_md;
+  dnnl::memory::desc prim_md;
+  dnnl::primitive_desc_base pd;
+  dnnl::primitive reorder;
+};
+
 // A cached primitive with its descriptor. The descriptors are kept as
 // primitive_desc_base: every query a kernel needs (memory descs, workspace,
 // scratchpad) is available there.
 struct PrimitiveEntry {
   dnnl::primitive_desc_base pd;
   dnnl::primitive primitive;
+  // Layout changes around the main primitive, for the arguments whose
+  // layout it picked itself.
+  std::vector<ArgReorder> reorders;
   // Primitives run together with the main one, in the order the handler
   // documents (e.g. the forward-training pooling whose workspace max-pooling
   // backward reads).

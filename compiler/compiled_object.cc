@@ -1,0 +1,78 @@
+#include "compiler/compiled_object.h"
+
+#include <sstream>
+
+#include <xbyak/xbyak_util.h>
+
+namespace kiln::jit {
+
+static size_t Mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
+
+size_t ShapeSignature::Hash() const {
+  size_t h = inputs.size();
+  for (const auto& in : inputs) {
+    h = Mix(h, static_cast<size_t>(in.dtype));
+    for (int64_t d : in.dims) h = Mix(h, static_cast<size_t>(d));
+    h = Mix(h, in.dims.size());
+  }
+  return h;
+}
+
+std::string ShapeSignature::ToString() const {
+  std::string s = "(";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i) s += ", ";
+    s += std::string(DataTypeName(inputs[i].dtype)) + DimsToString(inputs[i].dims);
+  }
+  return s + ")";
+}
+
+const char* IsaName(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "avx2"; }
+
+Isa HostIsa() {
+  static const Isa isa = [] {
+    Xbyak::util::Cpu cpu;
+    return cpu.has(Xbyak::util::Cpu::tAVX512F) ? Isa::kAvx512 : Isa::kAvx2;
+  }();
+  return isa;
+}
+
+size_t CompileOptions::Hash() const {
+  return static_cast<size_t>(isa) | (use_onednn << 2) | (fuse_elementwise << 3) | (reuse_buffers << 4);
+}
+
+std::string CompiledObject::Listing() const {
+  std::ostringstream os;
+  const auto& bufs = program.plan.buffers;
+  auto buf_name = [&](int b) {
+    const auto& info = bufs[b];
+    return "%" + std::to_string(b) + ":" + info.name;
+  };
+  os << "# cluster " << key << " " << signature.ToString() << " isa=" << IsaName(options.isa) << "\n";
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const auto& ins = program.instructions[i];
+    os << i << ": " << ins.kernel->name() << " (";
+    for (size_t k = 0; k < ins.args.size(); ++k) {
+      if (static_cast<int>(k) == ins.num_inputs) os << (k ? " -> " : "-> ");
+      else if (k) os << ", ";
+      os << buf_name(ins.args[k]);
+    }
+    os << ")  # " << ins.kernel->Describe() << "\n";
+  }
+  os << "# buffers\n";
+  for (size_t b = 0; b < bufs.size(); ++b) {
+    const auto& info = bufs[b];
+    os << "%" << b << " " << info.name << " : " << DataTypeName(info.dtype) << DimsToString(info.dims) << " ";
+    switch (info.role) {
+      case runtime::BufferRole::kInput: os << "input " << info.io_index; break;
+      case runtime::BufferRole::kOutput: os << "output " << info.io_index; break;
+      case runtime::BufferRole::kTemp: os << "arena +" << info.offset << " (" << info.bytes() << " bytes)"; break;
+    }
+    os << "\n";
+  }
+  os << "# arena " << program.plan.arena_bytes << " bytes planned, " << program.plan.arena_bytes_no_reuse
+     << " without reuse\n";
+  return os.str();
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,66 @@
+// What the JIT compiler produces for one cluster and one shape signature:
+// a runtime::Program (instructions + buffer plan) plus the facts the launch op
+// needs to bind the framework's tensors to it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "runtime/program.h"
+
+namespace kiln::jit {
+
+// dtype and dims of one cluster input.
+struct InputSpec {
+  DataType dtype = DataType::kFP32;
+  Dims dims;
+  bool operator==(const InputSpec& o) const { return dtype == o.dtype && dims == o.dims; }
+};
+
+struct ShapeSignature {
+  std::vector<InputSpec> inputs;
+  bool operator==(const ShapeSignature& o) const { return inputs == o.inputs; }
+  size_t Hash() const;
+  // "(f32[64,784], f32[784,128])"
+  std::string ToString() const;
+};
+
+enum class Isa { kAvx512, kAvx2 };
+const char* IsaName(Isa isa);
+// The best ISA of this CPU that kiln generates code for.
+Isa HostIsa();
+
+struct CompileOptions {
+  Isa isa = Isa::kAvx512;
+  bool use_onednn = true;          // anchors through oneDNN kernels
+  bool fuse_elementwise = true;    // elementwise groups as generated kernels
+  bool reuse_buffers = true;       // arena plan reuses dead intermediates
+  bool operator==(const CompileOptions& o) const {
+    return isa == o.isa && use_onednn == o.use_onednn && fuse_elementwise == o.fuse_elementwise &&
+           reuse_buffers == o.reuse_buffers;
+  }
+  size_t Hash() const;
+};
+
+struct CompiledObject {
+  uint64_t id = 0;  // unique in the process
+  std::string key;
+  ShapeSignature signature;
+  CompileOptions options;
+  runtime::Program program;
+  std::vector<std::string> input_names;   // jit_launch X order
+  std::vector<std::string> output_names;  // jit_launch Out order
+  std::vector<Dims> output_dims;
+  std::vector<DataType> output_dtypes;
+  // For each output, the input with the same var name (an in-place update), or -1.
+  std::vector<int> output_alias;
+  double compile_ms = 0.0;
+
+  // Instructions with their argument buffers, then the buffer plan.
+  std::string Listing() const;
+};
+
+}  // namespace kiln::jit

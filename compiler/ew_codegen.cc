@@ -1,0 +1,140 @@
+#include "compiler/ew_codegen.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include <xbyak/xbyak_util.h>
+
+#include "compiler/ew_codegen_plan.h"
+#include "compiler/jit_kernel.h"
+#include "framework/error.h"
+
+namespace kiln {
+namespace compiler {
+
+const char* JitIsaName(JitIsa isa) { return isa == JitIsa::kAvx512 ? "avx512" : "avx2"; }
+
+bool JitIsaSupported(JitIsa isa) {
+  static const Xbyak::util::Cpu cpu;
+  using Cpu = Xbyak::util::Cpu;
+  if (isa == JitIsa::kAvx512) return cpu.has(Cpu::tAVX512F);
+  return cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA);
+}
+
+JitIsa BestJitIsa() {
+  if (JitIsaSupported(JitIsa::kAvx512)) return JitIsa::kAvx512;
+  if (JitIsaSupported(JitIsa::kAvx2)) return JitIsa::kAvx2;
+  ThrowUnimplemented("jit: this CPU has neither AVX-512F nor AVX2+FMA");
+}
+
+FusedElementwiseKernel::FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, JitIsa isa)
+    : name_(std::move(name)), program_(std::move(program)), layout_(std::move(layout)), isa_(isa) {}
+
+FusedElementwiseKernel::~FusedElementwiseKernel() = default;
+
+void FusedElementwiseKernel::Create() {
+  layout_.Validate();
+  program_.Validate(static_cast<int>(layout_.inputs.size()), static_cast<int>(layout_.outputs.size()));
+  if (!JitIsaSupported(isa_)) {
+    ThrowUnimplemented("jit kernel '", name_, "': ISA ", JitIsaName(isa_), " is not supported by this CPU");
+  }
+  int inner_reductions = 0;
+  for (size_t k = 0; k < layout_.outputs.size(); ++k) inner_reductions += layout_.IsInnerReduction(static_cast<int>(k));
+  const int pool = EwVectorRegs(isa_) - kEwTempRegs - inner_reductions;
+  if (pool < 4) {
+    ThrowUnimplemented("jit kernel '", name_, "': ", inner_reductions, " outputs reduced over the inner dim need ",
+                       inner_reductions, " accumulator registers; at most ", EwVectorRegs(isa_) - kEwTempRegs - 4,
+                       " fit on ", JitIsaName(isa_));
+  }
+  const EwKernelPlan plan = PlanEwKernel(program_, layout_, pool);
+  std::unique_ptr<JitKernel> jit = MakeEwGenerator(name_, plan, isa_);
+  jit->Create();
+  fn_ = jit->fn<EwKernelFn>();
+  jit_ = std::move(jit);
+  num_spills_ = plan.num_spills;
+  num_vector_regs_ = pool;
+}
+
+const uint8_t* FusedElementwiseKernel::code() const { return jit_ ? jit_->getCode() : nullptr; }
+size_t FusedElementwiseKernel::code_size() const { return jit_ ? jit_->getSize() : 0; }
+
+void FusedElementwiseKernel::Run(const std::vector<const float*>& inputs, const std::vector<float*>& outputs,
+                                 int num_threads) const {
+  KILN_CHECK(inputs.size() == layout_.inputs.size() && outputs.size() == layout_.outputs.size(),
+             "jit kernel '", name_, "': got ", inputs.size(), " inputs and ", outputs.size(), " outputs, layout has ",
+             layout_.inputs.size(), " and ", layout_.outputs.size());
+  Run(inputs.data(), outputs.data(), num_threads);
+}
+
+void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outputs, int num_threads) const {
+  KILN_CHECK(fn_ != nullptr, "jit kernel '", name_, "': Run before Create");
+  const int n_out = static_cast<int>(layout_.outputs.size());
+  for (int k = 0; k < n_out; ++k) {
+    if (layout_.IsReduction(k)) std::fill(outputs[k], outputs[k] + layout_.OutputExtent(k), 0.0f);
+  }
+  const int64_t numel = layout_.numel();
+  if (numel == 0) return;
+  const int64_t d0 = layout_.dims[0];
+  const int threads = num_threads > 0 ? num_threads : omp_get_max_threads();
+  int64_t chunks = 1;
+  if (threads > 1 && numel >= kParallelMinElements) {
+    chunks = std::min<int64_t>({threads, d0, numel / (kParallelMinElements / 2)});
+  }
+  if (chunks <= 1) {
+    const EwKernelArgs args{inputs, outputs, 0, d0};
+    fn_(&args);
+    return;
+  }
+  // Dim-0 ranges; rank-1 ranges start on 64-byte boundaries so only the last
+  // chunk has a masked tail.
+  std::vector<int64_t> bounds(static_cast<size_t>(chunks) + 1);
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t b = d0 * c / chunks;
+    if (layout_.rank == 1) b &= ~int64_t{15};
+    bounds[c] = b;
+  }
+  bounds[chunks] = d0;
+  // Outputs summed over dim 0 would race: chunk c > 0 sums into its own
+  // zeroed scratch, added to the output in chunk order afterwards.
+  std::vector<int> partial;
+  for (int k = 0; k < n_out; ++k) {
+    if (layout_.outputs[k].strides[0] == 0 && d0 > 1 && layout_.IsReduction(k)) partial.push_back(k);
+  }
+  std::vector<std::vector<float>> scratch;
+  std::vector<std::vector<float*>> outs(static_cast<size_t>(chunks), std::vector<float*>(outputs, outputs + n_out));
+  for (int64_t c = 1; c < chunks; ++c) {
+    for (int k : partial) {
+      scratch.emplace_back(static_cast<size_t>(layout_.OutputExtent(k)), 0.0f);
+      outs[c][k] = scratch.back().data();
+    }
+  }
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const EwKernelArgs args{inputs, outs[c].data(), bounds[c], bounds[c + 1]};
+    fn_(&args);
+  }
+  for (int k : partial) {
+    const int64_t extent = layout_.OutputExtent(k);
+    float* out = outputs[k];
+#pragma omp parallel for num_threads(threads) schedule(static) if (extent >= kParallelMinElements)
+    for (int64_t i = 0; i < extent; ++i) {
+      float s = out[i];
+      for (int64_t c = 1; c < chunks; ++c) s += outs[c][k][i];
+      out[i] = s;
+    }
+  }
+}
+
+std::string FusedElementwiseKernel::ToString() const {
+  std::ostringstream os;
+  os << "kernel " << name_ << " isa=" << JitIsaName(isa_) << " ops=[";
+  for (size_t i = 0; i < fused_ops_.size(); ++i) os << (i ? "," : "") << fused_ops_[i];
+  os << "] code=" << code_size() << "B regs=" << num_vector_regs_ << " spills=" << num_spills_ << "\n";
+  os << layout_.ToString() << "\n" << program_.ToString();
+  return os.str();
+}
+
+}  // namespace compiler
+}  // namespace kiln

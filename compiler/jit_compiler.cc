@@ -1,0 +1,142 @@
+#include "compiler/jit_compiler.h"
+
+#include <atomic>
+#include <cstdio>
+
+#include "compiler/lowering.h"
+
+namespace kiln::jit {
+
+JitCompiler& JitCompiler::Instance() {
+  static JitCompiler* instance = new JitCompiler();
+  return *instance;
+}
+
+JitCompiler::JitCompiler(JitCompilerOptions options) : options_(std::move(options)) {}
+
+void JitCompiler::Configure(const JitCompilerOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_ = options;
+}
+
+JitCompilerOptions JitCompiler::options() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_;
+}
+
+std::string JitCompiler::AddSubgraph(const JitSubgraph& subgraph) {
+  const std::string key = JitSubgraphFingerprint(subgraph);
+  std::lock_guard<std::mutex> lock(mu_);
+  subgraphs_.emplace(key, subgraph);
+  return key;
+}
+
+const JitSubgraph& JitCompiler::GetSubgraph(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = subgraphs_.find(key);
+  if (it == subgraphs_.end()) ThrowNotFound("jit: no cluster with compilation_key '", key, "'");
+  return it->second;  // entries are never erased, so the reference stays valid
+}
+
+std::vector<std::string> JitCompiler::Keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> keys;
+  for (const auto& kv : subgraphs_) keys.push_back(kv.first);
+  return keys;
+}
+
+std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& key, const ShapeSignature& signature) {
+  std::promise<std::shared_ptr<const CompiledObject>> promise;
+  const JitSubgraph* subgraph = nullptr;
+  CacheKey ck;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto sit = subgraphs_.find(key);
+    if (sit == subgraphs_.end()) ThrowNotFound("jit: no cluster with compilation_key '", key, "'");
+    if (given_up_.count(key)) {
+      ++stats_.fallback_calls;
+      return nullptr;
+    }
+    ck = CacheKey{key, signature, options_.compile};
+    auto it = cache_.find(ck);
+    if (it != cache_.end()) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      Future f = it->second.future;
+      // Waits outside the lock for a compile still in flight (single-flight).
+      lock.unlock();
+      auto obj = f.get();
+      lock.lock();
+      if (!obj) ++stats_.fallback_calls;
+      return obj;
+    }
+    auto& seen = signatures_seen_[key];
+    if (static_cast<int>(seen.size()) >= options_.recompile_limit) {
+      given_up_.insert(key);
+      ++stats_.fallback_calls;
+      std::fprintf(stderr,
+                   "kiln jit: cluster %s recompiled for %zu shape signatures (limit %d, --jit_recompile_limit); "
+                   "newest %s; it runs through the framework ops from now on\n",
+                   key.c_str(), seen.size(), options_.recompile_limit, signature.ToString().c_str());
+      return nullptr;
+    }
+    seen.insert(signature.ToString());
+    lru_.push_front(ck);
+    cache_[ck] = Entry{promise.get_future().share(), lru_.begin()};
+    subgraph = &sit->second;
+  }
+
+  std::shared_ptr<const CompiledObject> result;
+  double ms = 0;
+  try {
+    std::unique_ptr<CompiledObject> obj = Lower(key, *subgraph, signature, ck.options);
+    static std::atomic<uint64_t> next_id{1};
+    obj->id = next_id++;
+    ms = obj->compile_ms;
+    result = std::move(obj);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln jit: cluster %s cannot be compiled for %s: %s; it runs through the framework ops\n",
+                 key.c_str(), signature.ToString().c_str(), e.what());
+  }
+  promise.set_value(result);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (result) {
+    ++stats_.compiles;
+    ++stats_.compiles_per_key[key];
+    stats_.compile_ms += ms;
+    stats_.compile_ms_per_key[key] += ms;
+    by_id_[result->id] = result;
+  } else {
+    ++stats_.failures;
+  }
+  while (cache_.size() > options_.cache_capacity && !lru_.empty()) {
+    cache_.erase(lru_.back());
+    lru_.pop_back();
+    ++stats_.evictions;
+  }
+  return result;
+}
+
+std::shared_ptr<const CompiledObject> JitCompiler::FindById(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second.lock();
+}
+
+JitStats JitCompiler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void JitCompiler::ClearCache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.clear();
+  lru_.clear();
+  signatures_seen_.clear();
+  given_up_.clear();
+  by_id_.clear();
+  stats_ = JitStats();
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,100 @@
+// JitCompiler: the store of cluster subgraphs (by key) and the cache of their
+// compiled objects per (key, shape signature, options). One process-wide
+// instance (Instance()); tests construct their own.
+//
+// Concurrent callers of one signature compile it once (single-flight);
+// different signatures compile in parallel. The cache is bounded (LRU). A
+// cluster that keeps recompiling for new shapes past the recompile limit is
+// reported once and runs through the framework ops from then on, as does a
+// cluster that fails to compile (Compile returns nullptr).
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "compiler/compiled_object.h"
+#include "framework/jit_subgraph.h"
+
+namespace kiln::jit {
+
+struct JitCompilerOptions {
+  size_t cache_capacity = 256;  // compiled objects kept (LRU)
+  int recompile_limit = 8;      // distinct signatures per cluster before giving up
+  CompileOptions compile;
+};
+
+struct JitStats {
+  int64_t compiles = 0;
+  int64_t hits = 0;
+  int64_t evictions = 0;
+  int64_t failures = 0;      // compile errors (cluster ran through framework ops)
+  int64_t fallback_calls = 0;  // calls answered with nullptr
+  double compile_ms = 0.0;
+  std::map<std::string, double> compile_ms_per_key;
+  std::map<std::string, int64_t> compiles_per_key;
+};
+
+class JitCompiler {
+ public:
+  static JitCompiler& Instance();
+  explicit JitCompiler(JitCompilerOptions options = {});
+
+  // Replaces the options (the tool edge calls this once, from flags).
+  void Configure(const JitCompilerOptions& options);
+  JitCompilerOptions options() const;
+
+  // Stores the subgraph; returns its key (its fingerprint). Idempotent.
+  std::string AddSubgraph(const JitSubgraph& subgraph);
+  // Throws NotFound for an unknown key.
+  const JitSubgraph& GetSubgraph(const std::string& key) const;
+  std::vector<std::string> Keys() const;
+
+  // The compiled object for these input shapes, compiled on first use; nullptr
+  // when the cluster runs through the framework ops instead.
+  std::shared_ptr<const CompiledObject> Compile(const std::string& key, const ShapeSignature& signature);
+  // A live compiled object by its id (executor launch mode), or nullptr.
+  std::shared_ptr<const CompiledObject> FindById(uint64_t id) const;
+
+  JitStats stats() const;
+  // Drops compiled objects and statistics (subgraphs stay).
+  void ClearCache();
+
+ private:
+  struct CacheKey {
+    std::string key;
+    ShapeSignature signature;
+    CompileOptions options;
+    bool operator==(const CacheKey& o) const {
+      return key == o.key && signature == o.signature && options == o.options;
+    }
+  };
+  struct CacheKeyHash {
+    size_t operator()(const CacheKey& k) const {
+      return std::hash<std::string>()(k.key) ^ (k.signature.Hash() * 31) ^ (k.options.Hash() << 1);
+    }
+  };
+  using Future = std::shared_future<std::shared_ptr<const CompiledObject>>;
+  struct Entry {
+    Future future;
+    std::list<CacheKey>::iterator lru;
+  };
+
+  mutable std::mutex mu_;
+  JitCompilerOptions options_;
+  std::map<std::string, JitSubgraph> subgraphs_;
+  std::unordered_map<CacheKey, Entry, CacheKeyHash> cache_;
+  std::list<CacheKey> lru_;  // front: most recently used
+  std::map<std::string, std::set<std::string>> signatures_seen_;  // key -> signatures compiled
+  std::set<std::string> given_up_;  // keys past the recompile limit
+  std::unordered_map<uint64_t, std::weak_ptr<const CompiledObject>> by_id_;
+  JitStats stats_;
+};
+
+}  // namespace kiln::jit

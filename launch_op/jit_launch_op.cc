@@ -1,0 +1,181 @@
+#include "launch_op/jit_launch_op.h"
+
+#include <atomic>
+#include <unordered_map>
+
+#include "compiler/jit_compiler.h"
+#include "framework/executor.h"
+#include "framework/op_registry.h"
+#include "runtime/runner.h"
+
+namespace kiln::jit {
+namespace {
+
+std::atomic<int> g_mode{static_cast<int>(LaunchMode::kRuntime)};
+std::atomic<int64_t> g_launches{0}, g_donated{0}, g_copied{0}, g_fallbacks{0};
+
+// The cluster's own framework ops over a local scope whose inputs share the
+// caller's buffers; outputs are shared back.
+void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
+  Scope local;
+  for (size_t i = 0; i < sg.inputs.size(); ++i) *local.Var(sg.inputs[i])->GetMutable() = ctx.Input("X", i);
+  proto::ProgramDesc program;
+  *program.add_blocks() = sg.block;
+  Executor exec;
+  auto plan = exec.Prepare(program, 0, std::set<std::string>(sg.outputs.begin(), sg.outputs.end()));
+  exec.Run(*plan, local);
+  for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local.GetVar(sg.outputs[o])->Get();
+  ++g_fallbacks;
+}
+
+// Executor launch mode: the instruction list as a program of jit_kernel ops.
+struct ExecutorModeProgram {
+  proto::ProgramDesc program;
+  std::unique_ptr<ExecutionPlan> plan;
+  Scope scope;
+};
+
+std::unique_ptr<ExecutorModeProgram> BuildExecutorProgram(const CompiledObject& obj) {
+  auto p = std::make_unique<ExecutorModeProgram>();
+  proto::BlockDesc* block = p->program.add_blocks();
+  block->set_idx(0);
+  block->set_parent_idx(-1);
+  const auto& bufs = obj.program.plan.buffers;
+  for (const auto& b : bufs) {
+    proto::VarDesc* v = block->add_vars();
+    v->set_name(b.name);
+    v->set_dtype(ToProto(b.dtype));
+    for (int64_t d : b.dims) v->add_dims(d);
+    // Inputs and outputs are the caller's buffers: never freed here.
+    v->set_persistable(b.role != runtime::BufferRole::kTemp);
+  }
+  for (size_t i = 0; i < obj.program.instructions.size(); ++i) {
+    const auto& ins = obj.program.instructions[i];
+    std::vector<std::string> in, out;
+    for (size_t k = 0; k < ins.args.size(); ++k) {
+      (static_cast<int>(k) < ins.num_inputs ? in : out).push_back(bufs[ins.args[k]].name);
+    }
+    *block->add_ops() = OpBuilder("jit_kernel")
+                            .In("X", in)
+                            .Out("Out", out)
+                            .Attr("object_id", static_cast<int64_t>(obj.id))
+                            .Attr("instruction", static_cast<int64_t>(i))
+                            .Build();
+  }
+  p->plan = Executor().Prepare(p->program, 0, {});
+  return p;
+}
+
+void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins, const std::vector<void*>& outs) {
+  thread_local std::unordered_map<uint64_t, std::unique_ptr<ExecutorModeProgram>> programs;
+  auto& p = programs[obj.id];
+  if (!p) p = BuildExecutorProgram(obj);
+  for (const auto& b : obj.program.plan.buffers) {
+    if (b.role == runtime::BufferRole::kTemp) continue;
+    void* data = b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
+    p->scope.Var(b.name)->GetMutable()->ShareExternalData(data, b.dtype, b.dims);
+  }
+  Executor().Run(*p->plan, p->scope);
+}
+
+void JitKernelKernel(ExecContext& ctx) {
+  const auto obj = JitCompiler::Instance().FindById(static_cast<uint64_t>(ctx.Attr<int64_t>("object_id")));
+  if (!obj) ctx.Fail("compiled object ", ctx.Attr<int64_t>("object_id"), " is no longer cached");
+  const size_t i = static_cast<size_t>(ctx.Attr<int64_t>("instruction"));
+  const runtime::Instruction& ins = obj->program.instructions.at(i);
+  std::vector<void*> data;
+  for (size_t k = 0; k < ctx.InputCount("X"); ++k) data.push_back(const_cast<void*>(ctx.Input("X", k).raw_data()));
+  for (size_t k = 0; k < ctx.OutputCount("Out"); ++k) {
+    const auto& info = obj->program.plan.buffers[ins.args[ins.num_inputs + k]];
+    Tensor* t = ctx.Output("Out", k);
+    if (t->use_count() > 1) t->Clear();
+    t->Resize(info.dims);
+    data.push_back(t->raw_mutable_data(info.dtype));
+  }
+  runtime::Runner::RunInstruction(obj->program, i, data);
+}
+
+void JitLaunchKernel(ExecContext& ctx) {
+  ++g_launches;
+  const std::string& key = ctx.Attr<std::string>("compilation_key");
+  JitCompiler& compiler = JitCompiler::Instance();
+  ShapeSignature sig;
+  const size_t n_in = ctx.InputCount("X");
+  std::vector<void*> ins(n_in);
+  for (size_t i = 0; i < n_in; ++i) {
+    const Tensor& t = ctx.Input("X", i);
+    sig.inputs.push_back({t.dtype(), t.dims()});
+    ins[i] = const_cast<void*>(t.raw_data());
+  }
+  const auto obj = compiler.Compile(key, sig);
+  if (!obj) {
+    RunFallback(ctx, compiler.GetSubgraph(key));
+    return;
+  }
+  const size_t n_out = ctx.OutputCount("Out");
+  if (n_out != obj->output_names.size()) {
+    ctx.Fail("has ", n_out, " outputs, cluster ", key, " produces ", obj->output_names.size());
+  }
+  std::vector<void*> outs(n_out);
+  for (size_t o = 0; o < n_out; ++o) {
+    Tensor* t = ctx.Output("Out", o);
+    if (obj->output_alias[o] >= 0) {
+      // In-place update of an input: donate its buffer when nobody else holds it.
+      if (t->use_count() > 1) {
+        Tensor fresh;
+        fresh.CopyFrom(*t);
+        *t = fresh;
+        ++g_copied;
+      } else {
+        ++g_donated;
+      }
+      outs[o] = t->raw_data();
+      continue;
+    }
+    if (t->use_count() > 1) t->Clear();  // never write into a buffer someone shares
+    t->Resize(obj->output_dims[o]);
+    outs[o] = t->raw_mutable_data(obj->output_dtypes[o]);
+  }
+  if (GetLaunchMode() == LaunchMode::kExecutor) {
+    RunThroughExecutor(*obj, ins, outs);
+  } else {
+    runtime::Runner::Run(obj->program, ins, outs);
+  }
+}
+
+}  // namespace
+
+LaunchMode ParseLaunchMode(const std::string& name) {
+  if (name == "runtime") return LaunchMode::kRuntime;
+  if (name == "executor") return LaunchMode::kExecutor;
+  ThrowInvalidArgument("unknown --jit_launch_mode '", name, "': expected runtime or executor");
+}
+
+void SetLaunchMode(LaunchMode mode) { g_mode = static_cast<int>(mode); }
+LaunchMode GetLaunchMode() { return static_cast<LaunchMode>(g_mode.load()); }
+
+LaunchStats GetLaunchStats() { return {g_launches, g_donated, g_copied, g_fallbacks}; }
+void ResetLaunchStats() { g_launches = g_donated = g_copied = g_fallbacks = 0; }
+
+void RegisterJitOps(OpRegistry& registry) {
+  if (registry.Find("jit_launch") != nullptr) return;
+  OpInfo launch;
+  launch.type = "jit_launch";
+  launch.doc = "Runs a JIT cluster (compilation_key) through its compiled object";
+  launch.inputs = {{"X", /*duplicable=*/true, /*dispensable=*/true}};
+  launch.outputs = {{"Out", true, true}};
+  launch.attrs = {{"compilation_key", AttrKind::kString, std::nullopt}};
+  launch.reference_kernel = JitLaunchKernel;
+  registry.Add(std::move(launch));
+
+  OpInfo kernel;
+  kernel.type = "jit_kernel";
+  kernel.doc = "One instruction of a compiled JIT cluster (executor launch mode)";
+  kernel.inputs = {{"X", true, true}};
+  kernel.outputs = {{"Out", true, true}};
+  kernel.attrs = {{"object_id", AttrKind::kInt, std::nullopt}, {"instruction", AttrKind::kInt, std::nullopt}};
+  kernel.reference_kernel = JitKernelKernel;
+  registry.Add(std::move(kernel));
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,46 @@
+// The jit_launch op: runs one cluster through its compiled object.
+//
+// The kernel gathers its inputs from the scope, builds the shape signature,
+// gets the CompiledObject from JitCompiler::Instance() (compiling on a miss)
+// and binds the scope tensors' data pointers straight into the program's
+// argument slots: inputs are read in place, outputs are allocated in the
+// scope's tensors and written there (no copy in, no copy out). An output
+// naming the same var as an input (an optimizer update) is computed in place
+// when that buffer is donatable (no other tensor shares it); otherwise the
+// var gets a fresh copy first (copy-protection) and the sharer keeps the old
+// values. Two launch modes: kRuntime runs the instruction list through
+// runtime::Runner; kExecutor turns it into a program of jit_kernel ops and
+// runs that through the framework Executor. A cluster the compiler gives up
+// on runs its subgraph's framework ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+class OpRegistry;
+}
+
+namespace kiln::jit {
+
+enum class LaunchMode { kRuntime, kExecutor };
+// "runtime" | "executor"; throws InvalidArgument otherwise.
+LaunchMode ParseLaunchMode(const std::string& name);
+
+// Process-wide launch settings, set once at the tool edge.
+void SetLaunchMode(LaunchMode mode);
+LaunchMode GetLaunchMode();
+
+struct LaunchStats {
+  int64_t launches = 0;
+  int64_t donated = 0;          // in-place updates on the input's own buffer
+  int64_t copy_protected = 0;   // in-place updates that copied a shared buffer first
+  int64_t framework_fallbacks = 0;  // launches run through the subgraph's framework ops
+};
+LaunchStats GetLaunchStats();
+void ResetLaunchStats();
+
+// Registers jit_launch and jit_kernel. Call once at start-up.
+void RegisterJitOps(OpRegistry& registry);
+
+}  // namespace kiln::jit

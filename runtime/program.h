@@ -1,0 +1,69 @@
+// The compiled runtime's data: a list of instructions over numbered buffers,
+// plus a buffer plan. Instructions hold kernels (generated machine code or
+// framework kernels on views); the runner binds buffers and runs them.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/data_type.h"
+#include "framework/tensor.h"
+
+namespace kiln::runtime {
+
+// One bound buffer as a kernel sees it.
+struct BufferView {
+  void* data = nullptr;
+  DataType dtype = DataType::kFP32;
+  const Dims* dims = nullptr;
+};
+
+// An executable unit of a compiled object.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual const std::string& name() const = 0;
+  // One line for listings and dumps: what it computes and how.
+  virtual std::string Describe() const = 0;
+  // args[i] is the buffer bound to argument i of the instruction.
+  virtual void Run(const BufferView* args) const = 0;
+};
+
+struct Instruction {
+  std::shared_ptr<const Kernel> kernel;
+  std::vector<int> args;  // buffer ids, in the kernel's argument order
+  int num_inputs = 0;     // args[0, num_inputs) are read, the rest written
+};
+
+enum class BufferRole { kInput, kOutput, kTemp };
+
+struct BufferInfo {
+  std::string name;  // the framework var it stands for
+  DataType dtype = DataType::kFP32;
+  Dims dims;
+  BufferRole role = BufferRole::kTemp;
+  int io_index = -1;     // position among the inputs / outputs for kInput/kOutput
+  size_t offset = 0;     // kTemp: offset in the arena
+  size_t bytes() const { return static_cast<size_t>(Numel(dims)) * SizeOf(dtype); }
+};
+
+struct BufferPlan {
+  std::vector<BufferInfo> buffers;
+  size_t arena_bytes = 0;            // with reuse of dead buffers (as planned)
+  size_t arena_bytes_no_reuse = 0;   // every temp in its own slot
+};
+
+struct Program {
+  std::vector<Instruction> instructions;
+  BufferPlan plan;
+};
+
+// Assigns arena offsets to the kTemp buffers of `plan` from their live ranges
+// over `instructions` (first writer to last reader). With `reuse`, a buffer
+// takes the lowest offset free for its whole range (first fit, 64-byte
+// aligned); without, each gets its own slot. Pure: same input, same plan.
+void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, bool reuse);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,686 @@
+// Generated fused elementwise kernels against the reference interpreter, on
+// the AVX2 and (when the CPU has it) AVX-512 paths.
+#include "compiler/ew_codegen.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "framework/error.h"
+
+namespace kiln {
+namespace compiler {
+namespace {
+
+using Buffers = std::vector<std::vector<float>>;
+
+std::vector<JitIsa> Isas() {
+  std::vector<JitIsa> isas;
+  if (JitIsaSupported(JitIsa::kAvx2)) isas.push_back(JitIsa::kAvx2);
+  if (JitIsaSupported(JitIsa::kAvx512)) {
+    isas.push_back(JitIsa::kAvx512);
+  } else {
+    std::printf("[ note ] AVX-512 not supported by this CPU: its path is not tested\n");
+  }
+  return isas;
+}
+
+std::vector<float> Random(int64_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+Buffers RandomInputs(const EwLayout& l, float lo, float hi, uint32_t seed) {
+  Buffers in;
+  for (size_t k = 0; k < l.inputs.size(); ++k) {
+    in.push_back(Random(l.InputExtent(static_cast<int>(k)), lo, hi, seed + static_cast<uint32_t>(k)));
+  }
+  return in;
+}
+
+std::vector<const float*> Ptrs(const Buffers& b) {
+  std::vector<const float*> p;
+  for (const auto& v : b) p.push_back(v.data());
+  return p;
+}
+
+// Outputs start as NaN so that an element the kernel fails to write shows.
+Buffers RunJit(const EwProgram& p, const EwLayout& l, JitIsa isa, const Buffers& in, int threads = 1) {
+  FusedElementwiseKernel k("test_kernel", p, l, isa);
+  k.Create();
+  Buffers out;
+  std::vector<float*> optr;
+  for (size_t o = 0; o < l.outputs.size(); ++o) {
+    out.emplace_back(static_cast<size_t>(l.OutputExtent(static_cast<int>(o))),
+                     std::numeric_limits<float>::quiet_NaN());
+  }
+  for (auto& v : out) optr.push_back(v.data());
+  k.Run(Ptrs(in), optr, threads);
+  return out;
+}
+
+std::vector<std::vector<double>> RunRef(const EwProgram& p, const EwLayout& l, const Buffers& in) {
+  std::vector<std::vector<double>> out;
+  std::vector<double*> optr;
+  for (size_t o = 0; o < l.outputs.size(); ++o) out.emplace_back(l.OutputExtent(static_cast<int>(o)), 0.0);
+  for (auto& v : out) optr.push_back(v.data());
+  RunReference(p, l, Ptrs(in), optr);
+  return out;
+}
+
+Buffers RunRefFloat(const EwProgram& p, const EwLayout& l, const Buffers& in) {
+  Buffers out;
+  std::vector<float*> optr;
+  for (size_t o = 0; o < l.outputs.size(); ++o) out.emplace_back(l.OutputExtent(static_cast<int>(o)), 0.0f);
+  for (auto& v : out) optr.push_back(v.data());
+  RunReferenceFloat(p, l, Ptrs(in), optr);
+  return out;
+}
+
+bool SameBits(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return std::memcmp(&a, &b, sizeof(a)) == 0;
+}
+
+void ExpectExact(const Buffers& got, const Buffers& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    ASSERT_EQ(got[o].size(), want[o].size());
+    int bad = 0;
+    for (size_t i = 0; i < got[o].size(); ++i) {
+      if (SameBits(got[o][i], want[o][i])) continue;
+      if (++bad <= 3) ADD_FAILURE() << what << " out" << o << "[" << i << "]: got " << got[o][i] << " want " << want[o][i];
+    }
+    EXPECT_EQ(bad, 0) << what << " out" << o;
+  }
+}
+
+double Ulp(double r) {
+  const double a = std::fabs(r);
+  if (a < std::numeric_limits<float>::min()) return std::numeric_limits<float>::denorm_min();
+  int e;
+  std::frexp(a, &e);
+  return std::ldexp(1.0, e - 24);
+}
+
+// The accuracy contract of the transcendental functions.
+double FnTol(double r) { return 2e-7 + 4 * Ulp(r); }
+
+// got vs a double reference with |got-ref| <= tol(ref); NaN/Inf must match
+// (a finite reference beyond FLT_MAX may come out as inf).
+void ExpectNear(const Buffers& got, const std::vector<std::vector<double>>& ref,
+                const std::function<double(double)>& tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    int bad = 0;
+    for (size_t i = 0; i < got[o].size(); ++i) {
+      const double g = got[o][i];
+      const double r = ref[o][i];
+      bool ok;
+      if (std::isnan(r)) {
+        ok = std::isnan(g);
+      } else if (std::fabs(r) > std::numeric_limits<float>::max()) {
+        ok = std::isinf(g) ? std::signbit(g) == std::signbit(r) : std::fabs(g) >= std::numeric_limits<float>::max() * 0.999;
+      } else {
+        ok = std::isfinite(g) && std::fabs(g - r) <= tol(r);
+      }
+      if (ok) continue;
+      if (++bad <= 3) {
+        ADD_FAILURE() << what << " out" << o << "[" << i << "]: got " << g << " ref " << r << " diff " << (g - r)
+                      << " tol " << tol(r);
+      }
+    }
+    EXPECT_EQ(bad, 0) << what << " out" << o;
+  }
+}
+
+EwLayout Flat(int64_t n, int num_inputs, int num_outputs) {
+  std::vector<Dims> in(static_cast<size_t>(num_inputs), Dims{n});
+  std::vector<Dims> out(static_cast<size_t>(num_outputs), Dims{n});
+  return CollapseLayout({n}, in, out);
+}
+
+const int64_t kSizes[] = {1, 15, 16, 17, 1000, 4099};
+
+// ---------------------------------------------------------------------------
+
+struct ArithCase {
+  const char* name;
+  std::function<EwValue(EwProgram&, EwValue, EwValue, EwValue)> build;
+  float lo, hi;
+};
+
+TEST(EwCodegenTest, EachArithmeticOpIsExactAgainstFloatReference) {
+  const std::vector<ArithCase> cases = {
+      {"add", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.Add(a, b); }, -3, 3},
+      {"sub", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.Sub(a, b); }, -3, 3},
+      {"mul", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.Mul(a, b); }, -3, 3},
+      {"div", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.Div(a, b); }, -3, 3},
+      {"max", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.Max(a, b); }, -3, 3},
+      {"min", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.Min(a, b); }, -3, 3},
+      {"neg", [](EwProgram& p, EwValue a, EwValue, EwValue) { return p.Neg(a); }, -3, 3},
+      {"abs", [](EwProgram& p, EwValue a, EwValue, EwValue) { return p.Abs(a); }, -3, 3},
+      {"sqrt", [](EwProgram& p, EwValue a, EwValue, EwValue) { return p.Sqrt(a); }, 0, 100},
+      {"fma", [](EwProgram& p, EwValue a, EwValue b, EwValue c) { return p.Fma(a, b, c); }, -3, 3},
+      {"fma_acc_first", [](EwProgram& p, EwValue a, EwValue b, EwValue c) { return p.Fma(c, c, p.Mul(a, b)); }, -3, 3},
+      {"select_gt0", [](EwProgram& p, EwValue a, EwValue b, EwValue) { return p.SelectGtZero(a, b); }, -3, 3},
+      {"relu", [](EwProgram& p, EwValue a, EwValue, EwValue) { return p.Relu(a); }, -3, 3},
+      {"scale", [](EwProgram& p, EwValue a, EwValue, EwValue) { return p.Add(p.Mul(a, p.Const(1.5f)), p.Const(-0.25f)); },
+       -3, 3},
+  };
+  for (JitIsa isa : Isas()) {
+    for (int64_t n : kSizes) {
+      for (const ArithCase& c : cases) {
+        EwProgram p;
+        p.Store(0, c.build(p, p.Load(0), p.Load(1), p.Load(2)));
+        const EwLayout l = Flat(n, 3, 1);
+        const Buffers in = RandomInputs(l, c.lo, c.hi, static_cast<uint32_t>(n));
+        ExpectExact(RunJit(p, l, isa, in), RunRefFloat(p, l, in),
+                    std::string(c.name) + " n=" + std::to_string(n) + " " + JitIsaName(isa));
+      }
+    }
+  }
+}
+
+struct FnCase {
+  const char* name;
+  std::function<EwValue(EwProgram&, EwValue)> build;
+  float lo, hi;
+};
+
+const std::vector<FnCase>& FnCases() {
+  static const std::vector<FnCase> cases = {
+      {"exp", [](EwProgram& p, EwValue x) { return p.Exp(x); }, -30, 30},
+      {"tanh", [](EwProgram& p, EwValue x) { return p.Tanh(x); }, -6, 6},
+      {"sigmoid", [](EwProgram& p, EwValue x) { return p.Sigmoid(x); }, -20, 20},
+      {"erf", [](EwProgram& p, EwValue x) { return p.Erf(x); }, -5, 5},
+      {"erfc", [](EwProgram& p, EwValue x) { return p.Erfc(x); }, -5, 12},
+  };
+  return cases;
+}
+
+TEST(EwCodegenTest, EachFunctionMatchesDoubleReference) {
+  for (JitIsa isa : Isas()) {
+    for (int64_t n : kSizes) {
+      for (const FnCase& c : FnCases()) {
+        EwProgram p;
+        p.Store(0, c.build(p, p.Load(0)));
+        const EwLayout l = Flat(n, 1, 1);
+        const Buffers in = RandomInputs(l, c.lo, c.hi, static_cast<uint32_t>(n) + 7);
+        ExpectNear(RunJit(p, l, isa, in), RunRef(p, l, in), FnTol,
+                   std::string(c.name) + " n=" + std::to_string(n) + " " + JitIsaName(isa));
+      }
+    }
+  }
+}
+
+// Dense sweeps: measured error of each function, printed, against the
+// contract 2e-7 + 4 ulp. Both ISAs must produce the same bits.
+TEST(EwCodegenTest, AccuracySweeps) {
+  struct Range {
+    float lo, hi;
+  };
+  const std::vector<std::pair<const char*, Range>> ranges = {
+      {"exp", {-110, 90}}, {"tanh", {-110, 110}}, {"sigmoid", {-110, 110}}, {"erf", {-110, 110}}, {"erfc", {-110, 110}}};
+  std::vector<float> base;
+  // Dense grid over [-12, 12] (where all functions vary), coarser grid to
+  // +-110, random magnitudes 1e-40 .. 1e2 of both signs, and edge values.
+  for (int i = 0; i <= 2400000; ++i) base.push_back(-12.0f + 24.0f * static_cast<float>(i) / 2400000.0f);
+  for (int i = 0; i <= 220000; ++i) base.push_back(-110.0f + 220.0f * static_cast<float>(i) / 220000.0f);
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<double> expo(-40, 2);
+  for (int i = 0; i < 200000; ++i) {
+    const double m = std::pow(10.0, expo(gen));
+    base.push_back(static_cast<float>(i % 2 ? m : -m));
+  }
+  const float edges[] = {0.0f,      -0.0f,     88.72283f, 88.7229f,  -87.3365f, -103.9f,  -104.5f,
+                         89.5f,     0.625f,    -0.625f,   0.75f,     -0.75f,    10.5f,    -10.5f,
+                         3.9f,      9.02f,     1e-45f,    -1e-45f,   1.17549435e-38f,     3.4e38f,
+                         -3.4e38f};
+  for (float e : edges) base.push_back(e);
+  for (const auto& [name, range] : ranges) {
+    const FnCase* fc = nullptr;
+    for (const FnCase& c : FnCases()) {
+      if (std::string(c.name) == name) fc = &c;
+    }
+    ASSERT_NE(fc, nullptr);
+    Buffers in(1);
+    for (float x : base) {
+      if (x >= range.lo && x <= range.hi) in[0].push_back(x);
+    }
+    for (float e : edges) in[0].push_back(e);
+    EwProgram p;
+    p.Store(0, fc->build(p, p.Load(0)));
+    const EwLayout l = Flat(static_cast<int64_t>(in[0].size()), 1, 1);
+    const auto ref = RunRef(p, l, in);
+    Buffers first;
+    for (JitIsa isa : Isas()) {
+      const Buffers got = RunJit(p, l, isa, in);
+      double max_abs = 0, max_ulp = 0, max_ratio = 0, worst_x = 0;
+      for (size_t i = 0; i < got[0].size(); ++i) {
+        const double r = ref[0][i];
+        if (!std::isfinite(r) || std::fabs(r) > std::numeric_limits<float>::max()) continue;
+        const double err = std::fabs(got[0][i] - r);
+        max_abs = std::max(max_abs, err);
+        if (std::fabs(r) >= std::numeric_limits<float>::min()) max_ulp = std::max(max_ulp, err / Ulp(r));
+        if (err / FnTol(r) > max_ratio) {
+          max_ratio = err / FnTol(r);
+          worst_x = in[0][i];
+        }
+      }
+      std::printf("[ accuracy ] %-8s %-6s n=%zu max_abs=%.3g max_ulp(normal results)=%.3g max_err/tol=%.3f at x=%.9g\n",
+                  name, JitIsaName(isa), got[0].size(), max_abs, max_ulp, max_ratio, worst_x);
+      ExpectNear(got, ref, FnTol, std::string(name) + " sweep " + JitIsaName(isa));
+      if (first.empty()) {
+        first = got;
+      } else {
+        ExpectExact(got, first, std::string(name) + " avx2 vs avx512 bits");
+      }
+    }
+  }
+}
+
+TEST(EwCodegenTest, SpecialValuesFollowTheReference) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Buffers in(1);
+  in[0] = {nan, inf, -inf, 0.0f, -0.0f, 3.4028235e38f, -3.4028235e38f, 1.17549435e-38f, 1e-40f, -1e-40f,
+           88.72283f, 88.7229f, 89.0f, 100.0f, -87.5f, -100.0f, -104.0f, -200.0f, 9.5f, -9.5f, 12.0f, -12.0f};
+  const EwLayout l = Flat(static_cast<int64_t>(in[0].size()), 1, 1);
+  std::vector<FnCase> cases = FnCases();
+  cases.push_back({"relu", [](EwProgram& p, EwValue x) { return p.Relu(x); }, 0, 0});
+  cases.push_back({"sqrt", [](EwProgram& p, EwValue x) { return p.Sqrt(x); }, 0, 0});
+  cases.push_back({"recip", [](EwProgram& p, EwValue x) { return p.Div(p.Const(1.0f), x); }, 0, 0});
+  for (JitIsa isa : Isas()) {
+    for (const FnCase& c : cases) {
+      EwProgram p;
+      p.Store(0, c.build(p, p.Load(0)));
+      ExpectNear(RunJit(p, l, isa, in), RunRef(p, l, in), FnTol, std::string(c.name) + " specials " + JitIsaName(isa));
+    }
+  }
+}
+
+// Out = X*Y + X - Y with Y broadcast in the OPS.md ways.
+TEST(EwCodegenTest, BroadcastInputsAreExact) {
+  struct Shape {
+    Dims x, y;
+  };
+  const std::vector<Shape> shapes = {
+      {{7, 33}, {1, 33}},          // [R,C] + [C]
+      {{5, 16}, {1, 16}},          // exact vector rows
+      {{3, 1000}, {1, 1000}},      // long rows with a tail
+      {{2, 5, 17}, {1, 5, 1}},     // [N,C,HW] + [C], axis 1
+      {{4, 3, 64}, {1, 3, 1}},     // ... HW a vector multiple
+      {{3, 4, 5, 6}, {1, 4, 1, 6}},  // rank-4 broadcast pattern
+      {{4099}, {1}},               // scalar [1]
+      {{9, 23}, {9, 1}},           // [R,1]: inner broadcast
+  };
+  for (JitIsa isa : Isas()) {
+    for (const Shape& s : shapes) {
+      for (int swap = 0; swap < 2; ++swap) {
+        EwProgram p;
+        const EwValue x = p.Load(0);
+        const EwValue y = p.Load(1);
+        p.Store(0, p.Sub(p.Add(p.Mul(x, y), x), y));
+        const Dims& a = swap ? s.y : s.x;
+        const Dims& b = swap ? s.x : s.y;
+        const EwLayout l = CollapseLayout(s.x, {a, b}, {s.x});
+        const Buffers in = RandomInputs(l, -2, 2, 3);
+        ExpectExact(RunJit(p, l, isa, in), RunRefFloat(p, l, in),
+                    "broadcast " + DimsToString(a) + "," + DimsToString(b) + " " + JitIsaName(isa) + " " + l.ToString());
+      }
+    }
+  }
+}
+
+// Gradients of broadcast inputs: outputs summed over broadcast dims, together
+// with an elementwise output in the same kernel.
+TEST(EwCodegenTest, ReductionOutputs) {
+  struct Shape {
+    Dims x, y;
+  };
+  const std::vector<Shape> shapes = {
+      {{7, 33}, {1, 33}},        // column sums
+      {{300, 17}, {1, 17}},      //
+      {{2, 5, 17}, {1, 5, 1}},   // channel sums: inner and outer reduction
+      {{3, 4, 64}, {1, 4, 1}},   //
+      {{6, 35}, {6, 1}},         // row sums (inner only)
+      {{37, 41}, {1, 1}},        // full sum to [1]
+      {{4099}, {1}},             // full sum, rank 1
+      {{1}, {1}},                // one element
+  };
+  for (JitIsa isa : Isas()) {
+    for (const Shape& s : shapes) {
+      EwProgram p;
+      const EwValue dout = p.Load(0);
+      const EwValue x = p.Load(1);
+      p.Store(0, p.Mul(dout, x));  // X@GRAD-like, elementwise
+      p.Store(1, dout);            // Y@GRAD of add: sum of dout
+      p.Store(2, p.Mul(dout, x));  // Y@GRAD of mul: sum of dout * x
+      const EwLayout l = CollapseLayout(s.x, {s.x, s.x}, {s.x, s.y, s.y});
+      const Buffers in = RandomInputs(l, 0.5f, 1.5f, 11);
+      const auto ref = RunRef(p, l, in);
+      const Buffers got = RunJit(p, l, isa, in);
+      const std::string what = "reduce " + DimsToString(s.x) + "->" + DimsToString(s.y) + " " + JitIsaName(isa);
+      ExpectExact({got[0]}, {RunRefFloat(p, l, in)[0]}, what);
+      ExpectNear({got[1], got[2]}, {ref[1], ref[2]}, [](double r) { return 1e-6 + 1e-5 * std::fabs(r); }, what);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Long fused chains.
+
+TEST(EwCodegenTest, TwentyOpChain) {
+  EwProgram p;
+  const EwValue x = p.Load(0);
+  const EwValue y = p.Load(1);
+  const EwValue b = p.Load(2);  // [C] bias
+  EwValue v = p.Add(x, b);
+  v = p.Mul(v, p.Const(0.5f));
+  v = p.Tanh(v);
+  v = p.Fma(v, y, x);
+  v = p.Sub(v, p.Const(0.125f));
+  v = p.Relu(v);
+  v = p.Add(v, p.Sigmoid(y));
+  v = p.Div(v, p.Add(p.Abs(y), p.Const(1.0f)));
+  v = p.Mul(v, p.Exp(p.Neg(p.Abs(x))));
+  v = p.Min(v, p.Const(3.0f));
+  v = p.Sqrt(p.Add(v, p.Const(1.0f)));
+  v = p.Mul(v, p.Erf(y));
+  p.Store(0, v);
+  p.Store(1, p.Mul(v, v));  // and its square summed per column
+  const Dims xd = {37, 129};
+  const EwLayout l = CollapseLayout(xd, {xd, xd, {1, 129}}, {xd, {1, 129}});
+  EXPECT_GE(p.size(), 20u);
+  const Buffers in = RandomInputs(l, -3, 3, 5);
+  const auto ref = RunRef(p, l, in);
+  for (JitIsa isa : Isas()) {
+    ExpectNear(RunJit(p, l, isa, in), ref, [](double r) { return 2e-6 + 2e-6 * std::fabs(r); },
+               std::string("chain ") + JitIsaName(isa));
+  }
+}
+
+TEST(EwCodegenTest, GeluForwardAndGradFromPrimitives) {
+  for (int approximate = 0; approximate < 2; ++approximate) {
+    EwProgram p;
+    const EwValue x = p.Load(0);
+    const EwValue dout = p.Load(1);
+    p.Store(0, approximate ? p.GeluTanh(x) : p.Gelu(x));
+    p.Store(1, approximate ? p.GeluTanhGrad(x, dout) : p.GeluGrad(x, dout));
+    const int64_t n = 20011;
+    const EwLayout l = Flat(n, 2, 2);
+    Buffers in = RandomInputs(l, -12, 12, 9);
+    in[1] = Random(n, -1, 1, 10);
+    const auto ref = RunRef(p, l, in);
+    // Check the reference itself against the textbook formulas in double.
+    for (int64_t i = 0; i < n; i += 97) {
+      const double xv = in[0][i];
+      double fwd, grad;
+      if (approximate) {
+        const double k = 0.79788456080286535588;
+        const double t = std::tanh(k * (xv + 0.044715 * xv * xv * xv));
+        fwd = 0.5 * xv * (1 + t);
+        grad = 0.5 * (1 + t) + 0.5 * xv * (1 - t * t) * k * (1 + 3 * 0.044715 * xv * xv);
+      } else {
+        const double cdf = 0.5 * (1 + std::erf(xv * 0.70710678118654752440));
+        fwd = xv * cdf;
+        grad = cdf + xv * 0.39894228040143267794 * std::exp(-0.5 * xv * xv);
+      }
+      grad *= in[1][i];
+      // The program's constants are rounded to float (relative 3e-8), which
+      // moves the tails by about x^2 times that.
+      const double rel = 1e-7 * (1 + xv * xv);
+      ASSERT_NEAR(ref[0][i], fwd, 1e-12 + rel * std::fabs(fwd)) << "x=" << xv;
+      ASSERT_NEAR(ref[1][i], grad, 1e-12 + rel * std::fabs(grad) + 1e-15) << "x=" << xv;
+    }
+    for (JitIsa isa : Isas()) {
+      ExpectNear(RunJit(p, l, isa, in), ref, [](double r) { return 3e-7 + 1e-6 * std::fabs(r); },
+                 std::string(approximate ? "gelu_tanh " : "gelu ") + JitIsaName(isa));
+    }
+  }
+}
+
+// adam per OPS.md, in place: Param/Moment1/Moment2 are both inputs and outputs.
+TEST(EwCodegenTest, AdamUpdateInPlaceIsExact) {
+  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  EwProgram p;
+  const EwValue param = p.Load(0);
+  const EwValue grad = p.Load(1);
+  const EwValue m = p.Load(2);
+  const EwValue v = p.Load(3);
+  const EwValue lr = p.Load(4);
+  const EwValue b1pow = p.Load(5);
+  const EwValue b2pow = p.Load(6);
+  const EwValue one = p.Const(1.0f);
+  const EwValue m_new = p.Fma(p.Const(b1), m, p.Mul(p.Const(1 - b1), grad));
+  const EwValue v_new = p.Fma(p.Const(b2), v, p.Mul(p.Const(1 - b2), p.Mul(grad, grad)));
+  const EwValue sqrt_b2 = p.Sqrt(p.Sub(one, b2pow));
+  const EwValue lr_t = p.Div(p.Mul(lr, sqrt_b2), p.Sub(one, b1pow));
+  const EwValue denom = p.Add(p.Sqrt(v_new), p.Mul(p.Const(eps), sqrt_b2));
+  p.Store(0, p.Sub(param, p.Div(p.Mul(lr_t, m_new), denom)));
+  p.Store(1, m_new);
+  p.Store(2, v_new);
+  for (JitIsa isa : Isas()) {
+    for (int64_t n : kSizes) {
+      const Dims d = {n};
+      const EwLayout l = CollapseLayout(d, {d, d, d, d, {1}, {1}, {1}}, {d, d, d});
+      Buffers in = {Random(n, -1, 1, 1), Random(n, -1, 1, 2), Random(n, -0.1f, 0.1f, 3), Random(n, 0, 0.01f, 4),
+                    {0.001f}, {0.9f * 0.9f}, {0.999f * 0.999f}};
+      const Buffers want = RunRefFloat(p, l, in);
+      FusedElementwiseKernel k("adam", p, l, isa);
+      k.set_fused_ops({"adam"});
+      k.Create();
+      // ParamOut is Param, Moment1Out is Moment1, Moment2Out is Moment2.
+      k.Run(Ptrs(in), {in[0].data(), in[2].data(), in[3].data()}, 1);
+      ExpectExact({in[0], in[2], in[3]}, want, "adam n=" + std::to_string(n) + " " + JitIsaName(isa));
+    }
+  }
+}
+
+// More live values than registers: values go to stack slots, pointers of the
+// 20 inputs and 3 outputs to the frame.
+TEST(EwCodegenTest, SpillsAndManyOperandsStayExact) {
+  const int kInputs = 20;
+  EwProgram p;
+  std::vector<EwValue> vals;
+  for (int i = 0; i < kInputs; ++i) vals.push_back(p.Mul(p.Load(i), p.Const(1.0f + 0.125f * i)));
+  for (int i = 0; i < kInputs; ++i) vals.push_back(p.Add(vals[i], vals[kInputs - 1 - i]));
+  EwValue acc = vals.back();
+  for (int i = static_cast<int>(vals.size()) - 2; i >= 0; --i) acc = p.Fma(acc, p.Const(0.5f), vals[i]);
+  p.Store(0, acc);
+  p.Store(1, vals[3]);
+  p.Store(2, p.Tanh(vals[kInputs]));
+  for (JitIsa isa : Isas()) {
+    for (int64_t n : {int64_t{17}, int64_t{1000}}) {
+      const Dims d = {3, n};
+      std::vector<Dims> ins(kInputs, d);
+      ins[5] = {1, n};
+      ins[6] = {3, 1};
+      const EwLayout l = CollapseLayout(d, ins, {d, d, d});
+      const Buffers in = RandomInputs(l, -1, 1, 21);
+      FusedElementwiseKernel k("spill", p, l, isa);
+      k.Create();
+      if (isa == JitIsa::kAvx2) {
+        EXPECT_GT(k.num_spills(), 0);
+      }
+      std::printf("[ spills ] %s: %d values spilled, %d pool registers\n", JitIsaName(isa), k.num_spills(),
+                  k.num_vector_regs());
+      const Buffers got = RunJit(p, l, isa, in);
+      const Buffers want = RunRefFloat(p, l, in);
+      ExpectExact({got[0], got[1]}, {want[0], want[1]}, std::string("spill ") + JitIsaName(isa));
+      ExpectNear({got[2]}, {RunRef(p, l, in)[2]}, FnTol, std::string("spill tanh ") + JitIsaName(isa));
+    }
+  }
+}
+
+TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
+  struct Shape {
+    Dims x, y;
+  };
+  const std::vector<Shape> shapes = {
+      {{1 << 20}, {1}},              // rank 1, full sum
+      {{1000003}, {1000003}},        // rank 1, odd length, no reduction
+      {{2048, 1000}, {1, 1000}},     // column sums
+      {{64, 32, 1000}, {1, 32, 1}},  // channel sums
+      {{4000, 300}, {4000, 1}},      // row sums
+  };
+  for (JitIsa isa : Isas()) {
+    for (const Shape& s : shapes) {
+      EwProgram p;
+      const EwValue x = p.Load(0);
+      const EwValue y = p.Load(1);
+      const EwValue t = p.Tanh(p.Fma(x, p.Const(0.75f), y));
+      p.Store(0, t);
+      p.Store(1, p.Mul(t, x));
+      const EwLayout l = CollapseLayout(s.x, {s.x, s.y}, {s.x, s.y});
+      const Buffers in = RandomInputs(l, 0.1f, 1.0f, 17);
+      const Buffers one = RunJit(p, l, isa, in, 1);
+      const Buffers two = RunJit(p, l, isa, in, 2);
+      const std::string what = "mt " + DimsToString(s.x) + " " + JitIsaName(isa);
+      ExpectExact({two[0]}, {one[0]}, what);
+      std::vector<std::vector<double>> one_d(1, std::vector<double>(one[1].begin(), one[1].end()));
+      if (l.IsReduction(1)) {
+        ExpectNear({two[1]}, one_d, [](double r) { return 1e-5 * std::fabs(r) + 1e-6; }, what);
+        const auto ref = RunRef(p, l, in);
+        ExpectNear({one[1]}, {ref[1]}, [](double r) { return 1e-5 * std::fabs(r) + 1e-6; }, what + " vs ref");
+      } else {
+        ExpectExact({two[1]}, {one[1]}, what);
+      }
+    }
+  }
+}
+
+TEST(EwCodegenTest, PartialRangeCallsTouchOnlyTheirRows) {
+  for (JitIsa isa : Isas()) {
+    EwProgram p;
+    p.Store(0, p.Add(p.Load(0), p.Const(1.0f)));
+    const Dims d = {6, 5, 19};
+    const EwLayout l = CollapseLayout(d, {d}, {d});
+    FusedElementwiseKernel k("range", p, l, isa);
+    k.Create();
+    ASSERT_EQ(l.rank, 1);  // all dims merge: the range is in elements
+    const Buffers in = RandomInputs(l, -1, 1, 2);
+    std::vector<float> out(static_cast<size_t>(l.numel()), -7.0f);
+    const float* ip[] = {in[0].data()};
+    float* op[] = {out.data()};
+    k.Call({ip, op, 33, 301});
+    for (int64_t i = 0; i < l.numel(); ++i) {
+      const float want = (i >= 33 && i < 301) ? in[0][i] + 1.0f : -7.0f;
+      ASSERT_EQ(out[i], want) << i << " " << JitIsaName(isa);
+    }
+    // A rank-3 layout (channel broadcast): range over dim 0.
+    const EwLayout l3 = CollapseLayout(d, {d, {1, 5, 1}}, {d});
+    EwProgram q;
+    q.Store(0, q.Mul(q.Load(0), q.Load(1)));
+    FusedElementwiseKernel k3("range3", q, l3, isa);
+    k3.Create();
+    const Buffers in3 = RandomInputs(l3, -1, 1, 4);
+    std::fill(out.begin(), out.end(), -7.0f);
+    const float* ip3[] = {in3[0].data(), in3[1].data()};
+    k3.Call({ip3, op, 2, 4});
+    for (int64_t i = 0; i < l3.numel(); ++i) {
+      const int64_t n = i / 95, c = i / 19 % 5;
+      const float want = (n >= 2 && n < 4) ? in3[0][i] * in3[1][c] : -7.0f;
+      ASSERT_EQ(out[i], want) << i << " " << JitIsaName(isa);
+    }
+  }
+}
+
+TEST(EwCodegenTest, ErrorsNameTheKernelAndProblem) {
+  EwProgram p;
+  const EwValue x = p.Load(0);
+  p.Store(0, x);
+  p.Store(0, x);
+  FusedElementwiseKernel k("bad", p, Flat(8, 1, 1), BestJitIsa());
+  try {
+    k.Create();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("out0 is stored 2 times"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(k.created());
+  EwProgram q;
+  q.Store(0, q.Load(3));
+  FusedElementwiseKernel k2("bad2", q, Flat(8, 1, 1), BestJitIsa());
+  EXPECT_THROW(k2.Create(), Error);
+  // Too many inner-reduction outputs for AVX2's 16 registers.
+  EwProgram r;
+  const EwValue y = r.Load(0);
+  for (int o = 0; o < 8; ++o) r.Store(o, r.Mul(y, r.Const(static_cast<float>(o))));
+  FusedElementwiseKernel k3("bad3", r, CollapseLayout({4, 40}, {{4, 40}}, std::vector<Dims>(8, Dims{4, 1})),
+                            JitIsa::kAvx2);
+  try {
+    k3.Create();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("accumulator registers"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EwCodegenTest, DumpShowsNameOpsAndCode) {
+  EwProgram p;
+  p.Store(0, p.Relu(p.Add(p.Load(0), p.Load(1))));
+  const Dims d = {4, 16};
+  FusedElementwiseKernel k("fused_ew_7", p, CollapseLayout(d, {d, {1, 16}}, {d}), BestJitIsa());
+  k.set_fused_ops({"elementwise_add", "relu"});
+  k.Create();
+  ASSERT_TRUE(k.created());
+  EXPECT_GT(k.code_size(), 16u);
+  ASSERT_NE(k.code(), nullptr);
+  const std::string s = k.ToString();
+  EXPECT_NE(s.find("kernel fused_ew_7 isa="), std::string::npos) << s;
+  EXPECT_NE(s.find("ops=[elementwise_add,relu]"), std::string::npos) << s;
+  EXPECT_NE(s.find("dims=[4,16] in0=[16,1] in1=[0,1] out0=[16,1]"), std::string::npos) << s;
+  EXPECT_NE(s.find("%4 = max %2, %3"), std::string::npos) << s;
+}
+
+// Not a benchmark (STYLE 14): prints a rough single-thread figure.
+TEST(EwCodegenTest, ReportsThroughput) {
+  const int64_t n = 1 << 20;
+  for (JitIsa isa : Isas()) {
+    for (int chain = 0; chain < 2; ++chain) {
+      EwProgram p;
+      const EwValue x = p.Load(0);
+      const EwValue y = p.Load(1);
+      if (chain) {
+        p.Store(0, p.Relu(p.Sub(p.Mul(p.Fma(x, p.Const(0.5f), y), x), p.Const(0.25f))));
+      } else {
+        p.Store(0, p.Add(x, y));
+      }
+      const EwLayout l = Flat(n, 2, 1);
+      FusedElementwiseKernel k("bench", p, l, isa);
+      k.Create();
+      const Buffers in = RandomInputs(l, -1, 1, 1);
+      std::vector<float> out(static_cast<size_t>(n));
+      const float* ip[] = {in[0].data(), in[1].data()};
+      float* op[] = {out.data()};
+      double best = 1e9;
+      for (int rep = 0; rep < 20; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        k.Run(ip, op, 1);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::printf("[ throughput ] %-6s %s, 1M floats, 1 thread: %.2f ms, %.1f GB/s (3 x 4 MB moved)\n",
+                  JitIsaName(isa), chain ? "5-op chain" : "add       ", best * 1e3, 12.0 * n / 1e9 * 1.0 / best * 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace compiler
+}  // namespace kiln
