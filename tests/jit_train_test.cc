@@ -1,0 +1,207 @@
+// The JIT end to end: training with the JIT on (each launch mode) matches
+// training with it off; compiles happen once per shape signature; threads
+// share compiled objects; in-place updates donate or copy-protect.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "compiler/jit_compiler.h"
+#include "framework/data/digits.h"
+#include "framework/data/synthetic.h"
+#include "framework/trainer.h"
+#include "launch_op/jit_launch_op.h"
+#include "launch_op/jit_pipeline.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+using jit::JitCompiler;
+
+class JitTrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  void SetUp() override {
+    JitCompiler::Instance().ClearCache();
+    jit::ResetLaunchStats();
+    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+  }
+  static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+    BuildJitPassOptions o;
+    o.keep_vars = keep;
+    return jit::ApplyBuildJitPass(p, o);
+  }
+  static int CountOps(const proto::ProgramDesc& p, const std::string& type) {
+    int n = 0;
+    for (const auto& op : p.blocks(0).ops()) n += op.type() == type;
+    return n;
+  }
+};
+
+void ExpectSameLosses(const TrainResult& off, const TrainResult& on, const std::string& what) {
+  ASSERT_EQ(off.losses.size(), on.losses.size()) << what;
+  for (size_t i = 0; i < off.losses.size(); ++i) {
+    EXPECT_NEAR(on.losses[i], off.losses[i], 1e-4 * std::max(1.0f, std::fabs(off.losses[i])))
+        << what << " step " << i;
+  }
+}
+
+struct Case {
+  std::string name;
+  Model model;
+  Dataset train, test;
+};
+
+std::vector<Case> Models() {
+  std::vector<Case> cases;
+  TrainConfig tc;
+  tc.optimizer = OptimizerKind::kAdam;
+  tc.lr = 0.003f;
+  const TrainTest digits = LoadDigits(kDefaultDigitsPath, 1);
+  cases.push_back({"mlp", BuildMlp(MlpConfig{}, tc), digits.train, digits.test});
+  TrainTest images = digits;
+  for (Dataset* d : {&images.train, &images.test}) d->features.Resize({d->size(), 1, 8, 8});
+  CnnConfig cc;
+  cc.height = cc.width = 8;
+  tc.optimizer = OptimizerKind::kMomentum;
+  tc.lr = 0.05f;
+  cases.push_back({"cnn", BuildCnn(cc, tc), images.train, images.test});
+  const Dataset seqs = MakeSyntheticSequences(512, 16, 32, 10, 3);
+  auto [train, test] = SplitDataset(seqs, 0.8);
+  tc.optimizer = OptimizerKind::kSgd;
+  tc.lr = 0.1f;
+  cases.push_back({"transformer", BuildTransformer(TransformerConfig{}, tc), train, test});
+  return cases;
+}
+
+TEST_F(JitTrainTest, ThirtyStepsMatchWithJitOffInBothLaunchModes) {
+  for (const Case& c : Models()) {
+    TrainOptions o;
+    o.epochs = 100;
+    o.batch_size = 16;
+    o.max_steps = 30;
+    const TrainResult off = Train(c.model, c.train, c.test, o);
+    ASSERT_EQ(off.steps, 30);
+    o.program_transform = Jit;
+    for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
+      JitCompiler::Instance().ClearCache();
+      jit::SetLaunchMode(mode);
+      const TrainResult on = Train(c.model, c.train, c.test, o);
+      ExpectSameLosses(off, on, c.name + (mode == jit::LaunchMode::kRuntime ? " runtime" : " executor"));
+      EXPECT_NEAR(on.test_accuracy, off.test_accuracy, 1e-6) << c.name;
+      EXPECT_GT(JitCompiler::Instance().stats().compiles, 0) << c.name;
+    }
+  }
+}
+
+TEST_F(JitTrainTest, ProgramsAreClusteredAndRunOnlyThroughLaunchOps) {
+  for (const Case& c : Models()) {
+    const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+    EXPECT_GE(CountOps(p, "jit_launch"), 1) << c.name;
+    EXPECT_LT(p.blocks(0).ops_size(), c.model.train.blocks(0).ops_size() / 2) << c.name;
+  }
+}
+
+// Runs `steps` training steps of the jitted program on batches of `batch` rows.
+void RunSteps(const Model& m, const proto::ProgramDesc& program, Scope& scope, const Dataset& data, int64_t batch,
+              int steps, std::vector<float>* losses = nullptr) {
+  Executor exec;
+  auto plan = exec.Prepare(program, 0, {m.loss});
+  for (int s = 0; s < steps; ++s) {
+    const Dataset b = SliceRows(data, s * batch, (s + 1) * batch);
+    FeedTensor(program.blocks(0), scope, m.features, b.features);
+    FeedTensor(program.blocks(0), scope, m.labels, b.labels);
+    exec.Run(*plan, scope);
+    if (losses) losses->push_back(scope.GetVar(m.loss)->Get().data<float>()[0]);
+  }
+}
+
+TEST_F(JitTrainTest, SecondStepCompilesNothingAndANewBatchSizeCompilesOnce) {
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  const int64_t clusters = CountOps(p, "jit_launch");
+  Scope scope;
+  Executor().RunProgram(c.model.startup, scope);
+  RunSteps(c.model, p, scope, c.train, 32, 1);
+  const int64_t after_first = JitCompiler::Instance().stats().compiles;
+  EXPECT_EQ(after_first, clusters);
+  RunSteps(c.model, p, scope, c.train, 32, 3);
+  EXPECT_EQ(JitCompiler::Instance().stats().compiles, after_first);
+  EXPECT_EQ(JitCompiler::Instance().stats().hits, 3 * clusters);
+  RunSteps(c.model, p, scope, c.train, 17, 2);
+  EXPECT_EQ(JitCompiler::Instance().stats().compiles, after_first + clusters);
+}
+
+TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  const int64_t clusters = CountOps(p, "jit_launch");
+  std::vector<float> reference;
+  {
+    Scope scope;
+    Executor().RunProgram(c.model.startup, scope);
+    RunSteps(c.model, c.model.train, scope, c.train, 32, 5, &reference);
+  }
+  JitCompiler::Instance().ClearCache();
+  std::vector<std::vector<float>> losses(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      Scope scope;
+      Executor().RunProgram(c.model.startup, scope);
+      RunSteps(c.model, p, scope, c.train, 32, 5, &losses[t]);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(JitCompiler::Instance().stats().compiles, clusters);
+  for (int t = 0; t < 8; ++t) {
+    ASSERT_EQ(losses[t].size(), reference.size());
+    for (size_t s = 0; s < reference.size(); ++s) EXPECT_NEAR(losses[t][s], reference[s], 1e-5) << t;
+  }
+}
+
+TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  Scope scope;
+  Executor().RunProgram(c.model.startup, scope);
+  RunSteps(c.model, p, scope, c.train, 32, 1);
+  const jit::LaunchStats first = jit::GetLaunchStats();
+  EXPECT_GT(first.donated, 0);
+  EXPECT_EQ(first.copy_protected, 0);
+  // Another tensor shares fc0.w's buffer: the update must not touch it.
+  Tensor* w = scope.GetTensor("fc0.w");
+  Tensor snapshot;
+  snapshot.CopyFrom(*w);
+  Tensor sharer = *w;
+  ASSERT_TRUE(sharer.IsSharedBufferWith(*w));
+  RunSteps(c.model, p, scope, c.train, 32, 1);
+  EXPECT_EQ(jit::GetLaunchStats().copy_protected, 1);
+  EXPECT_FALSE(sharer.IsSharedBufferWith(*scope.GetTensor("fc0.w")));
+  EXPECT_EQ(test::CompareTensors(sharer, snapshot, 0, 0), "");
+  EXPECT_NE(test::CompareTensors(*scope.GetTensor("fc0.w"), snapshot, 0, 0), "");
+}
+
+TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  jit::JitCompilerOptions saved = JitCompiler::Instance().options();
+  jit::JitCompilerOptions o = saved;
+  o.recompile_limit = 2;
+  JitCompiler::Instance().Configure(o);
+  Scope jit_scope, ref_scope;
+  Executor().RunProgram(c.model.startup, jit_scope);
+  Executor().RunProgram(c.model.startup, ref_scope);
+  std::vector<float> got, want;
+  for (int64_t batch : {8, 9, 10, 11}) {
+    RunSteps(c.model, p, jit_scope, c.train, batch, 1, &got);
+    RunSteps(c.model, c.model.train, ref_scope, c.train, batch, 1, &want);
+  }
+  JitCompiler::Instance().Configure(saved);
+  EXPECT_GT(jit::GetLaunchStats().framework_fallbacks, 0);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
+}
+
+}  // namespace
+}  // namespace kiln
