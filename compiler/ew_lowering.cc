@@ -1,16 +1,433 @@
 #include "compiler/ew_lowering.h"
 
-namespace kiln::jit {
+#include <functional>
+#include <map>
+#include <set>
 
-std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, const JitSubgraph& /*subgraph*/,
-                                              const CompileOptions& /*options*/, const OpRegistry& /*registry*/) {
-  std::vector<LoweredUnit> units;
-  for (int i = 0; i < block.ops_size(); ++i) {
-    LoweredUnit u;
-    u.op_index = i;
-    units.push_back(std::move(u));
+#include "compiler/ew_codegen.h"
+#include "framework/shape_util.h"
+
+namespace kiln::jit {
+namespace {
+
+using compiler::EwProgram;
+using compiler::EwValue;
+
+// One piece of an op that computes over one iteration space. Most ops are one
+// fragment; adam is two (the parameter-sized update and the [1]-sized
+// beta-power update).
+struct Fragment {
+  int op_index = -1;
+  Dims iter;
+  std::vector<std::pair<std::string, Dims>> reads;   // var, dims padded to iter's rank
+  std::vector<std::pair<std::string, Dims>> writes;  // var, padded dims (1 where iter > 1: a sum)
+  // Emits the fragment: in[k] is the value of reads[k]; returns one value per write.
+  std::function<std::vector<EwValue>(EwProgram&, const std::vector<EwValue>& in)> emit;
+};
+
+Dims Ones(size_t rank) { return Dims(rank, 1); }
+
+class OpView {
+ public:
+  OpView(const proto::BlockDesc& block, const proto::OpDesc& op, const OpInfo& info, int index)
+      : block_(block), op_(op), attrs_(ResolveAttrs(info, op, index)) {}
+  // The single arg of a slot, or "" when absent/@EMPTY@.
+  std::string In(const std::string& slot) const { return One(InputArgs(op_, slot)); }
+  std::string Out(const std::string& slot) const { return One(OutputArgs(op_, slot)); }
+  Dims DimsOf(const std::string& var) const { return VarDims(*FindVarDesc(block_, var)); }
+  bool IsF32(const std::string& var) const { return FindVarDesc(block_, var)->dtype() == proto::FP32; }
+  template <typename T>
+  const T& Attr(const std::string& name) const { return std::get<T>(attrs_.at(name)); }
+
+ private:
+  static std::string One(const std::vector<std::string>& args) {
+    return args.size() == 1 && args[0] != kEmptyVarName ? args[0] : "";
   }
-  return units;
+  const proto::BlockDesc& block_;
+  const proto::OpDesc& op_;
+  AttrMap attrs_;
+};
+
+// The fragments of one op, or none when it is not lowered to generated code.
+std::vector<Fragment> FragmentsOf(const proto::BlockDesc& block, int index, const OpRegistry& registry) {
+  const proto::OpDesc& op = block.ops(index);
+  const OpInfo& info = registry.Get(op.type());
+  if (info.jit != JitLowering::kElementwise && info.jit != JitLowering::kOptimizer) return {};
+  for (const auto& a : AllInputArgs(op)) {
+    if (a != kEmptyVarName && FindVarDesc(block, a)->dtype() != proto::FP32) return {};
+  }
+  for (const auto& a : AllOutputArgs(op)) {
+    if (a != kEmptyVarName && FindVarDesc(block, a)->dtype() != proto::FP32) return {};
+  }
+  const OpView v(block, op, info, index);
+  const std::string& t = op.type();
+  Fragment f;
+  f.op_index = index;
+  auto full = [&](const std::string& var) { return std::make_pair(var, v.DimsOf(var)); };
+  auto scalar = [&](const std::string& var, size_t rank) { return std::make_pair(var, Ones(rank)); };
+
+  // Binary elementwise ops and their grads: Y broadcasts into X.
+  static const std::set<std::string> kBinary = {"elementwise_add", "elementwise_sub", "elementwise_mul",
+                                                "elementwise_div"};
+  const std::string base = t.size() > 5 && t.compare(t.size() - 5, 5, "_grad") == 0 ? t.substr(0, t.size() - 5) : t;
+  if (kBinary.count(base)) {
+    const std::string x = v.In("X"), y = v.In("Y");
+    if (x.empty() || y.empty()) return {};
+    const Dims xd = v.DimsOf(x);
+    const Dims yd = BroadcastYDims(xd, v.DimsOf(y), v.Attr<int64_t>("axis"), op.type());
+    f.iter = xd;
+    const char kind = base[12];  // a(dd) s(ub) m(ul) d(iv)
+    if (t == base) {
+      f.reads = {full(x), {y, yd}};
+      f.writes = {full(v.Out("Out"))};
+      f.emit = [kind](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+        switch (kind) {
+          case 'a': return {p.Add(in[0], in[1])};
+          case 's': return {p.Sub(in[0], in[1])};
+          case 'm': return {p.Mul(in[0], in[1])};
+          default: return {p.Div(in[0], in[1])};
+        }
+      };
+      return {f};
+    }
+    const std::string dout = v.In("Out@GRAD"), dx = v.Out("X@GRAD"), dy = v.Out("Y@GRAD");
+    if (dout.empty() || (dx.empty() && dy.empty())) return {};
+    f.reads = {full(dout), full(x), {y, yd}};
+    if (!dx.empty()) f.writes.push_back(full(dx));
+    if (!dy.empty()) f.writes.emplace_back(dy, yd);
+    const bool want_dx = !dx.empty(), want_dy = !dy.empty();
+    f.emit = [kind, want_dx, want_dy](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+      const EwValue g = in[0], xv = in[1], yv = in[2];
+      EwValue gx = g, gy = g;
+      switch (kind) {
+        case 'a': break;
+        case 's': gy = p.Neg(g); break;
+        case 'm':
+          gx = p.Mul(g, yv);
+          gy = p.Mul(g, xv);
+          break;
+        default:  // d(x/y)/dy = -x/y^2
+          gx = p.Div(g, yv);
+          gy = p.Neg(p.Div(p.Mul(g, xv), p.Mul(yv, yv)));
+          break;
+      }
+      std::vector<EwValue> out;
+      if (want_dx) out.push_back(gx);
+      if (want_dy) out.push_back(gy);
+      return out;
+    };
+    return {f};
+  }
+
+  // Unary activations: forward reads X; grads read Out (or X for gelu).
+  static const std::set<std::string> kUnary = {"relu", "tanh", "sigmoid", "exp", "gelu", "scale"};
+  if (kUnary.count(base)) {
+    if (t == base) {
+      const std::string x = v.In("X");
+      f.iter = v.DimsOf(x);
+      f.reads = {full(x)};
+      f.writes = {full(v.Out("Out"))};
+      const bool approximate = base == "gelu" && v.Attr<bool>("approximate");
+      float scale = 1.f, bias = 0.f;
+      bool after = true;
+      if (base == "scale") {
+        scale = v.Attr<float>("scale");
+        bias = v.Attr<float>("bias");
+        after = v.Attr<bool>("bias_after_scale");
+      }
+      f.emit = [base, approximate, scale, bias, after](EwProgram& p, const std::vector<EwValue>& in)
+          -> std::vector<EwValue> {
+        const EwValue x = in[0];
+        if (base == "relu") return {p.Relu(x)};
+        if (base == "tanh") return {p.Tanh(x)};
+        if (base == "sigmoid") return {p.Sigmoid(x)};
+        if (base == "exp") return {p.Exp(x)};
+        if (base == "gelu") return {approximate ? p.GeluTanh(x) : p.Gelu(x)};
+        if (after) return {p.Fma(x, p.Const(scale), p.Const(bias))};
+        return {p.Mul(p.Add(x, p.Const(bias)), p.Const(scale))};
+      };
+      return {f};
+    }
+    const std::string dout = v.In("Out@GRAD"), dx = v.Out("X@GRAD");
+    if (dout.empty() || dx.empty()) return {};
+    f.iter = v.DimsOf(dout);
+    const std::string src = base == "gelu" ? v.In("X") : base == "scale" ? "" : v.In("Out");
+    if (base != "scale" && src.empty()) return {};
+    f.reads = {full(dout)};
+    if (!src.empty()) f.reads.push_back(full(src));
+    f.writes = {full(dx)};
+    const bool approximate = base == "gelu" && v.Attr<bool>("approximate");
+    const float scale = base == "scale" ? v.Attr<float>("scale") : 1.f;
+    f.emit = [base, approximate, scale](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+      const EwValue g = in[0];
+      if (base == "scale") return {p.Mul(g, p.Const(scale))};
+      const EwValue s = in[1];  // Out, or X for gelu
+      if (base == "relu") return {p.SelectGtZero(s, g)};
+      if (base == "tanh") return {p.Mul(g, p.Sub(p.Const(1.f), p.Mul(s, s)))};
+      if (base == "sigmoid") return {p.Mul(p.Mul(g, s), p.Sub(p.Const(1.f), s))};
+      if (base == "exp") return {p.Mul(g, s)};
+      return {approximate ? p.GeluTanhGrad(s, g) : p.GeluGrad(s, g)};
+    };
+    return {f};
+  }
+
+  // Optimizers: updates in place; LearningRate and beta powers are [1] scalars.
+  if (t == "sgd") {
+    const std::string param = v.In("Param");
+    f.iter = v.DimsOf(param);
+    const size_t r = f.iter.size();
+    f.reads = {full(param), full(v.In("Grad")), scalar(v.In("LearningRate"), r)};
+    f.writes = {full(v.Out("ParamOut"))};
+    f.emit = [](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+      return {p.Sub(in[0], p.Mul(in[2], in[1]))};
+    };
+    return {f};
+  }
+  if (t == "momentum") {
+    const std::string param = v.In("Param");
+    f.iter = v.DimsOf(param);
+    const size_t r = f.iter.size();
+    f.reads = {full(param), full(v.In("Grad")), full(v.In("Velocity")), scalar(v.In("LearningRate"), r)};
+    f.writes = {full(v.Out("ParamOut")), full(v.Out("VelocityOut"))};
+    const float mu = v.Attr<float>("mu");
+    const bool nesterov = v.Attr<bool>("use_nesterov");
+    f.emit = [mu, nesterov](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+      const EwValue vel = p.Fma(p.Const(mu), in[2], in[1]);
+      const EwValue step = nesterov ? p.Fma(p.Const(mu), vel, in[1]) : vel;
+      return {p.Sub(in[0], p.Mul(in[3], step)), vel};
+    };
+    return {f};
+  }
+  if (t == "adam") {
+    const std::string param = v.In("Param");
+    f.iter = v.DimsOf(param);
+    const size_t r = f.iter.size();
+    const std::string b1p = v.In("Beta1Pow"), b2p = v.In("Beta2Pow");
+    f.reads = {full(param), full(v.In("Grad")), full(v.In("Moment1")), full(v.In("Moment2")),
+               scalar(v.In("LearningRate"), r), scalar(b1p, r), scalar(b2p, r)};
+    f.writes = {full(v.Out("ParamOut")), full(v.Out("Moment1Out")), full(v.Out("Moment2Out"))};
+    const float beta1 = v.Attr<float>("beta1"), beta2 = v.Attr<float>("beta2"), eps = v.Attr<float>("epsilon");
+    f.emit = [beta1, beta2, eps](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+      const EwValue g = in[1];
+      const EwValue m = p.Fma(p.Const(beta1), in[2], p.Mul(p.Const(1.f - beta1), g));
+      const EwValue vv = p.Fma(p.Const(beta2), in[3], p.Mul(p.Const(1.f - beta2), p.Mul(g, g)));
+      const EwValue c2 = p.Sqrt(p.Sub(p.Const(1.f), in[6]));  // sqrt(1 - beta2^t)
+      const EwValue lr_t = p.Div(p.Mul(in[4], c2), p.Sub(p.Const(1.f), in[5]));
+      const EwValue denom = p.Fma(p.Const(eps), c2, p.Sqrt(vv));
+      return {p.Sub(in[0], p.Div(p.Mul(lr_t, m), denom)), m, vv};
+    };
+    Fragment pows;
+    pows.op_index = index;
+    pows.iter = v.DimsOf(b1p);
+    pows.reads = {full(b1p), full(b2p)};
+    pows.writes = {full(v.Out("Beta1PowOut")), full(v.Out("Beta2PowOut"))};
+    pows.emit = [beta1, beta2](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
+      return {p.Mul(in[0], p.Const(beta1)), p.Mul(in[1], p.Const(beta2))};
+    };
+    return {f, pows};
+  }
+  return {};
+}
+
+// A unit under construction: a group of fragments or one framework op.
+struct Unit {
+  bool group = false;
+  int op_index = -1;  // framework op
+  Dims iter;
+  std::vector<Fragment> fragments;
+  std::set<std::string> reads, writes;
+  std::map<std::string, Dims> full_defined;  // vars this group computes over its whole space
+};
+
+bool IsFull(const Dims& padded, const Dims& iter) { return padded == iter; }
+
+// Can fragment `f` join group `g` (at position gi) without breaking a
+// dependency? Its inputs must exist at the group's position, and nothing
+// after that position may touch what it writes.
+bool CanJoin(const Fragment& f, const std::vector<Unit>& units, size_t gi, const std::set<std::string>& external) {
+  const Unit& g = units[gi];
+  if (g.iter != f.iter) return false;
+  for (const auto& [var, padded] : f.reads) {
+    if (g.full_defined.count(var) && IsFull(padded, f.iter)) continue;  // in a register
+    if (g.writes.count(var)) return false;  // written here but needed from memory
+    bool produced_before = external.count(var) > 0;
+    for (size_t u = 0; u < gi && !produced_before; ++u) produced_before = units[u].writes.count(var) > 0;
+    if (!produced_before) {
+      // Written by nobody before the group: only fine if nobody writes it at all yet.
+      for (size_t u = gi + 1; u < units.size(); ++u) {
+        if (units[u].writes.count(var)) return false;
+      }
+    }
+    for (size_t u = gi + 1; u < units.size(); ++u) {
+      if (units[u].writes.count(var)) return false;
+    }
+  }
+  for (const auto& [var, padded] : f.writes) {
+    (void)padded;
+    for (size_t u = gi + 1; u < units.size(); ++u) {
+      if (units[u].reads.count(var) || units[u].writes.count(var)) return false;
+    }
+  }
+  return true;
+}
+
+void AddFragment(Unit& g, const Fragment& f) {
+  for (const auto& [var, padded] : f.reads) g.reads.insert(var);
+  for (const auto& [var, padded] : f.writes) {
+    g.writes.insert(var);
+    if (IsFull(padded, f.iter)) {
+      g.full_defined[var] = padded;
+    } else {
+      g.full_defined.erase(var);
+    }
+  }
+  g.fragments.push_back(f);
+}
+
+// Class wrapping a generated kernel as a runtime::Kernel.
+class EwRuntimeKernel final : public runtime::Kernel {
+ public:
+  EwRuntimeKernel(std::shared_ptr<compiler::FusedElementwiseKernel> k, int num_inputs, std::string describe)
+      : kernel_(std::move(k)), num_inputs_(num_inputs), describe_(std::move(describe)) {}
+  const std::string& name() const override { return kernel_->name(); }
+  std::string Describe() const override { return describe_; }
+  void Run(const runtime::BufferView* args) const override {
+    const float* in[64];
+    float* out[64];
+    const int n_out = static_cast<int>(kernel_->layout().outputs.size());
+    for (int i = 0; i < num_inputs_; ++i) in[i] = static_cast<const float*>(args[i].data);
+    for (int o = 0; o < n_out; ++o) out[o] = static_cast<float*>(args[num_inputs_ + o].data);
+    kernel_->Run(in, out);
+  }
+  const compiler::FusedElementwiseKernel& kernel() const { return *kernel_; }
+
+ private:
+  std::shared_ptr<compiler::FusedElementwiseKernel> kernel_;
+  int num_inputs_;
+  std::string describe_;
+};
+
+// Builds the generated kernel of a group. `stored` decides which written vars
+// leave the kernel.
+LoweredUnit BuildGroupKernel(const Unit& g, const std::function<bool(const std::string&)>& stored,
+                             const CompileOptions& options, const proto::BlockDesc& block, int serial) {
+  EwProgram program;
+  std::vector<std::pair<std::string, Dims>> inputs;  // var, padded
+  std::map<std::pair<std::string, Dims>, EwValue> loaded;
+  std::map<std::string, std::pair<EwValue, Dims>> current;  // latest value of a var in this group
+  std::vector<std::string> op_types;
+  LoweredUnit unit;
+  for (const Fragment& f : g.fragments) {
+    std::vector<EwValue> in;
+    for (const auto& rd : f.reads) {
+      auto cur = current.find(rd.first);
+      if (cur != current.end() && cur->second.second == rd.second && IsFull(rd.second, g.iter)) {
+        in.push_back(cur->second.first);
+        continue;
+      }
+      auto it = loaded.find(rd);
+      if (it == loaded.end()) {
+        it = loaded.emplace(rd, program.Load(static_cast<int>(inputs.size()))).first;
+        inputs.push_back(rd);
+      }
+      in.push_back(it->second);
+    }
+    const std::vector<EwValue> out = f.emit(program, in);
+    KILN_CHECK(out.size() == f.writes.size());
+    for (size_t k = 0; k < out.size(); ++k) current[f.writes[k].first] = {out[k], f.writes[k].second};
+    const std::string& type = block.ops(f.op_index).type();
+    if (std::find(unit.fused_ops.begin(), unit.fused_ops.end(), f.op_index) == unit.fused_ops.end()) {
+      unit.fused_ops.push_back(f.op_index);
+      op_types.push_back(type);
+    }
+  }
+  std::vector<std::pair<std::string, Dims>> outputs;
+  for (const auto& [var, value] : current) {
+    if (!stored(var)) continue;
+    program.Store(static_cast<int>(outputs.size()), value.first);
+    outputs.emplace_back(var, value.second);
+  }
+  if (outputs.empty()) ThrowInvalidArgument("elementwise group computes nothing that is used");
+  std::vector<Dims> in_dims, out_dims;
+  for (const auto& i : inputs) in_dims.push_back(i.second);
+  for (const auto& o : outputs) out_dims.push_back(o.second);
+  compiler::EwLayout layout = compiler::CollapseLayout(g.iter, in_dims, out_dims);
+  const compiler::JitIsa isa = options.isa == Isa::kAvx512 ? compiler::JitIsa::kAvx512 : compiler::JitIsa::kAvx2;
+  auto kernel = std::make_shared<compiler::FusedElementwiseKernel>("ew_" + std::to_string(serial), program, layout,
+                                                                    isa);
+  kernel->set_fused_ops(op_types);
+  kernel->Create();
+  std::string describe = std::string("generated ") + compiler::JitIsaName(isa) + " kernel, " +
+                         std::to_string(program.size()) + " instrs over " + layout.ToString() + " fusing";
+  for (const auto& ty : op_types) describe += " " + ty;
+  unit.kernel = std::make_shared<EwRuntimeKernel>(kernel, static_cast<int>(inputs.size()), describe);
+  for (const auto& i : inputs) unit.arg_names.push_back(i.first);
+  unit.num_inputs = static_cast<int>(inputs.size());
+  for (const auto& o : outputs) unit.arg_names.push_back(o.first);
+  return unit;
+}
+
+}  // namespace
+
+std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, const JitSubgraph& subgraph,
+                                              const CompileOptions& options, const OpRegistry& registry) {
+  std::set<std::string> external(subgraph.inputs.begin(), subgraph.inputs.end());
+  std::vector<Unit> units;
+  for (int i = 0; i < block.ops_size(); ++i) {
+    std::vector<Fragment> frags = options.fuse_elementwise ? FragmentsOf(block, i, registry) : std::vector<Fragment>{};
+    if (frags.empty()) {
+      Unit u;
+      u.op_index = i;
+      for (const auto& a : AllInputArgs(block.ops(i))) {
+        if (a != kEmptyVarName) u.reads.insert(a);
+      }
+      for (const auto& a : AllOutputArgs(block.ops(i))) {
+        if (a != kEmptyVarName) u.writes.insert(a);
+      }
+      units.push_back(std::move(u));
+      continue;
+    }
+    for (const Fragment& f : frags) {
+      bool joined = false;
+      for (size_t gi = 0; gi < units.size() && !joined; ++gi) {
+        if (units[gi].group && CanJoin(f, units, gi, external)) {
+          AddFragment(units[gi], f);
+          joined = true;
+        }
+      }
+      if (!joined) {
+        Unit g;
+        g.group = true;
+        g.iter = f.iter;
+        AddFragment(g, f);
+        units.push_back(std::move(g));
+      }
+    }
+  }
+
+  // A var a group writes leaves the kernel when anything else reads it or the
+  // cluster outputs it.
+  std::set<std::string> cluster_outputs(subgraph.outputs.begin(), subgraph.outputs.end());
+  std::vector<LoweredUnit> lowered;
+  int serial = 0;
+  for (size_t gi = 0; gi < units.size(); ++gi) {
+    const Unit& u = units[gi];
+    if (!u.group) {
+      LoweredUnit l;
+      l.op_index = u.op_index;
+      lowered.push_back(std::move(l));
+      continue;
+    }
+    auto stored = [&](const std::string& var) {
+      if (cluster_outputs.count(var)) return true;
+      for (size_t k = 0; k < units.size(); ++k) {
+        if (k != gi && units[k].reads.count(var)) return true;
+      }
+      return false;
+    };
+    lowered.push_back(BuildGroupKernel(u, stored, options, block, serial++));
+  }
+  return lowered;
 }
 
 }  // namespace kiln::jit
