@@ -1,10 +1,12 @@
 #include "compiler/ew_lowering.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
 
 #include "compiler/ew_codegen.h"
+#include "compiler/onednn_lowering.h"
 #include "framework/shape_util.h"
 
 namespace kiln::jit {
@@ -71,9 +73,11 @@ std::vector<Fragment> FragmentsOf(const proto::BlockDesc& block, int index, cons
                                                 "elementwise_div"};
   const std::string base = t.size() > 5 && t.compare(t.size() - 5, 5, "_grad") == 0 ? t.substr(0, t.size() - 5) : t;
   if (kBinary.count(base)) {
+    // Grads of add/sub take no X (their shape is dOut's).
     const std::string x = v.In("X"), y = v.In("Y");
-    if (x.empty() || y.empty()) return {};
-    const Dims xd = v.DimsOf(x);
+    const std::string shape_var = t == base ? x : v.In("Out@GRAD");
+    if (shape_var.empty() || y.empty()) return {};
+    const Dims xd = v.DimsOf(shape_var);
     const Dims yd = BroadcastYDims(xd, v.DimsOf(y), v.Attr<int64_t>("axis"), op.type());
     f.iter = xd;
     const char kind = base[12];  // a(dd) s(ub) m(ul) d(iv)
@@ -92,12 +96,21 @@ std::vector<Fragment> FragmentsOf(const proto::BlockDesc& block, int index, cons
     }
     const std::string dout = v.In("Out@GRAD"), dx = v.Out("X@GRAD"), dy = v.Out("Y@GRAD");
     if (dout.empty() || (dx.empty() && dy.empty())) return {};
-    f.reads = {full(dout), full(x), {y, yd}};
+    // add/sub need only dOut: not reading X keeps it (often a matmul output)
+    // from having to exist at all.
+    const bool values = kind == 'm' || kind == 'd';
+    if (values && x.empty()) return {};
+    f.reads = {full(dout)};
+    if (values) {
+      f.reads.push_back(full(x));
+      f.reads.emplace_back(y, yd);
+    }
     if (!dx.empty()) f.writes.push_back(full(dx));
     if (!dy.empty()) f.writes.emplace_back(dy, yd);
     const bool want_dx = !dx.empty(), want_dy = !dy.empty();
     f.emit = [kind, want_dx, want_dy](EwProgram& p, const std::vector<EwValue>& in) -> std::vector<EwValue> {
-      const EwValue g = in[0], xv = in[1], yv = in[2];
+      const EwValue g = in[0];
+      const EwValue xv = in.size() > 1 ? in[1] : -1, yv = in.size() > 2 ? in[2] : -1;
       EwValue gx = g, gy = g;
       switch (kind) {
         case 'a': break;
@@ -229,10 +242,15 @@ std::vector<Fragment> FragmentsOf(const proto::BlockDesc& block, int index, cons
   return {};
 }
 
-// A unit under construction: a group of fragments or one framework op.
+// A unit under construction: a group of fragments, one framework op, or a
+// oneDNN matmul with its bias add and activation folded in.
 struct Unit {
   bool group = false;
   int op_index = -1;  // framework op
+  bool fused_matmul = false;
+  FusedMatmulSpec matmul;
+  std::vector<std::string> matmul_args;  // X, W[, bias], Out
+  std::vector<int> matmul_ops;
   Dims iter;
   std::vector<Fragment> fragments;
   std::set<std::string> reads, writes;
@@ -367,14 +385,182 @@ LoweredUnit BuildGroupKernel(const Unit& g, const std::function<bool(const std::
   return unit;
 }
 
+// Puts a fragment into the first group it can join, else a new group.
+void PlaceFragment(const Fragment& f, std::vector<Unit>* units, const std::set<std::string>& external) {
+  for (size_t gi = 0; gi < units->size(); ++gi) {
+    if ((*units)[gi].group && CanJoin(f, *units, gi, external)) {
+      AddFragment((*units)[gi], f);
+      return;
+    }
+  }
+  Unit g;
+  g.group = true;
+  g.iter = f.iter;
+  AddFragment(g, f);
+  units->push_back(std::move(g));
+}
+
+// A fragment that updates state in place which no later op reads or writes,
+// and whose inputs no later op writes, may run at the end of the cluster.
+bool Deferrable(const proto::BlockDesc& block, int i, const Fragment& f,
+                const std::vector<std::set<std::string>>& reads) {
+  for (const auto& w : f.writes) {
+    bool in_place = false;
+    for (const auto& r : f.reads) in_place |= r.first == w.first;
+    if (!in_place) return false;
+  }
+  for (int j = i + 1; j < block.ops_size(); ++j) {
+    for (const auto& w : f.writes) {
+      if (reads[j].count(w.first)) return false;
+    }
+    for (const auto& a : AllOutputArgs(block.ops(j))) {
+      for (const auto& r : f.reads) {
+        if (r.first == a) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The vars an op really reads: a lowered op's fragments may need fewer than
+// its slots name (elementwise_add_grad needs only dOut).
+std::set<std::string> NeededReads(const proto::BlockDesc& block, int i, const std::vector<Fragment>& frags) {
+  std::set<std::string> reads;
+  if (frags.empty()) {
+    for (const auto& a : AllInputArgs(block.ops(i))) {
+      if (a != kEmptyVarName) reads.insert(a);
+    }
+    return reads;
+  }
+  for (const auto& f : frags) {
+    for (const auto& r : f.reads) reads.insert(r.first);
+  }
+  return reads;
+}
+
+// matmul -> elementwise_add(bias [N]) [-> relu | gelu] as one oneDNN matmul
+// with bias and an eltwise post-op, when the intermediate results are needed
+// by nothing else. Returns the op indices folded in (first is the matmul).
+bool MatchFusedMatmul(const proto::BlockDesc& block, int i, const std::vector<std::set<std::string>>& reads,
+                      const std::set<std::string>& cluster_outputs, const std::set<std::string>& external,
+                      const OpRegistry& registry, Unit* unit) {
+  const proto::OpDesc& mm = block.ops(i);
+  if (mm.type() != "matmul") return false;
+  const OpView v(block, mm, registry.Get("matmul"), i);
+  const std::string x = v.In("X"), w = v.In("Y"), out = v.Out("Out");
+  if (x.empty() || w.empty() || out.empty() || !v.IsF32(x) || !v.IsF32(w)) return false;
+  if (v.Attr<bool>("transpose_X")) return false;
+  const Dims xd = v.DimsOf(x), wd = v.DimsOf(w);
+  if (xd.size() < 2 || wd.size() != 2) return false;
+  auto consumers = [&](const std::string& var) {
+    std::vector<int> c;
+    for (int j = 0; j < block.ops_size(); ++j) {
+      if (j != i && reads[j].count(var)) c.push_back(j);
+    }
+    return c;
+  };
+  auto writers_in = [&](const std::string& var, int lo, int hi) {
+    for (int j = lo; j <= hi; ++j) {
+      for (const auto& a : AllOutputArgs(block.ops(j))) {
+        if (a == var && j != i) return true;
+      }
+    }
+    return false;
+  };
+  FusedMatmulSpec spec;
+  spec.x_dims = xd;
+  spec.w_dims = wd;
+  spec.transpose_w = v.Attr<bool>("transpose_Y");
+  spec.alpha = v.Attr<float>("alpha");
+  const int64_t n = spec.transpose_w ? wd[0] : wd[1];
+  std::vector<int> ops = {i};
+  std::string result = out;
+  std::string bias;
+  // Bias: the matmul output's only reader adds a [N] row to it.
+  const std::vector<int> mc = consumers(out);
+  if (mc.size() == 1 && !cluster_outputs.count(out) && block.ops(mc[0]).type() == "elementwise_add") {
+    const int j = mc[0];
+    const OpView a(block, block.ops(j), registry.Get("elementwise_add"), j);
+    const std::string b = a.In("Y");
+    const int64_t axis = a.Attr<int64_t>("axis");
+    const Dims out_dims = v.DimsOf(out);
+    if (a.In("X") == out && !b.empty() && a.IsF32(b) && a.DimsOf(b) == Dims{n} &&
+        (axis == -1 || axis == static_cast<int64_t>(out_dims.size()) - 1) && external.count(b) &&
+        !writers_in(b, 0, j)) {
+      bias = b;
+      spec.bias = true;
+      ops.push_back(j);
+      result = a.Out("Out");
+      // Activation: the sum's only reader is a relu/gelu whose grad does not need the sum.
+      const std::vector<int> sc = consumers(result);
+      if (sc.size() == 1 && !cluster_outputs.count(result)) {
+        const proto::OpDesc& act = block.ops(sc[0]);
+        if (act.type() == "relu" || act.type() == "gelu") {
+          const OpView av(block, act, registry.Get(act.type()), sc[0]);
+          if (av.In("X") == result) {
+            spec.activation = act.type() == "relu"         ? MatmulActivation::kRelu
+                              : av.Attr<bool>("approximate") ? MatmulActivation::kGeluTanh
+                                                             : MatmulActivation::kGelu;
+            ops.push_back(sc[0]);
+            result = av.Out("Out");
+          }
+        }
+      }
+    }
+  }
+  if (ops.size() == 1) return false;  // a bare matmul stays a framework op
+  // Everything between the matmul and the last folded op must leave the
+  // folded vars alone (they now all happen at the matmul's place).
+  std::set<std::string> folded_writes = {out, result};
+  for (int k : ops) {
+    for (const auto& a : AllOutputArgs(block.ops(k))) folded_writes.insert(a);
+  }
+  for (int j = i + 1; j < ops.back(); ++j) {
+    if (std::find(ops.begin(), ops.end(), j) != ops.end()) continue;
+    for (const auto& a : AllOutputArgs(block.ops(j))) {
+      if (folded_writes.count(a) || a == x || a == w || a == bias) return false;
+    }
+    for (const auto& r : reads[j]) {
+      if (folded_writes.count(r)) return false;
+    }
+  }
+  unit->fused_matmul = true;
+  unit->matmul = spec;
+  unit->matmul_args = {x, w};
+  if (!bias.empty()) unit->matmul_args.push_back(bias);
+  unit->matmul_args.push_back(result);
+  unit->matmul_ops = ops;
+  unit->reads = {x, w};
+  if (!bias.empty()) unit->reads.insert(bias);
+  unit->writes = {result};
+  return true;
+}
+
 }  // namespace
 
 std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, const JitSubgraph& subgraph,
                                               const CompileOptions& options, const OpRegistry& registry) {
   std::set<std::string> external(subgraph.inputs.begin(), subgraph.inputs.end());
-  std::vector<Unit> units;
+  std::set<std::string> cluster_outputs(subgraph.outputs.begin(), subgraph.outputs.end());
+  std::vector<std::vector<Fragment>> all_frags(block.ops_size());
+  std::vector<std::set<std::string>> reads(block.ops_size());
   for (int i = 0; i < block.ops_size(); ++i) {
-    std::vector<Fragment> frags = options.fuse_elementwise ? FragmentsOf(block, i, registry) : std::vector<Fragment>{};
+    if (options.fuse_elementwise) all_frags[i] = FragmentsOf(block, i, registry);
+    reads[i] = NeededReads(block, i, all_frags[i]);
+  }
+  std::vector<bool> folded(block.ops_size(), false);
+  std::vector<Unit> units;
+  std::vector<std::pair<size_t, Fragment>> deferred;  // (position in its op, fragment)
+  for (int i = 0; i < block.ops_size(); ++i) {
+    if (folded[i]) continue;
+    Unit mm;
+    if (options.use_onednn && options.fuse_elementwise &&
+        MatchFusedMatmul(block, i, reads, cluster_outputs, external, registry, &mm)) {
+      for (int k : mm.matmul_ops) folded[k] = true;
+      units.push_back(std::move(mm));
+      continue;
+    }
+    const std::vector<Fragment>& frags = all_frags[i];
     if (frags.empty()) {
       Unit u;
       u.op_index = i;
@@ -387,31 +573,39 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
       units.push_back(std::move(u));
       continue;
     }
-    for (const Fragment& f : frags) {
-      bool joined = false;
-      for (size_t gi = 0; gi < units.size() && !joined; ++gi) {
-        if (units[gi].group && CanJoin(f, units, gi, external)) {
-          AddFragment(units[gi], f);
-          joined = true;
-        }
+    for (size_t k = 0; k < frags.size(); ++k) {
+      const Fragment& f = frags[k];
+      if (Deferrable(block, i, f, reads)) {
+        deferred.emplace_back(k, f);
+        continue;
       }
-      if (!joined) {
-        Unit g;
-        g.group = true;
-        g.iter = f.iter;
-        AddFragment(g, f);
-        units.push_back(std::move(g));
-      }
+      PlaceFragment(f, &units, external);
     }
   }
+  // State updates nothing later in the cluster reads (adam's beta powers)
+  // run last, so those of every parameter share one kernel.
+  // Deferred fragments of different ops touch disjoint vars (Deferrable), so
+  // only their order within an op matters: place every op's first fragment,
+  // then every second one.
+  std::stable_sort(deferred.begin(), deferred.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [k, f] : deferred) PlaceFragment(f, &units, external);
 
   // A var a group writes leaves the kernel when anything else reads it or the
   // cluster outputs it.
-  std::set<std::string> cluster_outputs(subgraph.outputs.begin(), subgraph.outputs.end());
   std::vector<LoweredUnit> lowered;
-  int serial = 0;
+  int serial = 0, matmuls = 0;
   for (size_t gi = 0; gi < units.size(); ++gi) {
     const Unit& u = units[gi];
+    if (u.fused_matmul) {
+      LoweredUnit l;
+      l.kernel = MakeFusedMatmulKernel(u.matmul, "matmul_" + std::to_string(matmuls++));
+      l.arg_names = u.matmul_args;
+      l.num_inputs = static_cast<int>(u.matmul_args.size()) - 1;
+      l.fused_ops = u.matmul_ops;
+      lowered.push_back(std::move(l));
+      continue;
+    }
     if (!u.group) {
       LoweredUnit l;
       l.op_index = u.op_index;

@@ -1,6 +1,7 @@
 #include "compiler/jit_compiler.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 
 #include "compiler/lowering.h"
@@ -122,6 +123,17 @@ std::shared_ptr<const CompiledObject> JitCompiler::FindById(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : it->second.lock();
+}
+
+std::vector<std::shared_ptr<const CompiledObject>> JitCompiler::CachedObjects() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<const CompiledObject>> out;
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    const Future& f = cache_.at(*it).future;
+    if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+    if (auto obj = f.get()) out.push_back(obj);
+  }
+  return out;
 }
 
 JitStats JitCompiler::stats() const {

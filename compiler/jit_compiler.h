@@ -62,6 +62,9 @@ class JitCompiler {
   // A live compiled object by its id (executor launch mode), or nullptr.
   std::shared_ptr<const CompiledObject> FindById(uint64_t id) const;
 
+  // The compiled objects in the cache now (finished compiles), oldest use first.
+  std::vector<std::shared_ptr<const CompiledObject>> CachedObjects() const;
+
   JitStats stats() const;
   // Drops compiled objects and statistics (subgraphs stay).
   void ClearCache();

@@ -95,6 +95,27 @@ TEST_F(JitTrainTest, ThirtyStepsMatchWithJitOffInBothLaunchModes) {
   }
 }
 
+TEST_F(JitTrainTest, MlpStepBecomesFusedMatmulsAndGeneratedKernels) {
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  Scope scope;
+  Executor().RunProgram(c.model.startup, scope);
+  Executor exec;
+  auto plan = exec.Prepare(p, 0, {c.model.loss});
+  const Dataset b = SliceRows(c.train, 0, 32);
+  FeedTensor(p.blocks(0), scope, c.model.features, b.features);
+  FeedTensor(p.blocks(0), scope, c.model.labels, b.labels);
+  exec.Run(*plan, scope);
+  std::string listing;
+  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  // fc0: matmul + bias + relu in one oneDNN primitive; the backward and the
+  // optimizer updates in generated kernels.
+  EXPECT_NE(listing.find("+ bias + relu post-op"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("generated"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("relu_grad"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("fusing adam adam adam adam"), std::string::npos) << listing;
+}
+
 TEST_F(JitTrainTest, ProgramsAreClusteredAndRunOnlyThroughLaunchOps) {
   for (const Case& c : Models()) {
     const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});

@@ -1,0 +1,95 @@
+#include "compiler/onednn_lowering.h"
+
+#include <vector>
+
+#include "dnnl.hpp"
+#include "framework/onednn/onednn_handler.h"
+
+namespace kiln::jit {
+namespace {
+
+class FusedMatmulKernel final : public runtime::Kernel {
+ public:
+  FusedMatmulKernel(const FusedMatmulSpec& spec, std::string name) : name_(std::move(name)), spec_(spec) {
+    const int64_t k = spec.x_dims.back();
+    const int64_t m = Numel(spec.x_dims) / k;
+    const int64_t n = spec.transpose_w ? spec.w_dims[0] : spec.w_dims[1];
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc src({m, k}, dt::f32, tag::ab);
+    const dnnl::memory::desc wei({k, n}, dt::f32, spec.transpose_w ? tag::ba : tag::ab);
+    const dnnl::memory::desc dst({m, n}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (spec.alpha != 1.f) attr.set_output_scales(0, {spec.alpha});
+    if (spec.activation != MatmulActivation::kNone) {
+      dnnl::post_ops ops;
+      const auto alg = spec.activation == MatmulActivation::kRelu   ? dnnl::algorithm::eltwise_relu
+                       : spec.activation == MatmulActivation::kGelu ? dnnl::algorithm::eltwise_gelu_erf
+                                                                    : dnnl::algorithm::eltwise_gelu_tanh;
+      ops.append_eltwise(1.f, alg, 0.f, 0.f);
+      attr.set_post_ops(ops);
+    }
+    const auto& engine = onednn::OneDnnHandler::Engine();
+    dnnl::matmul::desc desc = spec.bias ? dnnl::matmul::desc(src, wei, dnnl::memory::desc({1, n}, dt::f32, tag::ab), dst)
+                                        : dnnl::matmul::desc(src, wei, dst);
+    pd_ = dnnl::matmul::primitive_desc(desc, attr, engine);
+    prim_ = dnnl::matmul(pd_);
+    src_md_ = src;
+    wei_md_ = wei;
+    dst_md_ = dst;
+    bias_md_ = dnnl::memory::desc({1, n}, dt::f32, tag::ab);
+    impl_ = pd_.impl_info_str();
+    scratch_bytes_ = pd_.scratchpad_desc().get_size();
+  }
+
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override {
+    std::string s = "oneDNN matmul (" + impl_ + ")";
+    if (spec_.bias) s += " + bias";
+    if (spec_.activation == MatmulActivation::kRelu) s += " + relu post-op";
+    if (spec_.activation == MatmulActivation::kGelu) s += " + gelu_erf post-op";
+    if (spec_.activation == MatmulActivation::kGeluTanh) s += " + gelu_tanh post-op";
+    return s;
+  }
+
+  void Run(const runtime::BufferView* args) const override {
+    const auto& engine = onednn::OneDnnHandler::Engine();
+    // Per-thread scratchpad: a primitive may run on several threads at once.
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < scratch_bytes_) scratch.resize(scratch_bytes_);
+    std::unordered_map<int, dnnl::memory> exec_args = {
+        {DNNL_ARG_SRC, dnnl::memory(src_md_, engine, args[0].data)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md_, engine, args[1].data)},
+        {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd_.scratchpad_desc(), engine, scratch.data())},
+    };
+    int out = 2;
+    if (spec_.bias) exec_args[DNNL_ARG_BIAS] = dnnl::memory(bias_md_, engine, args[out++].data);
+    exec_args[DNNL_ARG_DST] = dnnl::memory(dst_md_, engine, args[out].data);
+    auto& stream = onednn::OneDnnHandler::ThreadStream();
+    prim_.execute(stream, exec_args);
+    stream.wait();
+  }
+
+ private:
+  std::string name_;
+  FusedMatmulSpec spec_;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::primitive prim_;
+  dnnl::memory::desc src_md_, wei_md_, dst_md_, bias_md_;
+  std::string impl_;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {
+  try {
+    return std::make_shared<FusedMatmulKernel>(spec, name);
+  } catch (const dnnl::error& e) {
+    ThrowUnimplemented("oneDNN has no matmul for x ", DimsToString(spec.x_dims), " w ", DimsToString(spec.w_dims),
+                       ": ", e.what());
+  }
+}
+
+}  // namespace kiln::jit
