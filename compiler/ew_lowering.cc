@@ -266,6 +266,11 @@ bool CanJoin(const Fragment& f, const std::vector<Unit>& units, size_t gi, const
   const Unit& g = units[gi];
   if (g.iter != f.iter) return false;
   for (const auto& [var, padded] : f.reads) {
+    // A later unit that writes var (an in-place op) produces the value f must
+    // read, even when the group holds an older value of var in a register.
+    for (size_t u = gi + 1; u < units.size(); ++u) {
+      if (units[u].writes.count(var)) return false;
+    }
     if (g.full_defined.count(var) && IsFull(padded, f.iter)) continue;  // in a register
     if (g.writes.count(var)) return false;  // written here but needed from memory
     bool produced_before = external.count(var) > 0;
@@ -275,9 +280,6 @@ bool CanJoin(const Fragment& f, const std::vector<Unit>& units, size_t gi, const
       for (size_t u = gi + 1; u < units.size(); ++u) {
         if (units[u].writes.count(var)) return false;
       }
-    }
-    for (size_t u = gi + 1; u < units.size(); ++u) {
-      if (units[u].writes.count(var)) return false;
     }
   }
   for (const auto& [var, padded] : f.writes) {

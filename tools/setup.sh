@@ -2,7 +2,7 @@
 # Sets kiln up on a Debian machine: installs the missing Debian packages,
 # configures a Release build in build/ and builds it. Then:
 #   bash tools/setup.sh          set up only
-#   bash tools/setup.sh --train  set up, then train the MLP on the bundled digits data
+#   bash tools/setup.sh --train  set up, then train the MLP on the bundled digits data (JIT on)
 #   bash tools/setup.sh --test   set up, then run the whole test suite (ctest)
 # Extra cmake options: KILN_CMAKE_ARGS="-DKILN_SANITIZE=ON" bash tools/setup.sh --test
 set -euo pipefail
@@ -43,7 +43,7 @@ cmake --build build -j "$jobs"
 case "$mode" in
   --train)
     ./build/tools/kiln train --model mlp --dataset digits --epochs 20 --batch_size 32 --lr 0.1 --optimizer momentum \
-      --seed 1 --metrics_out build/mlp_digits_metrics.json
+      --seed 1 --use_jit --metrics_out build/mlp_digits_metrics.json
     ;;
   --test)
     cd build
