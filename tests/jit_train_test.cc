@@ -204,6 +204,27 @@ TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
   EXPECT_NE(test::CompareTensors(*scope.GetTensor("fc0.w"), snapshot, 0, 0), "");
 }
 
+TEST_F(JitTrainTest, CacheIsBoundedLeastRecentlyUsedFirst) {
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  const jit::JitCompilerOptions saved = JitCompiler::Instance().options();
+  jit::JitCompilerOptions o = saved;
+  o.cache_capacity = 1;  // two clusters take turns
+  JitCompiler::Instance().Configure(o);
+  Scope jit_scope, ref_scope;
+  Executor().RunProgram(c.model.startup, jit_scope);
+  Executor().RunProgram(c.model.startup, ref_scope);
+  std::vector<float> got, want;
+  RunSteps(c.model, p, jit_scope, c.train, 32, 3, &got);
+  RunSteps(c.model, c.model.train, ref_scope, c.train, 32, 3, &want);
+  const jit::JitStats stats = JitCompiler::Instance().stats();
+  JitCompiler::Instance().Configure(saved);
+  EXPECT_EQ(JitCompiler::Instance().CachedObjects().size(), 1u);
+  EXPECT_EQ(stats.compiles, 6);  // both clusters recompile every step
+  EXPECT_EQ(stats.evictions, 5);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
+}
+
 TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
   const Case c = Models()[0];
   const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
