@@ -14,20 +14,13 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+
 using test::CheckGrad;
 using test::CompareTensors;
 using test::RandomTensor;
 using test::RunOp;
 using test::ValueAt;
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // ---- conv2d --------------------------------------------------------------------
 

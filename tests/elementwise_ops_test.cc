@@ -17,6 +17,9 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+using test::RunAndGet;
+
 using test::CheckGrad;
 using test::CompareTensors;
 using test::FloatTensor;
@@ -38,22 +41,6 @@ proto::OpDesc MakeOp(const std::string& type, int64_t axis = -1, const std::stri
   b.In("X", {"x"}).In("Y", {"y"}).Out("Out", {out});
   if (axis != -1) b.Attr("axis", axis);
   return b.Build();
-}
-
-Tensor RunAndGet(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, const std::string& out) {
-  auto scope = RunOp(op, inputs);
-  Tensor t;
-  t.CopyFrom(scope->GetVar(out)->Get());
-  return t;
-}
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Direct broadcast: unravel each X index, take the coordinates Y lines up with

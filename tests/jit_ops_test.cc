@@ -472,6 +472,41 @@ TEST(JitOpsTest, Adam) {
   }
 }
 
+proto::OpDesc AdamOp(const std::string& p, const std::string& g, const std::string& m1, const std::string& m2,
+                     const std::string& b1p, const std::string& b2p) {
+  return OpBuilder("adam")
+      .In("Param", {p})
+      .In("Grad", {g})
+      .In("Moment1", {m1})
+      .In("Moment2", {m2})
+      .In("LearningRate", {"lr"})
+      .In("Beta1Pow", {b1p})
+      .In("Beta2Pow", {b2p})
+      .Out("ParamOut", {p})
+      .Out("Moment1Out", {m1})
+      .Out("Moment2Out", {m2})
+      .Out("Beta1PowOut", {b1p})
+      .Out("Beta2PowOut", {b2p})
+      .Build();
+}
+
+// Two adam updates of parameters of different sizes: one kernel per
+// parameter, and the beta powers of both share one [1]-sized kernel.
+TEST(JitOpsTest, TwoAdamsShareOneBetaPowerKernel) {
+  std::mt19937 rng(14);
+  Cluster c;
+  c.ops = {AdamOp("p", "g", "m1", "m2", "b1p", "b2p"), AdamOp("q", "h", "n1", "n2", "c1p", "c2p")};
+  c.inputs = {{"p", Uniform({1000}, rng)},     {"g", Uniform({1000}, rng)},
+              {"m1", Uniform({1000}, rng)},    {"m2", Uniform({1000}, rng, 0, 3)},
+              {"q", Uniform({17, 3}, rng)},    {"h", Uniform({17, 3}, rng)},
+              {"n1", Uniform({17, 3}, rng)},   {"n2", Uniform({17, 3}, rng, 0, 3)},
+              {"lr", Scalar(0.01f)},           {"b1p", Scalar(0.9f)},
+              {"b2p", Scalar(0.999f)},         {"c1p", Scalar(0.9f * 0.9f)},
+              {"c2p", Scalar(0.999f * 0.999f)}};
+  c.outputs = {"p", "m1", "m2", "b1p", "b2p", "q", "n1", "n2", "c1p", "c2p"};
+  CheckCluster("two adams", c, KernelCount{3, 0});
+}
+
 // ---- long fused chains ----------------------------------------------------------------
 
 proto::OpDesc Binary(const std::string& type, const std::string& x, const std::string& y, const std::string& out) {
@@ -524,8 +559,7 @@ TEST(JitOpsTest, TwentyOpForwardChainIsOneKernel) {
     c.inputs = {{"x", Uniform({3, n}, rng)}, {"b", Uniform({n}, rng)}, {"w", Uniform({3, n}, rng)}};
     // An intermediate that is also an output leaves the kernel as well.
     c.outputs = {"out", "t10"};
-    // Errors of several approximations (tanh, erf, sigmoid, exp) add up.
-    c.tol = Tol{1e-5, 1e-4};
+    c.tol = kTranscendental;
     CheckCluster("20-op chain " + SizeName(n), c, kOneGeneratedKernel);
   }
 }
@@ -552,8 +586,78 @@ TEST(JitOpsTest, ForwardAndBackwardChainIsOneKernel) {
                 {GradVarName("o"), Uniform({2, n}, rng)}};
     c.outputs = {"o", GradVarName("x"), GradVarName("w"), GradVarName("b")};
     c.tol = kTranscendental;
-    c.output_tol[GradVarName("w")] = Tol{1e-5, 1e-4};
     CheckCluster("mul-gelu-add forward and backward " + SizeName(n), c, kOneGeneratedKernel);
+  }
+}
+
+// An input updated in place through a chain (x = x + y; x = relu(x)) and
+// read afterwards: x is both an input and an output (aliased), the kernel
+// reads it and writes it back.
+TEST(JitOpsTest, InPlaceChainOnAnInput) {
+  std::mt19937 rng(15);
+  for (int64_t n : kSizes) {
+    Cluster c;
+    c.ops = {Binary("elementwise_add", "x", "y", "x"), Unary("relu", "x", "x"), ScaleOp("x", "out", 0.5f, 1.0f, true)};
+    c.inputs = {{"x", Uniform({3, n}, rng)}, {"y", Uniform({n}, rng)}};
+    c.outputs = {"x", "out"};
+    CheckCluster("x += y, x = relu(x), out = scale(x) " + SizeName(n), c, kOneGeneratedKernel);
+  }
+}
+
+// Spaces above FusedElementwiseKernel::kParallelMinElements run on several
+// threads; reduction outputs then sum per-thread partials.
+TEST(JitOpsTest, LargeSpacesSplitOverThreads) {
+  std::mt19937 rng(16);
+  const int64_t big = 2 * compiler::FusedElementwiseKernel::kParallelMinElements + 13;
+  const std::vector<BinaryShape> shapes = {{"X[big] Y[1]", {big}, {1}, -1},
+                                           {"X[4,big/4] Y[big/4]", {4, big / 4}, {big / 4}, -1},
+                                           {"X[big/7,7] Y[big/7,1]", {big / 7, 7}, {big / 7, 1}, -1}};
+  for (const BinaryShape& s : shapes) {
+    for (const std::string& type : {std::string("elementwise_mul"), std::string("elementwise_sub")}) {
+      Cluster c;
+      const proto::OpDesc fwd = BinaryOp(type, s.axis);
+      c.ops = {fwd, GradOf(fwd, {GradVarName("x"), GradVarName("y")})};
+      c.inputs = BinaryInputs(type, s, rng);
+      c.outputs = {"out", GradVarName("x"), GradVarName("y")};
+      c.output_tol[GradVarName("y")] = SumTol(Numel(s.x) / Numel(s.y), type == "elementwise_mul" ? 9.0 : 3.0);
+      CheckCluster(type + " and grad " + s.name, c, kOneGeneratedKernel);
+    }
+  }
+}
+
+// A whole training step of r = relu(x*w + b): forward, backward and sgd on
+// w and b, which the forward reads. The [4,n] space is one kernel, the [n]
+// parameter updates (after the forward has read w and b) another.
+TEST(JitOpsTest, TrainingStepWithInPlaceSgd) {
+  std::mt19937 rng(17);
+  for (int64_t n : {int64_t{17}, int64_t{1000}}) {
+    const proto::OpDesc mul = Binary("elementwise_mul", "x", "w", "h");
+    const proto::OpDesc add = Binary("elementwise_add", "h", "b", "o");
+    const proto::OpDesc relu = Unary("relu", "o", "r");
+    auto sgd = [](const std::string& p) {
+      return OpBuilder("sgd")
+          .In("Param", {p})
+          .In("Grad", {GradVarName(p)})
+          .In("LearningRate", {"lr"})
+          .Out("ParamOut", {p})
+          .Build();
+    };
+    Cluster c;
+    c.ops = {mul,
+             add,
+             relu,
+             GradOf(relu, {GradVarName("o")}),
+             GradOf(add, {GradVarName("h"), GradVarName("b")}),
+             GradOf(mul, {GradVarName("w")}),
+             sgd("w"),
+             sgd("b")};
+    c.inputs = {{"x", Uniform({4, n}, rng)},
+                {"w", Uniform({n}, rng)},
+                {"b", Uniform({n}, rng)},
+                {GradVarName("r"), Uniform({4, n}, rng)},
+                {"lr", Scalar(0.01f)}};
+    c.outputs = {"r", "w", "b"};
+    CheckCluster("training step " + SizeName(n), c, KernelCount{2, 0});
   }
 }
 
@@ -636,6 +740,20 @@ TEST(JitOpsTest, UncompilableBroadcastIsReportedNotFatal) {
     EXPECT_EQ(compiler.Compile(key, sig), nullptr);
     EXPECT_EQ(compiler.stats().failures, 1);
   }
+}
+
+
+// Every op the registry marks as lowerable to generated code has a case above.
+TEST(JitOpsTest, EveryLowerableOpIsCovered) {
+  std::set<std::string> covered = {"sgd", "momentum", "adam"};
+  for (const std::string& t : kBinaryOps) covered.insert({t, t + "_grad"});
+  for (const UnaryCase& u : UnaryCases()) covered.insert({u.op.type(), u.op.type() + "_grad"});
+  std::set<std::string> lowerable;
+  for (const std::string& t : OpRegistry::Global().Types()) {
+    const JitLowering j = OpRegistry::Global().Get(t).jit;
+    if (j == JitLowering::kElementwise || j == JitLowering::kOptimizer) lowerable.insert(t);
+  }
+  EXPECT_EQ(lowerable, covered);
 }
 
 }  // namespace

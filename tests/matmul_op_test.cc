@@ -11,6 +11,8 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+
 using test::CheckGrad;
 using test::CompareTensors;
 using test::RandomTensor;
@@ -170,15 +172,6 @@ TEST(MatmulOpTest, BuildTimeShapesPropagateUnknownDims) {
   EXPECT_EQ(InferAtBuild({-1, 4, -1, 8}, {-1, 4, -1, 8}, true), (Dims{-1, 4, -1, -1}));
   EXPECT_EQ(InferAtBuild({-1, 3, 5}, {2, 5, 4}, false), (Dims{2, 3, 4}));  // -1 batch must be 1 or 2
   EXPECT_EQ(InferAtBuild({1, 3, 5}, {-1, 5, 4}, false), (Dims{-1, 3, 4}));
-}
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(MatmulOpTest, BadInputsAreRejected) {

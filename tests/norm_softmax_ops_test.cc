@@ -12,20 +12,13 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+
 using test::CheckGrad;
 using test::CompareTensors;
 using test::RandomTensor;
 using test::RunOp;
 using test::ValueAt;
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // [outer, d, inner] around `axis`.
 void Split(const Dims& dims, int64_t axis, int64_t* outer, int64_t* d, int64_t* inner) {

@@ -80,6 +80,22 @@ std::unique_ptr<Scope> RunOps(const std::vector<proto::OpDesc>& ops, const std::
   return scope;
 }
 
+Tensor RunAndGet(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, const std::string& out) {
+  auto scope = RunOp(op, inputs);
+  Tensor t;
+  t.CopyFrom(scope->GetVar(out)->Get());
+  return t;
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 std::string CompareTensors(const Tensor& a, const Tensor& b, double atol, double rtol) {
   std::ostringstream os;
   if (a.dims() != b.dims()) {

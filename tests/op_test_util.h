@@ -2,6 +2,7 @@
 // check grad ops against central finite differences computed in double.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -31,6 +32,11 @@ inline std::unique_ptr<Scope> RunOp(const proto::OpDesc& op, const std::map<std:
                                     bool use_onednn = false) {
   return RunOps({op}, inputs, use_onednn);
 }
+
+// Runs one op on the reference kernels and returns a copy of output var `out`.
+Tensor RunAndGet(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, const std::string& out);
+// The message of the kiln::Error `fn` throws, or "(no error)".
+std::string ErrorOf(const std::function<void()>& fn);
 
 // Largest |a-b| - (atol + rtol*|b|) over elements; also checks dims and dtype.
 // Returns an empty string when a matches b, else a description of the worst element.

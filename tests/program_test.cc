@@ -14,6 +14,8 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+
 const char* kSmall = R"pb(
 version: 1
 blocks {
@@ -29,15 +31,6 @@ blocks {
   ops { type: "relu" inputs { name: "X" args: "y" } outputs { name: "Out" args: "z" } }
 }
 )pb";
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 #define EXPECT_ERROR(stmt, substr)                                               \
   do {                                                                           \

@@ -18,28 +18,15 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+using test::RunAndGet;
+
 using test::CheckGrad;
 using test::CompareTensors;
 using test::FloatTensor;
 using test::RandomTensor;
 using test::RunOp;
 using test::ValueAt;
-
-Tensor RunAndGet(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, const std::string& out) {
-  auto scope = RunOp(op, inputs);
-  Tensor t;
-  t.CopyFrom(scope->GetVar(out)->Get());
-  return t;
-}
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 proto::OpDesc Reduce(const std::string& type, const std::vector<int64_t>& dim, bool keep_dim = false,
                      bool reduce_all = false) {

@@ -11,20 +11,13 @@
 namespace kiln {
 namespace {
 
+using test::ErrorOf;
+
 using test::CheckGrad;
 using test::CompareTensors;
 using test::RandomTensor;
 using test::RunOp;
 using test::ValueAt;
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 proto::OpDesc ReshapeOp(const std::vector<int64_t>& shape, const std::string& out = "y") {
   return OpBuilder("reshape2").In("X", {"x"}).Out("Out", {out}).Attr("shape", shape).Build();
