@@ -320,6 +320,10 @@ class EwRuntimeKernel final : public runtime::Kernel {
     kernel_->Run(in, out);
   }
   const compiler::FusedElementwiseKernel& kernel() const { return *kernel_; }
+  const uint8_t* code() const override { return kernel_->code(); }
+  size_t code_size() const override { return kernel_->code_size(); }
+  std::vector<std::string> fused_ops() const override { return kernel_->fused_ops(); }
+  std::string DumpDetail() const override { return kernel_->ToString(); }
 
  private:
   std::shared_ptr<compiler::FusedElementwiseKernel> kernel_;

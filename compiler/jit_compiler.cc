@@ -7,6 +7,28 @@
 #include "compiler/lowering.h"
 
 namespace kiln::jit {
+namespace {
+
+// What differs between two signatures of one cluster, input by input.
+std::string SignatureChange(const JitSubgraph& subgraph, const ShapeSignature& before, const ShapeSignature& after,
+                            bool seen_before) {
+  if (seen_before) return "signature " + after.ToString() + " was compiled before (evicted, or options changed)";
+  if (before.inputs.size() != after.inputs.size()) return before.ToString() + " -> " + after.ToString();
+  std::string out;
+  for (size_t i = 0; i < after.inputs.size(); ++i) {
+    const InputSpec& a = before.inputs[i];
+    const InputSpec& b = after.inputs[i];
+    if (a == b) continue;
+    const std::string name = i < subgraph.inputs.size() ? subgraph.inputs[i] : "#" + std::to_string(i);
+    if (!out.empty()) out += ", ";
+    out += "input " + name;
+    if (a.dtype != b.dtype) out += std::string(" dtype ") + DataTypeName(a.dtype) + " -> " + DataTypeName(b.dtype);
+    if (a.dims != b.dims) out += " dims " + DimsToString(a.dims) + " -> " + DimsToString(b.dims);
+  }
+  return out.empty() ? "compile options changed" : out;
+}
+
+}  // namespace
 
 JitCompiler& JitCompiler::Instance() {
   static JitCompiler* instance = new JitCompiler();
@@ -81,6 +103,16 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
                    key.c_str(), seen.size(), options_.recompile_limit, signature.ToString().c_str());
       return nullptr;
     }
+    if (options_.verbose >= 1) {
+      auto last = last_signature_.find(key);
+      if (last != last_signature_.end()) {
+        const std::string name = options_.cluster_name ? options_.cluster_name(key) : key;
+        const bool seen_before = seen.count(signature.ToString()) > 0;
+        std::fprintf(stderr, "kiln jit: cluster %s recompiles: %s\n", name.c_str(),
+                     SignatureChange(sit->second, last->second, signature, seen_before).c_str());
+      }
+    }
+    last_signature_[key] = signature;
     seen.insert(signature.ToString());
     lru_.push_front(ck);
     cache_[ck] = Entry{promise.get_future().share(), lru_.begin()};
@@ -101,20 +133,31 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
   }
   promise.set_value(result);
 
-  std::lock_guard<std::mutex> lock(mu_);
-  if (result) {
-    ++stats_.compiles;
-    ++stats_.compiles_per_key[key];
-    stats_.compile_ms += ms;
-    stats_.compile_ms_per_key[key] += ms;
-    by_id_[result->id] = result;
-  } else {
-    ++stats_.failures;
+  std::function<void(const CompiledObject&, const JitSubgraph&)> on_compile;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (result) {
+      ++stats_.compiles;
+      ++stats_.compiles_per_key[key];
+      stats_.compile_ms += ms;
+      stats_.compile_ms_per_key[key] += ms;
+      by_id_[result->id] = result;
+      on_compile = options_.on_compile;
+    } else {
+      ++stats_.failures;
+    }
+    while (cache_.size() > options_.cache_capacity && !lru_.empty()) {
+      cache_.erase(lru_.back());
+      lru_.pop_back();
+      ++stats_.evictions;
+    }
   }
-  while (cache_.size() > options_.cache_capacity && !lru_.empty()) {
-    cache_.erase(lru_.back());
-    lru_.pop_back();
-    ++stats_.evictions;
+  if (on_compile) {
+    try {
+      on_compile(*result, *subgraph);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln jit: after compiling cluster %s: %s\n", key.c_str(), e.what());
+    }
   }
   return result;
 }
@@ -146,6 +189,7 @@ void JitCompiler::ClearCache() {
   cache_.clear();
   lru_.clear();
   signatures_seen_.clear();
+  last_signature_.clear();
   given_up_.clear();
   by_id_.clear();
   stats_ = JitStats();

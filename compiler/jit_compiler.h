@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <list>
 #include <map>
@@ -28,6 +29,17 @@ struct JitCompilerOptions {
   size_t cache_capacity = 256;  // compiled objects kept (LRU)
   int recompile_limit = 8;      // distinct signatures per cluster before giving up
   CompileOptions compile;
+  // >= 1: every cache miss of a key that already has a compiled signature
+  // logs on stderr what changed, e.g.
+  //   kiln jit: cluster c3 recompiles: input x dims [64,784] -> [32,784]
+  int verbose = 0;
+  // The cluster's name in logs (the tools map keys to c0, c1, ...); the key
+  // itself when not set.
+  std::function<std::string(const std::string& key)> cluster_name;
+  // Called after each successful compile, on the compiling thread and outside
+  // the cache lock (cache hits never call it), e.g. to dump the compiled
+  // object. Errors it throws are reported on stderr and otherwise ignored.
+  std::function<void(const CompiledObject&, const JitSubgraph&)> on_compile;
 };
 
 struct JitStats {
@@ -95,6 +107,7 @@ class JitCompiler {
   std::unordered_map<CacheKey, Entry, CacheKeyHash> cache_;
   std::list<CacheKey> lru_;  // front: most recently used
   std::map<std::string, std::set<std::string>> signatures_seen_;  // key -> signatures compiled
+  std::map<std::string, ShapeSignature> last_signature_;  // key -> signature of its latest miss (for logs)
   std::set<std::string> given_up_;  // keys past the recompile limit
   std::unordered_map<uint64_t, std::weak_ptr<const CompiledObject>> by_id_;
   JitStats stats_;

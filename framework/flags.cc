@@ -6,6 +6,9 @@
 DEFINE_bool(use_onednn, true, "Run ops through oneDNN kernels where they have one; false: reference C++ kernels only");
 DEFINE_bool(check_nan_inf, false, "Stop at the first op that writes NaN or Inf and name it and the variable");
 DEFINE_bool(free_intermediates, true, "Free non-persistable intermediates after their last use");
+DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and sum in place when their input dies there (inplace_pass)");
+DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");
+DEFINE_bool(memory_report, false, "kiln train: print peak tensor bytes, bytes allocated from the system, what in-place and buffer reuse saved, and the JIT's arena plans");
 
 DEFINE_bool(use_jit, false, "JIT: cluster supported ops and run them as compiled code (jit_launch)");
 DEFINE_string(jit_launch_mode, "runtime", "JIT: run compiled clusters through the runtime (runtime) or as jit_kernel ops through the executor (executor)");
@@ -17,6 +20,10 @@ DEFINE_bool(jit_reuse_buffers, true, "JIT: reuse dead intermediates' memory insi
 DEFINE_string(jit_allow_ops, "", "JIT: cluster only these op types (comma-separated; default: every type with a JIT lowering)");
 DEFINE_string(jit_deny_ops, "", "JIT: never cluster these op types (comma-separated)");
 DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
+DEFINE_string(jit_dump_dir, "", "JIT: write each cluster's dump (IR, kernels, disassembly, aliases) to DIR/cluster_<id>_<key>_s<n>/ as it compiles (kiln train, kiln run)");
+DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run what was compiled and why the other ops were not (the short kiln dump index)");
+DEFINE_int32(jit_verbose, 0, "JIT: log level on stderr; >= 1 logs every recompile of a cluster with the inputs whose shape changed");
+DEFINE_bool(markdown, false, "kiln flags / kiln ops: print a Markdown table (docs/flags.md, docs/ops.md)");
 
 DEFINE_string(model, "mlp", "Model to build: mlp | cnn | transformer");
 DEFINE_string(dataset, "", "Dataset: digits | fashion-mnist | synthetic (default: digits, synthetic for the transformer)");
@@ -41,6 +48,13 @@ DEFINE_string(fetch, "", "Variables to fetch, comma-separated");
 DEFINE_string(out, "", "Output directory (kiln run) or file (kiln program)");
 DEFINE_string(append_backward, "", "Insert the backward ops of this loss variable before running");
 DEFINE_int32(steps, 1, "Times to run the program");
+
+// kiln bench.
+DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth)");
+DEFINE_int32(bench_warmup, 5, "kiln bench: untimed steps first (they include JIT compiles)");
+DEFINE_int32(bench_steps, 20, "kiln bench: timed steps");
+DEFINE_int32(bench_matmul_size, 1024, "kiln bench --bench_what matmul: M = N = K");
+DEFINE_int32(bench_copy_mib, 256, "kiln bench --bench_what copy: MiB copied per step (more than the last-level cache)");
 
 namespace kiln {
 

@@ -13,6 +13,11 @@ DECLARE_bool(use_onednn);
 DECLARE_bool(check_nan_inf);
 DECLARE_bool(free_intermediates);
 
+// Memory: the in-place pass, the caching allocator, the memory report.
+DECLARE_bool(use_inplace);
+DECLARE_bool(cache_allocations);
+DECLARE_bool(memory_report);
+
 // JIT clustering (build_jit_pass; turned into BuildJitPassOptions by
 // BuildJitPassOptionsFromFlags in passes/pass_flags.h).
 DECLARE_bool(use_jit);
@@ -25,6 +30,12 @@ DECLARE_bool(jit_reuse_buffers);
 DECLARE_string(jit_allow_ops);
 DECLARE_string(jit_deny_ops);
 DECLARE_int32(jit_min_cluster_size);
+
+// JIT inspection (kiln dump, --jit_dump_dir, --jit_explain, --jit_verbose).
+DECLARE_string(jit_dump_dir);
+DECLARE_bool(jit_explain);
+DECLARE_int32(jit_verbose);
+DECLARE_bool(markdown);
 
 // Training.
 DECLARE_string(model);
@@ -51,6 +62,13 @@ DECLARE_string(fetch);
 DECLARE_string(out);
 DECLARE_string(append_backward);
 DECLARE_int32(steps);
+
+// kiln bench.
+DECLARE_string(bench_what);
+DECLARE_int32(bench_warmup);
+DECLARE_int32(bench_steps);
+DECLARE_int32(bench_matmul_size);
+DECLARE_int32(bench_copy_mib);
 
 namespace kiln {
 

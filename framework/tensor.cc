@@ -1,8 +1,8 @@
 #include "framework/tensor.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <new>
+
+#include "framework/allocator.h"
 
 namespace kiln {
 
@@ -21,16 +21,10 @@ std::string DimsToString(const Dims& dims) {
   return s + "]";
 }
 
-Allocation::Allocation(size_t bytes) : size_(bytes) {
-  // aligned_alloc needs a size that is a multiple of the alignment; never 0.
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
-  ptr_ = std::aligned_alloc(kAlignment, rounded);
-  if (ptr_ == nullptr) throw std::bad_alloc();
-}
+Allocation::Allocation(size_t bytes) : size_(bytes) { ptr_ = CachingAllocator::Global().Allocate(bytes); }
 
 Allocation::~Allocation() {
-  if (owned_) std::free(ptr_);
+  if (owned_) CachingAllocator::Global().Free(ptr_, size_);
 }
 
 void* Tensor::raw_mutable_data() {

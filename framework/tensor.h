@@ -20,6 +20,7 @@ int64_t Numel(const Dims& dims);
 std::string DimsToString(const Dims& dims);
 
 // One aligned allocation. Owned through shared_ptr by every tensor using it.
+// Owned buffers come from CachingAllocator::Global() (framework/allocator.h).
 class Allocation {
  public:
   static constexpr size_t kAlignment = 64;

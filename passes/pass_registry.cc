@@ -61,6 +61,12 @@ void RegisterAllPasses(PassRegistry& registry) {
                   if (!c.jit_sink) ThrowInvalidArgument("build_jit_pass needs a subgraph sink (the JIT compiler)");
                   return std::make_unique<BuildJitPass>(c.build_jit, c.jit_sink, c.build_jit_report);
                 }});
+  registry.Add({"inplace_pass",
+                "let activations, softmax, elementwise_add and sum write their output into an input that dies "
+                "there (--use_inplace; run after build_jit_pass)",
+                [](const PassConfig& c) -> std::unique_ptr<Pass> {
+                  return std::make_unique<InplacePass>(c.inplace, c.inplace_report);
+                }});
 }
 
 namespace {

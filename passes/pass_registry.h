@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "passes/build_jit_pass.h"
+#include "passes/inplace_pass.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -25,6 +26,9 @@ struct PassConfig {
   SubgraphSink jit_sink;
   // When not null, build_jit_pass writes what it did here on every run.
   BuildJitReport* build_jit_report = nullptr;
+  InplacePassOptions inplace;
+  // When not null, inplace_pass writes what it did here on every run.
+  InplaceReport* inplace_report = nullptr;
 };
 
 using PassFactory = std::function<std::unique_ptr<Pass>(const PassConfig&)>;

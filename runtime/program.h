@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,15 @@ class Kernel {
   virtual std::string Describe() const = 0;
   // args[i] is the buffer bound to argument i of the instruction.
   virtual void Run(const BufferView* args) const = 0;
+
+  // For dumps (kiln dump, --jit_dump_dir); the defaults suit kernels that run
+  // no code of their own. Generated machine code (valid while the kernel lives):
+  virtual const uint8_t* code() const { return nullptr; }
+  virtual size_t code_size() const { return 0; }
+  // Op types the kernel computes, in order.
+  virtual std::vector<std::string> fused_ops() const { return {}; }
+  // Multi-line internals (a generated kernel's IR and iteration layout).
+  virtual std::string DumpDetail() const { return {}; }
 };
 
 struct Instruction {

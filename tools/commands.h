@@ -13,5 +13,8 @@ int TrainCommand();
 int RunCommand(const std::vector<std::string>& feeds);
 int ProgramCommand();
 int OpsCommand();
+int DumpCommand();
+int FlagsCommand();
+int BenchCommand();
 
 }  // namespace kiln::tools

@@ -1,13 +1,74 @@
 #include "tools/jit_setup.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
 #include "compiler/jit_compiler.h"
+#include "compiler/jit_dump.h"
 #include "framework/flags.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
 #include "launch_op/jit_pipeline.h"
 #include "passes/pass_flags.h"
+#include "tools/dump_report.h"
 
 namespace kiln::tools {
+namespace {
+
+// What this run clustered. Written by the tool's thread and read from
+// compiles on any thread.
+struct RunRecord {
+  std::mutex mu;
+  std::map<std::string, std::string> id_of_key;
+  std::vector<std::string> keys;  // by id
+  std::vector<ExcludedOp> excluded;
+  int programs = 0;
+  std::map<std::string, std::vector<std::string>> signatures;  // key -> signatures dumped, in order
+};
+
+RunRecord& Record() {
+  static RunRecord* record = new RunRecord();
+  return *record;
+}
+
+// --jit_dump_dir: DIR/cluster_<id>_s<n>/, n numbering the key's signatures.
+void DumpCompile(const std::string& dir, const jit::CompiledObject& obj, const JitSubgraph& subgraph) {
+  const std::string id = ClusterName(obj.key);
+  size_t n;
+  {
+    RunRecord& r = Record();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto& sigs = r.signatures[obj.key];
+    const std::string sig = obj.signature.ToString() + " " + jit::IsaName(obj.options.isa);
+    n = std::find(sigs.begin(), sigs.end(), sig) - sigs.begin();
+    if (n == sigs.size()) sigs.push_back(sig);
+  }
+  const std::string folder = id == obj.key ? "cluster_" + id : "cluster_" + id + "_" + obj.key;
+  jit::WriteDumpFiles(dir + "/" + folder + "_s" + std::to_string(n), jit::ClusterDumpFiles(id, subgraph, obj));
+}
+
+}  // namespace
+
+void RecordJitReport(const BuildJitReport& report) {
+  RunRecord& r = Record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const std::string program = "program " + std::to_string(++r.programs);
+  for (const auto& c : report.clusters) {
+    if (r.id_of_key.count(c.key)) continue;
+    r.id_of_key[c.key] = "c" + std::to_string(r.keys.size());
+    r.keys.push_back(c.key);
+  }
+  for (const auto& e : report.excluded) r.excluded.push_back({program, e});
+}
+
+std::string ClusterName(const std::string& key) {
+  RunRecord& r = Record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.id_of_key.find(key);
+  return it == r.id_of_key.end() ? key : it->second;
+}
 
 void ConfigureJitFromFlags() {
   jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
@@ -29,6 +90,12 @@ void ConfigureJitFromFlags() {
   o.compile.use_onednn = FLAGS_use_onednn;
   o.compile.fuse_elementwise = FLAGS_jit_fuse_elementwise;
   o.compile.reuse_buffers = FLAGS_jit_reuse_buffers;
+  o.verbose = FLAGS_jit_verbose;
+  o.cluster_name = ClusterName;
+  if (!FLAGS_jit_dump_dir.empty()) {
+    const std::string dir = FLAGS_jit_dump_dir;
+    o.on_compile = [dir](const jit::CompiledObject& obj, const JitSubgraph& sg) { DumpCompile(dir, obj, sg); };
+  }
   jit::JitCompiler::Instance().Configure(o);
   jit::SetLaunchMode(jit::ParseLaunchMode(FLAGS_jit_launch_mode));
 }
@@ -37,7 +104,37 @@ proto::ProgramDesc MaybeApplyJit(const proto::ProgramDesc& program, const std::s
   if (!FLAGS_use_jit) return program;
   BuildJitPassOptions options = BuildJitPassOptionsFromFlags();
   options.keep_vars.insert(keep.begin(), keep.end());
-  return jit::ApplyBuildJitPass(program, options);
+  BuildJitReport report;
+  proto::ProgramDesc out = jit::ApplyBuildJitPass(program, options, &report);
+  RecordJitReport(report);
+  return out;
+}
+
+void MaybePrintJitExplain() {
+  if (!FLAGS_jit_explain) return;
+  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
+  std::vector<ClusterRow> rows;
+  std::vector<ExcludedOp> excluded;
+  {
+    RunRecord& r = Record();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (size_t i = 0; i < r.keys.size(); ++i) {
+      ClusterRow row;
+      row.id = "c" + std::to_string(i);
+      row.key = r.keys[i];
+      rows.push_back(std::move(row));
+    }
+    excluded = r.excluded;
+  }
+  const auto objects = compiler.CachedObjects();
+  for (ClusterRow& row : rows) {
+    row.subgraph = &compiler.GetSubgraph(row.key);
+    for (const auto& obj : objects) {
+      if (obj->key == row.key) row.objects.push_back(obj);
+    }
+    if (row.objects.empty()) row.failure = "not compiled in this run (never launched, failed or evicted)";
+  }
+  std::fputs(ExplainText(rows, excluded, compiler.stats()).c_str(), stderr);
 }
 
 }  // namespace kiln::tools

@@ -3,16 +3,31 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "framework/proto/framework.pb.h"
+#include "passes/build_jit_pass.h"
 
 namespace kiln::tools {
 
 // Registers jit_launch/jit_kernel and configures JitCompiler::Instance() and
-// the launch mode from the --jit_* flags. Call once before running programs.
+// the launch mode from the --jit_* flags (with --jit_dump_dir, every compile
+// writes its cluster folder there). Call once before running programs.
 void ConfigureJitFromFlags();
 // With --use_jit: the program with its clusters replaced by jit_launch ops
 // (keep: feeds and fetch targets). Without: the program unchanged.
 proto::ProgramDesc MaybeApplyJit(const proto::ProgramDesc& program, const std::set<std::string>& keep);
+
+// Clusters of this run get ids c0, c1, ... in the order they first appear
+// in the programs the tool transforms (a key seen again keeps its id).
+// Records `report` (clusters and exclusions) for --jit_explain; the n-th
+// call's exclusions are labelled "program n".
+void RecordJitReport(const BuildJitReport& report);
+// "c3" for a recorded key, else the key itself.
+std::string ClusterName(const std::string& key);
+
+// With --jit_explain: prints the short form of kiln dump's index (clusters,
+// their kernels, ops left out with the reason, cache statistics) to stderr.
+void MaybePrintJitExplain();
 
 }  // namespace kiln::tools

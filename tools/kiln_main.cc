@@ -8,6 +8,7 @@
 #include "framework/flags.h"
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
+#include "tools/memory_setup.h"
 
 namespace {
 
@@ -17,7 +18,12 @@ const char* kUsage =
     "  train    train a model (--model mlp|cnn|transformer --dataset digits|fashion-mnist|synthetic ...)\n"
     "  run      run a program file (--program P.pbtxt --feed NAME=FILE.npy ... --fetch A,B --out DIR)\n"
     "  program  write a model's training program (--model ... --out P.pbtxt)\n"
-    "  ops      list the registered ops with their slots and attributes\n"
+    "  ops      list the registered ops with their slots and attributes (--markdown: docs/ops.md)\n"
+    "  dump     compile a model's or program's clusters and write what was compiled (--model M | --program P "
+    "--out DIR)\n"
+    "  flags    list kiln's flags with defaults (--markdown: docs/flags.md)\n"
+    "  bench    time training steps of a model on random data, or oneDNN matmul / copy bandwidth; one JSON line\n"
+    "           (--model ... --batch_size N --bench_steps N [--use_jit] | --bench_what matmul|copy)\n"
     "Every flag can also be set as an environment variable FLAGS_<name>. `kiln <command> --help` lists flags.\n";
 
 }  // namespace
@@ -55,10 +61,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     kiln::tools::ConfigureJitFromFlags();
+    kiln::tools::ConfigureAllocatorFromFlags();
     if (command == "train") return kiln::tools::TrainCommand();
     if (command == "run") return kiln::tools::RunCommand(feeds);
     if (command == "program") return kiln::tools::ProgramCommand();
     if (command == "ops") return kiln::tools::OpsCommand();
+    if (command == "dump") return kiln::tools::DumpCommand();
+    if (command == "flags") return kiln::tools::FlagsCommand();
+    if (command == "bench") return kiln::tools::BenchCommand();
     std::fprintf(stderr, "kiln: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const kiln::Error& e) {

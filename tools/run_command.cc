@@ -15,6 +15,7 @@
 #include "framework/validate.h"
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
+#include "tools/memory_setup.h"
 
 namespace kiln::tools {
 namespace {
@@ -84,7 +85,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   std::set<std::string> jit_keep = keep;
   for (const auto& [name, value] : per_step_feeds) jit_keep.insert(name);
   for (const auto& arg : feed_args) jit_keep.insert(arg.substr(0, arg.find('=')));
-  program = MaybeApplyJit(program, jit_keep);
+  program = TransformProgramFromFlags(program, jit_keep);
   auto plan = exec.Prepare(program, 0, keep);
   std::map<std::string, std::vector<Tensor>> fetched;
   for (int step = 0; step < FLAGS_steps; ++step) {
@@ -99,6 +100,8 @@ int RunCommand(const std::vector<std::string>& feed_args) {
       fetched[f].back().CopyFrom(t);
     }
   }
+
+  MaybePrintJitExplain();
 
   // Serialise everything first so an error leaves no partial output.
   std::vector<std::pair<std::string, std::string>> files;

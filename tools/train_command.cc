@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "framework/data/digits.h"
 #include "framework/data/idx.h"
@@ -13,6 +14,7 @@
 #include "framework/trainer.h"
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
+#include "tools/memory_setup.h"
 #include "compiler/jit_compiler.h"
 #include "launch_op/jit_launch_op.h"
 #include "tools/model_flags.h"
@@ -81,9 +83,23 @@ int TrainCommand() {
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();
-  if (FLAGS_use_jit) options.program_transform = MaybeApplyJit;
+  // Both programs go through build_jit_pass (--use_jit) then inplace_pass
+  // (--use_inplace); the report of the training program's pass is kept.
+  InplaceReport train_inplace;
+  options.program_transform = [&](const proto::ProgramDesc& program, const std::set<std::string>& keep) {
+    return TransformProgramFromFlags(program, keep, keep.count(model.loss) ? &train_inplace : nullptr);
+  };
+  // Memory is measured over the training steps: from here (the dataset is
+  // loaded) to the last step, before the final evaluation.
+  CachingAllocator& allocator = CachingAllocator::Global();
+  allocator.ResetStats();
+  const AllocatorStats baseline = allocator.stats();
+  AllocatorStats train_stats = baseline;
   const bool tty = ::isatty(STDERR_FILENO);
-  if (FLAGS_progress) options.on_step = [tty](const TrainProgress& p) { PrintProgress(p, tty); };
+  options.on_step = [tty, &allocator, &train_stats](const TrainProgress& p) {
+    train_stats = allocator.stats();
+    if (FLAGS_progress) PrintProgress(p, tty);
+  };
 
   std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
                FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
@@ -104,14 +120,19 @@ int TrainCommand() {
                 static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
                 static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks));
   }
+  const MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_inplace, FLAGS_batch_size, r.steps);
+  if (FLAGS_memory_report) std::printf("%s", MemoryReport(mem, allocator.caching()).c_str());
+  MaybePrintJitExplain();
   if (!FLAGS_metrics_out.empty()) {
     char json[1024];
     std::snprintf(json, sizeof(json),
                   "{\n  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"test_accuracy\": %.6f,\n"
                   "  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n  \"steps\": %lld,\n"
-                  "  \"step_ms_median\": %.4f,\n  \"train_seconds\": %.3f\n}\n",
+                  "  \"step_ms_median\": %.4f,\n  \"train_seconds\": %.3f,\n"
+                  "  \"peak_tensor_bytes\": %zu,\n  \"allocated_bytes\": %zu\n}\n",
                   FLAGS_model.c_str(), dataset.c_str(), r.test_accuracy, r.first_loss, r.final_loss,
-                  static_cast<long long>(r.steps), r.step_ms_median, r.train_seconds);
+                  static_cast<long long>(r.steps), r.step_ms_median, r.train_seconds, mem.peak_tensor_bytes,
+                  mem.allocated_bytes);
     WriteFileAtomic(FLAGS_metrics_out, json);
   }
   return 0;

@@ -407,6 +407,12 @@ std::vector<std::string> OneDnnKernelOps() {
   return types;
 }
 
+const std::vector<std::string>& OneDnnInplaceOps() {
+  static const std::vector<std::string> types = {"elementwise_add", "exp",  "gelu", "relu", "scale",
+                                                 "sigmoid",         "softmax", "sum", "tanh"};
+  return types;
+}
+
 int64_t OneDnnKernelRuns(std::string_view op_type) {
   const auto& counters = RunCounters();
   auto it = counters.find(op_type);

@@ -22,6 +22,13 @@ void AttachOneDnnKernels(OpRegistry& r);
 // Op types that have a oneDNN kernel, sorted.
 std::vector<std::string> OneDnnKernelOps();
 
+// Op types whose oneDNN kernel runs correctly in place, handing oneDNN one
+// memory object for src and dst when Out shares X's buffer (seed 000): the
+// eltwise activations (relu, tanh, sigmoid, exp, gelu, scale), softmax,
+// elementwise_add (over its first source) and sum (over X[0]). The in-place
+// pass fires only for these. Sorted.
+const std::vector<std::string>& OneDnnInplaceOps();
+
 // How many times, in this process, the oneDNN kernel of `op_type` handled a
 // call (did the work instead of falling back). 0 for other ops. For tests,
 // dumps and statistics.

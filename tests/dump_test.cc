@@ -1,0 +1,224 @@
+// kiln dump, --jit_dump_dir, --jit_explain and --jit_verbose through the
+// command line. Goldens under tests/golden/dump/ (timing columns masked);
+// regenerate with KILN_UPDATE_GOLDEN=1 and review the diff.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout + stderr
+};
+
+Result Kiln(const std::string& args) {
+  const std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool HostHasAvx512() { return Read("/proc/cpuinfo").find(" avx512f") != std::string::npos; }
+
+std::vector<std::string> SplitCells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  for (size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
+      cell += "\\|";
+      ++i;
+    } else if (line[i] == '|') {
+      cells.push_back(cell);
+      cell.clear();
+    } else {
+      cell += line[i];
+    }
+  }
+  return cells;
+}
+
+// Replaces the values of table columns whose header says "(timing)" and the
+// rest of any other line that says "(timing):" by "#".
+std::string MaskTimings(const std::string& text) {
+  std::stringstream in(text);
+  std::string line, out;
+  std::vector<bool> timing;  // columns of the current table
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("|", 0) == 0) {
+      std::vector<std::string> cells = SplitCells(line);
+      if (!in_table) {
+        timing.clear();
+        for (const auto& c : cells) timing.push_back(c.find("(timing)") != std::string::npos);
+        in_table = true;
+      } else if (line.rfind("|---", 0) != 0) {
+        for (size_t i = 0; i < cells.size() && i < timing.size(); ++i) {
+          if (timing[i]) cells[i] = " # ";
+        }
+        line = "|";
+        for (const auto& c : cells) line += c + "|";
+      }
+    } else {
+      in_table = false;
+      const size_t t = line.find("(timing):");
+      if (t != std::string::npos) line = line.substr(0, t + 9) + " #";
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+void CheckGolden(const std::string& name, const std::string& actual) {
+  const std::string path = std::string(KILN_SOURCE_DIR) + "/tests/golden/dump/" + name;
+  if (std::getenv("KILN_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(path) << actual;
+    return;
+  }
+  EXPECT_EQ(Read(path), actual) << "golden " << path << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and review";
+}
+
+class DumpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/kiln_dump_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_EQ(std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
+  }
+  std::string dir_;
+};
+
+TEST_F(DumpTest, MlpGoldenAndDeterministic) {
+  if (!HostHasAvx512()) GTEST_SKIP() << "goldens hold AVX-512 kernels";
+  const std::string args = "dump --model mlp --optimizer sgd --batch_size 32 --out ";
+  const Result r = Kiln(args + dir_ + "/a");
+  ASSERT_EQ(r.code, 0) << r.output;
+  CheckGolden("mlp_index.md", MaskTimings(Read(dir_ + "/a/index.md")));
+  CheckGolden("mlp_c0_subgraph.txt", Read(dir_ + "/a/cluster_c0/subgraph.txt"));
+  CheckGolden("mlp_c1_subgraph.txt", Read(dir_ + "/a/cluster_c1/subgraph.txt"));
+  CheckGolden("mlp_c1_kernels.txt", Read(dir_ + "/a/cluster_c1/kernels.txt"));
+  CheckGolden("mlp_c1_aliases.txt", Read(dir_ + "/a/cluster_c1/aliases.txt"));
+  for (const char* f : {"program.before.pbtxt", "program.after.pbtxt", "program.dot", "cluster_c1/ew_2.asm"}) {
+    EXPECT_TRUE(Exists(dir_ + "/a/" + f)) << f;
+  }
+  EXPECT_NE(Read(dir_ + "/a/program.dot").find("subgraph cluster_c1 {"), std::string::npos);
+  EXPECT_NE(Read(dir_ + "/a/program.after.pbtxt").find("jit_launch"), std::string::npos);
+
+  // A second run writes the same files, timings aside.
+  const Result r2 = Kiln(args + dir_ + "/b");
+  ASSERT_EQ(r2.code, 0) << r2.output;
+  EXPECT_EQ(MaskTimings(Read(dir_ + "/a/index.md")), MaskTimings(Read(dir_ + "/b/index.md")));
+  EXPECT_EQ(std::system(("diff -r -x index.md " + dir_ + "/a " + dir_ + "/b >/dev/null").c_str()), 0);
+}
+
+TEST_F(DumpTest, DisassemblyShowsTheVectorCode) {
+  const std::string program = std::string(KILN_SOURCE_DIR) + "/tests/data/dump/add_relu.pbtxt";
+  if (HostHasAvx512()) {
+    const Result r = Kiln("dump --program " + program + " --batch_size 8 --jit_isa avx512 --out " + dir_ + "/z");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string asm_text = Read(dir_ + "/z/cluster_c0/ew_0.asm");
+    EXPECT_NE(asm_text.find("; kernel ew_0"), std::string::npos) << asm_text;
+    EXPECT_NE(asm_text.find("; fuses: elementwise_add, relu"), std::string::npos) << asm_text;
+    EXPECT_NE(asm_text.find("vaddps zmm"), std::string::npos) << asm_text;
+    EXPECT_NE(asm_text.find("vmaxps zmm"), std::string::npos) << asm_text;
+    EXPECT_NE(asm_text.find("  ret\n"), std::string::npos) << asm_text;
+  }
+  const Result r = Kiln("dump --program " + program + " --batch_size 8 --jit_isa avx2 --out " + dir_ + "/y");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string asm_text = Read(dir_ + "/y/cluster_c0/ew_0.asm");
+  EXPECT_NE(asm_text.find("vaddps ymm"), std::string::npos) << asm_text;
+  EXPECT_EQ(asm_text.find("zmm"), std::string::npos) << asm_text;
+  EXPECT_NE(Read(dir_ + "/y/index.md").find("| elementwise_add, relu |"), std::string::npos);
+}
+
+TEST_F(DumpTest, ExplainWhyNamesCycleAndDenyList) {
+  const std::string golden = std::string(KILN_SOURCE_DIR) + "/tests/golden/build_jit_pass/";
+  Result r = Kiln("dump --program " + golden + "diamond_cycle.pbtxt --out " + dir_ + "/cycle");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string index = Read(dir_ + "/cycle/index.md");
+  EXPECT_NE(index.find("| op #3 'elementwise_add' | elementwise_add | cycle | merging op #2 'exp' with op #3 "
+                       "'elementwise_add' would create a cycle through op #1 'softmax_with_cross_entropy' |"),
+            std::string::npos)
+      << index;
+  EXPECT_NE(index.find("| op #1 'softmax_with_cross_entropy' | softmax_with_cross_entropy | not_lowerable |"),
+            std::string::npos)
+      << index;
+
+  r = Kiln("dump --program " + golden + "deny_list.pbtxt --jit_deny_ops exp --out " + dir_ + "/deny");
+  ASSERT_EQ(r.code, 0) << r.output;
+  index = Read(dir_ + "/deny/index.md");
+  EXPECT_NE(index.find("| op #1 'exp' | exp | denied | type is in deny_ops |"), std::string::npos) << index;
+  EXPECT_NE(index.find("| op #0 'relu' | relu | too_small |"), std::string::npos) << index;
+  // The short form on stdout says the same.
+  EXPECT_NE(r.output.find("left out op #1 'exp': denied (type is in deny_ops)"), std::string::npos) << r.output;
+}
+
+TEST_F(DumpTest, TrainDumpsEachCompileExplainsAndLogsRecompiles) {
+  // Digits: 1437 training rows in batches of 32 (the last partial batch is
+  // dropped), evaluation in batches of 256: 360 test rows end in a batch of 104.
+  const Result r = Kiln("train --model mlp --use_jit --epochs 1 --progress=false --jit_explain --jit_verbose 1 "
+                        "--jit_dump_dir " + dir_ + "/jd");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("recompiles: input features dims [256,64] -> [104,64]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kiln jit explain: 3 clusters"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("left out program 1: op #5 'softmax_with_cross_entropy': not_lowerable"),
+            std::string::npos)
+      << r.output;
+  // One folder per key and signature: the forward cluster has two.
+  int folders = 0, forward = 0;
+  FILE* ls = ::popen(("ls " + dir_ + "/jd").c_str(), "r");
+  char name[512];
+  while (std::fscanf(ls, "%511s", name) == 1) {
+    ++folders;
+    forward += std::string(name).rfind("cluster_c2_", 0) == 0;
+    EXPECT_TRUE(Exists(dir_ + "/jd/" + name + "/subgraph.txt")) << name;
+    EXPECT_TRUE(Exists(dir_ + "/jd/" + name + "/kernels.txt")) << name;
+    EXPECT_TRUE(Exists(dir_ + "/jd/" + name + "/aliases.txt")) << name;
+  }
+  ::pclose(ls);
+  EXPECT_EQ(folders, 4);
+  EXPECT_EQ(forward, 2);
+
+  // Without the flags: no explain, no recompile log.
+  const Result quiet = Kiln("train --model mlp --use_jit --epochs 1 --progress=false");
+  ASSERT_EQ(quiet.code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("kiln jit explain"), std::string::npos);
+  EXPECT_EQ(quiet.output.find("recompiles"), std::string::npos);
+}
+
+TEST_F(DumpTest, BadArgumentsFail) {
+  Result r = Kiln("dump --model mlp");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--out DIR is required"), std::string::npos) << r.output;
+  r = Kiln("dump --model nope --out " + dir_ + "/x");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("unknown model 'nope'"), std::string::npos) << r.output;
+  EXPECT_FALSE(Exists(dir_ + "/x/index.md"));
+  r = Kiln("dump --program " + dir_ + "/missing.pbtxt --out " + dir_ + "/x");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("missing.pbtxt"), std::string::npos) << r.output;
+}
+
+}  // namespace

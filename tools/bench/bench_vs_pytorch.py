@@ -1,0 +1,650 @@
+#!/usr/bin/python3
+"""kiln against PyTorch eager: training-step time of the same three models.
+
+Run with Debian's /usr/bin/python3 (it has numpy and python3-torch); the
+script re-executes itself with it when started by another interpreter.
+`bash tools/bench/run.sh` builds kiln and runs this; docs/benchmarks.md says
+what is measured and holds the last full run.
+
+Every measurement runs in its own process, so each has a clean thread setting
+(OMP_NUM_THREADS, and torch.set_num_threads for PyTorch) and its own peak RSS.
+For each thread count and each (model, batch), the three sides run
+interleaved, PyTorch, kiln without JIT, kiln with JIT, for --rounds rounds;
+a side's step time is the median over rounds of each process's median step
+(warm-up steps, which include JIT compiles, are not timed).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+DEBIAN_PYTHON = "/usr/bin/python3"
+APT_PACKAGES = ["python3-torch", "libopenblas0-openmp"]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SECTION = "## Step time against PyTorch"
+
+# (name, model, batch, kiln flags, torch model arguments). Input sizes:
+# MLP 784 (Fashion-MNIST rows), CNN 1x28x28, transformer seq_len x d_model.
+FULL_CONFIGS = [
+    ("mlp b1", "mlp", 1, ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"],
+     {"input": 784, "hidden": [1024, 1024]}),
+    ("mlp b64", "mlp", 64, ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"],
+     {"input": 784, "hidden": [1024, 1024]}),
+    ("mlp b256", "mlp", 256, ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"],
+     {"input": 784, "hidden": [1024, 1024]}),
+    ("cnn b64", "cnn", 64, ["--dataset", "fashion-mnist"], {"side": 28}),
+    ("transformer b8", "transformer", 8,
+     ["--dataset", "synthetic", "--seq_len", "128", "--d_model", "256", "--num_heads", "4", "--ffn_dim", "1024"],
+     {"seq_len": 128, "d_model": 256, "num_heads": 4, "ffn_dim": 1024}),
+]
+TINY_CONFIGS = [
+    ("mlp b4", "mlp", 4, ["--dataset", "digits", "--mlp_hidden", "32"], {"input": 64, "hidden": [32]}),
+    ("cnn b4", "cnn", 4, ["--dataset", "digits"], {"side": 8}),
+    ("transformer b2", "transformer", 2,
+     ["--dataset", "synthetic", "--seq_len", "8", "--d_model", "16", "--num_heads", "2", "--ffn_dim", "32"],
+     {"seq_len": 8, "d_model": 16, "num_heads": 2, "ffn_dim": 32}),
+]
+# Issue 6's targets: kiln-JIT step time / PyTorch step time at most this.
+TARGETS = {"mlp b1": 0.33, "mlp b64": 0.8, "mlp b256": 0.9, "cnn b64": 0.6, "transformer b8": 0.85}
+MATMUL_FRACTION_TARGET = ("mlp b256", 0.8)
+SIDES = ["torch", "nojit", "jit"]
+SIDE_NAMES = {"torch": "PyTorch eager", "nojit": "kiln JIT off", "jit": "kiln JIT on"}
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- PyTorch worker
+
+def torch_models(torch):
+    """The three models exactly as framework/models/models.cc builds them."""
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Mlp(nn.Module):  # fc-relu per hidden layer, then fc to the classes
+        def __init__(self, input, hidden, classes=10):
+            super().__init__()
+            sizes = [input] + list(hidden)
+            self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+            self.out = nn.Linear(sizes[-1], classes)
+
+        def forward(self, x):
+            for fc in self.hidden:
+                x = F.relu(fc(x))
+            return self.out(x)
+
+    class Cnn(nn.Module):  # conv6@5x5 pad2-relu-maxpool2, conv16@5x5 pad2-relu-maxpool2, fc120-relu, fc84-relu, fc
+        def __init__(self, side, classes=10):
+            super().__init__()
+            self.conv0 = nn.Conv2d(1, 6, 5, padding=2)
+            self.conv1 = nn.Conv2d(6, 16, 5, padding=2)
+            flat = 16 * (side // 2 // 2) ** 2
+            self.fc0 = nn.Linear(flat, 120)
+            self.fc1 = nn.Linear(120, 84)
+            self.fc2 = nn.Linear(84, classes)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv0(x)), 2, 2)
+            x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
+            x = x.reshape(x.shape[0], -1)
+            x = F.relu(self.fc0(x))
+            x = F.relu(self.fc1(x))
+            return self.fc2(x)
+
+    class Encoder(nn.Module):  # one post-LN block, mean-pooled over the sequence, then a classifier
+        def __init__(self, seq_len, d_model, num_heads, ffn_dim, classes=10):
+            super().__init__()
+            self.h, self.dh = num_heads, d_model // num_heads
+            self.q = nn.Linear(d_model, d_model)
+            self.k = nn.Linear(d_model, d_model)
+            self.v = nn.Linear(d_model, d_model)
+            self.o = nn.Linear(d_model, d_model)
+            self.ln1 = nn.LayerNorm(d_model, eps=1e-5)
+            self.ffn0 = nn.Linear(d_model, ffn_dim)
+            self.ffn1 = nn.Linear(ffn_dim, d_model)
+            self.ln2 = nn.LayerNorm(d_model, eps=1e-5)
+            self.head = nn.Linear(d_model, classes)
+
+        def forward(self, x):
+            b, s, d = x.shape
+
+            def split(t):  # [B,S,D] -> [B,H,S,Dh]
+                return t.reshape(b, s, self.h, self.dh).transpose(1, 2)
+
+            q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.dh))
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+            ctx = ctx.transpose(1, 2).reshape(b, s, d)
+            ln1 = self.ln1(x + self.o(ctx))
+            ffn = self.ffn1(F.gelu(self.ffn0(ln1)))  # erf form, as kiln's gelu (approximate=false)
+            ln2 = self.ln2(ln1 + ffn)
+            return self.head(ln2.mean(dim=1))
+
+    return {"mlp": Mlp, "cnn": Cnn, "transformer": Encoder}
+
+
+def torch_worker(args):
+    threads = args.threads
+    import torch  # after OMP_NUM_THREADS is set by the parent
+    torch.set_num_threads(threads)
+    torch.manual_seed(args.seed)
+    spec = json.loads(args.torch_spec)
+    model = torch_models(torch)[args.model](**spec)
+    if args.model == "mlp":
+        x = torch.rand(args.batch, spec["input"])
+    elif args.model == "cnn":
+        x = torch.rand(args.batch, 1, spec["side"], spec["side"])
+    else:
+        x = torch.rand(args.batch, spec["seq_len"], spec["d_model"])
+    y = torch.randint(0, 10, (args.batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # plain SGD: p -= lr * g
+    loss_fn = torch.nn.functional.cross_entropy  # softmax cross-entropy, mean over the batch
+
+    times = []
+    loss = 0.0
+    for step in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_t = loss_fn(model(x), y)
+        loss_t.backward()
+        opt.step()
+        loss = loss_t.item()
+        t = (time.perf_counter() - t0) * 1e3
+        if step >= args.warmup:
+            times.append(t)
+    times.sort()
+    n = len(times)
+    median = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+    print(json.dumps({
+        "what": "model", "side": "torch", "model": args.model, "batch": args.batch,
+        "threads": torch.get_num_threads(), "steps": n, "params": sum(p.numel() for p in model.parameters()), "median_ms": median,
+        "mean_ms": sum(times) / n, "min_ms": times[0], "final_loss": loss,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }))
+
+
+# ---------------------------------------------------------------- environment
+
+def ensure_packages(install):
+    """Returns (torch available, notes). Installs the Debian packages when root."""
+    missing = []
+    for pkg in APT_PACKAGES:
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
+        if "install ok installed" not in r.stdout:
+            missing.append(pkg)
+    if missing:
+        line = "apt-get install -y " + " ".join(missing)
+        if install and os.geteuid() == 0 and shutil.which("apt-get"):
+            log("bench: installing " + " ".join(missing))
+            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            r = subprocess.run(["apt-get", "install", "-y"] + missing, env=env)
+            if r.returncode != 0:
+                subprocess.run(["apt-get", "update"], env=env)
+                subprocess.run(["apt-get", "install", "-y"] + missing, env=env)
+        else:
+            log("bench: missing Debian packages; run as root: " + line)
+    r = subprocess.run([DEBIAN_PYTHON, "-c", "import torch"], capture_output=True)
+    return r.returncode == 0
+
+
+def torch_info():
+    """PyTorch's version, build, BLAS library actually loaded and default threads."""
+    code = r"""
+import json, os, torch
+a = torch.randn(64, 64)
+(a @ a).sum().item()
+libs = sorted({os.path.realpath(l.split()[-1]) for l in open('/proc/self/maps')
+               if ('blas' in l or 'mkl' in l or 'dnnl' in l) and '/' in l})
+cfg = torch.__config__.show()
+print(json.dumps({"version": torch.__version__, "default_threads": torch.get_num_threads(),
+                  "mkldnn": torch.backends.mkldnn.is_available(), "blas_libs": libs,
+                  "blas_info": [l.strip() for l in cfg.splitlines() if 'BLAS_INFO' in l or 'MKL-DNN' in l
+                                or 'CPU capability' in l or 'OpenMP' in l],
+                  "parallel": torch.__config__.parallel_info()}))
+"""
+    r = subprocess.run([DEBIAN_PYTHON, "-c", code], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    info = json.loads(r.stdout)
+    m = re.search(r"BLAS_INFO=([^,]+)", " ".join(info["blas_info"]))
+    info["blas_name"] = m.group(1) if m else "?"
+    return info
+
+
+def cpu_info():
+    model, flags, family, cpu_model = "?", "", "?", "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            k, v = k.strip(), v.strip()
+            if k == "model name" and model == "?":
+                model = v
+            elif k == "cpu family" and family == "?":
+                family = v
+            elif k == "model" and cpu_model == "?":
+                cpu_model = v
+            elif k == "flags" and not flags:
+                flags = v
+    except OSError:
+        pass
+    isa = "avx512f" if "avx512f" in flags.split() else ("avx2" if "avx2" in flags.split() else "?")
+    llc = "?"
+    r = subprocess.run(["lscpu"], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("L3 cache"):
+            llc = line.split(":", 1)[1].strip()
+    return {"model": model, "family": family, "cpu_model": cpu_model, "isa": isa, "l3": llc,
+            "cpus": os.cpu_count(), "kernel": platform.release()}
+
+
+# ---------------------------------------------------------------- runs
+
+def run_json(cmd, env_threads, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS=str(env_threads))
+    env.pop("FLAGS_use_jit", None)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError("bench: %s failed (exit %d):\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise RuntimeError("bench: %s printed no JSON line:\n%s" % (" ".join(cmd), r.stdout))
+    return json.loads(lines[-1])
+
+
+def kiln_cmd(kiln, cfg, side, args):
+    name, model, batch, flags, _ = cfg
+    return [kiln, "bench", "--model", model, "--batch_size", str(batch), "--optimizer", "sgd", "--lr", "0.1",
+            "--seed", "1", "--bench_warmup", str(args.warmup), "--bench_steps", str(args.steps),
+            "--use_jit=" + ("true" if side == "jit" else "false")] + flags
+
+
+def torch_cmd(cfg, threads, args):
+    name, model, batch, _, spec = cfg
+    return [DEBIAN_PYTHON, os.path.abspath(__file__), "--worker", "--model", model, "--batch", str(batch),
+            "--threads", str(threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
+            "--torch_spec", json.dumps(spec)]
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def measure_limits(kiln, threads, args):
+    out = {}
+    for what, extra in (("copy", ["--bench_copy_mib", str(args.copy_mib)]),
+                        ("matmul", ["--bench_matmul_size", str(args.matmul_size)])):
+        runs = [run_json([kiln, "bench", "--bench_what", what, "--bench_warmup", "3",
+                          "--bench_steps", str(args.limit_steps)] + extra, threads, args.timeout)
+                for _ in range(args.rounds)]
+        key = "copy_gbs" if what == "copy" else "gflops"
+        best = max(runs, key=lambda r: r[key])
+        best = dict(best)
+        best[key + "_rounds"] = [r[key] for r in runs]
+        best[key] = median([r[key] for r in runs])
+        out[what] = best
+    return out
+
+
+def run_all(kiln, configs, threads_list, args, have_torch):
+    results = {}  # (name, threads, side) -> summary
+    limits = {}
+    for threads in threads_list:
+        limits[threads] = measure_limits(kiln, threads, args)
+        log("bench: %d thread(s): copy %.1f GB/s, oneDNN matmul %d^3 %.1f GFLOP/s" %
+            (threads, limits[threads]["copy"]["copy_gbs"], args.matmul_size, limits[threads]["matmul"]["gflops"]))
+        for cfg in configs:
+            per_side = {s: [] for s in SIDES}
+            for rnd in range(args.rounds):
+                for side in SIDES:
+                    if side == "torch":
+                        if not have_torch:
+                            continue
+                        r = run_json(torch_cmd(cfg, threads, args), threads, args.timeout)
+                    else:
+                        r = run_json(kiln_cmd(kiln, cfg, side, args), threads, args.timeout)
+                    per_side[side].append(r)
+            counts = {r["params"] for runs in per_side.values() for r in runs}
+            if len(counts) != 1:
+                raise RuntimeError("bench: %s: kiln and PyTorch models differ in parameter count: %s"
+                                   % (cfg[0], sorted(counts)))
+            for side, runs in per_side.items():
+                if not runs:
+                    continue
+                s = dict(runs[-1])
+                s["round_medians"] = [r["median_ms"] for r in runs]
+                s["median_ms"] = median(s["round_medians"])
+                s["min_ms"] = min(r["min_ms"] for r in runs)
+                s["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
+                if side == "jit":
+                    s["gflops"] = s["flops_per_step"] / (s["median_ms"] * 1e6)
+                    s["matmul_fraction"] = s["gflops"] / limits[threads]["matmul"]["gflops"]
+                results[(cfg[0], threads, side)] = s
+            line = "bench: %-15s %d thr: " % (cfg[0], threads) + "  ".join(
+                "%s %.3f ms" % (side, results[(cfg[0], threads, side)]["median_ms"])
+                for side in SIDES if (cfg[0], threads, side) in results)
+            log(line)
+    return results, limits
+
+
+# ---------------------------------------------------------------- reporting
+
+def ratio(results, name, threads, a, b):
+    ra, rb = results.get((name, threads, a)), results.get((name, threads, b))
+    if ra is None or rb is None or rb["median_ms"] <= 0:
+        return None
+    return ra["median_ms"] / rb["median_ms"]
+
+
+def fmt(v, spec="%.3f"):
+    return "-" if v is None else spec % v
+
+
+def table_rows(configs, threads_list, results, limits):
+    header = ["model", "thr", "PyTorch ms", "kiln off ms", "kiln JIT ms", "JIT/PyTorch", "target", "met",
+              "JIT/off", "RSS MiB (PyT/off/JIT)", "JIT GFLOP/s", "of matmul"]
+    rows = []
+    for threads in threads_list:
+        for cfg in configs:
+            name = cfg[0]
+            get = lambda side: results.get((name, threads, side))
+            t, off, jit = get("torch"), get("nojit"), get("jit")
+            r_t = ratio(results, name, threads, "jit", "torch")
+            target = TARGETS.get(name)
+            met = "-" if r_t is None or target is None else ("yes" if r_t <= target else "NO")
+            rss = "/".join(fmt(x["peak_rss_mib"] if x else None, "%.0f") for x in (t, off, jit))
+            rows.append([name, str(threads), fmt(t and t["median_ms"]), fmt(off and off["median_ms"]),
+                         fmt(jit and jit["median_ms"]), fmt(r_t, "%.2f"), fmt(target, "%.2f"), met,
+                         fmt(ratio(results, name, threads, "jit", "nojit"), "%.2f"), rss,
+                         fmt(jit and jit["gflops"], "%.1f"),
+                         fmt(jit and 100 * jit["matmul_fraction"], "%.0f%%")])
+    return header, rows
+
+
+def text_table(header, rows):
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def svg_plot(configs, threads_list, results, title):
+    """Horizontal bars on a log scale: step time of each side per model and thread count."""
+    colors = {"torch": "#d62728", "nojit": "#7f7f7f", "jit": "#1f77b4"}
+    groups = [(cfg[0], t) for t in threads_list for cfg in configs]
+    values = [r["median_ms"] for r in results.values() if r.get("median_ms", 0) > 0]
+    lo = 10 ** math.floor(math.log10(min(values))) if values else 0.01
+    hi = 10 ** math.ceil(math.log10(max(values))) if values else 100
+    if hi <= lo:
+        hi = lo * 10
+    left, right, top, bar_h, gap = 170, 30, 60, 12, 14
+    plot_w = 560
+    group_h = bar_h * len(SIDES) + gap
+    height = top + group_h * len(groups) + 60
+    width = left + plot_w + right
+
+    def x_of(ms):
+        return left + plot_w * (math.log10(ms) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    s = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">'
+         % (width, height),
+         '<rect width="100%" height="100%" fill="white"/>',
+         '<text x="%d" y="20" font-size="13" font-weight="bold">%s</text>' % (left, title)]
+    for i, side in enumerate(SIDES):
+        x = left + i * 150
+        s.append('<rect x="%d" y="32" width="12" height="12" fill="%s"/>' % (x, colors[side]))
+        s.append('<text x="%d" y="42">%s</text>' % (x + 16, SIDE_NAMES[side]))
+    decade = lo
+    while decade <= hi * 1.0001:
+        x = x_of(decade)
+        s.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (x, top - 4, x, height - 45))
+        s.append('<text x="%.1f" y="%d" text-anchor="middle">%g</text>' % (x, height - 30, decade))
+        decade *= 10
+    s.append('<text x="%d" y="%d" text-anchor="middle">median step time, ms (log scale)</text>'
+             % (left + plot_w // 2, height - 12))
+    for gi, (name, threads) in enumerate(groups):
+        y0 = top + gi * group_h
+        s.append('<text x="%d" y="%d" text-anchor="end">%s, %d thr</text>'
+                 % (left - 8, y0 + bar_h * len(SIDES) // 2 + 4, name, threads))
+        for si, side in enumerate(SIDES):
+            r = results.get((name, threads, side))
+            if not r or r["median_ms"] <= 0:
+                continue
+            y = y0 + si * bar_h
+            x1 = x_of(r["median_ms"])
+            s.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>'
+                     % (left, y, max(1.0, x1 - left), bar_h - 2, colors[side]))
+            s.append('<text x="%.1f" y="%d" font-size="9">%.3g</text>' % (x1 + 3, y + bar_h - 3, r["median_ms"]))
+    s.append("</svg>")
+    return "\n".join(s) + "\n"
+
+
+def replace_section(path, section_text):
+    """Writes `section_text` (starting with SECTION) into the Markdown file at
+    `path`, replacing only that section (up to the next '## ' heading) and
+    keeping every other section as it is on disk now."""
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = "# Benchmarks\n\n"
+    lines = old.splitlines(keepends=True)
+    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == SECTION), None)
+    if start is None:
+        new = old.rstrip("\n") + "\n\n" + section_text.rstrip("\n") + "\n"
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        tail = "".join(lines[end:])
+        new = "".join(lines[:start]) + section_text.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(new)
+    os.replace(tmp, path)
+
+
+def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, header, rows, svg_name):
+    today = datetime.date.today().isoformat()
+    out = [SECTION, ""]
+    out.append("`bash tools/bench/run.sh` measures kiln's training step against PyTorch eager on the same machine in "
+               "one run and rewrites this section and `benchmarks_step_time.svg` (the raw figures go to "
+               "`benchmarks_step_time.json`). It builds `build/tools/kiln` when needed (`KILN_BENCH_BUILD_DIR` "
+               "picks another build folder), installs `python3-torch` and `libopenblas0-openmp` from Debian when "
+               "missing (as root; otherwise it prints the apt-get line) and runs `tools/bench/bench_vs_pytorch.py` "
+               "with Debian's `/usr/bin/python3`. Options: `--threads 1,2`, `--rounds`, `--warmup`, `--steps`, "
+               "`--only 'mlp b64'`, `--no_docs`, `--tiny` (tiny models, 2 steps, 1 round, kiln only when PyTorch "
+               "is missing: the `bench_smoke` ctest runs it, writing into the build tree; no test asserts a time). "
+               "The kiln side is `kiln bench`: `--model ... --batch_size N [--use_jit] --bench_warmup W "
+               "--bench_steps N` prints one JSON line (median/mean/min step ms, FLOPs per step, GFLOP/s, peak RSS, "
+               "OpenMP threads, parameter count); `--bench_what matmul` times oneDNN's f32 matmul "
+               "(`--bench_matmul_size`, default 1024) and `--bench_what copy` memcpy over "
+               "`--bench_copy_mib` (default 256) MiB split over the OpenMP threads, reporting bytes copied per "
+               "second (memory traffic is at least twice that). The script checks that both sides' models have "
+               "the same parameter count.")
+    out.append("")
+    out.append("### Last full run")
+    out.append("")
+    out.append("Run on %s by `bash tools/bench/run.sh` (`tools/bench/bench_vs_pytorch.py`), all in one run on one "
+               "machine: %s (family %s model %s, %s, L3 %s, %d logical CPUs, Linux %s), %s thread(s). %s"
+               % (today, cpu["model"], cpu["family"], cpu["cpu_model"], cpu["isa"], cpu["l3"], cpu["cpus"],
+                  cpu["kernel"], " and ".join(map(str, threads_list)), args.note))
+    out.append("")
+    out.append("1-minute load average %.2f when the measurements started and %.2f when they ended (the "
+               "benchmark itself adds up to the thread count being measured)." % tuple(args.load))
+    out.append("")
+    if tinfo:
+        blas = [l for l in tinfo["blas_libs"] if "dnnl" not in l]
+        dnnl = [l for l in tinfo["blas_libs"] if "dnnl" in l]
+        out.append("PyTorch %s eager (Debian `python3-torch`, BLAS_INFO=%s): its matmuls (Linear = addmm) go to the "
+                   "BLAS loaded from %s; it also loads %s (its oneDNN, used for convolutions when it picks it). "
+                   "Its default thread count here is %d; every measurement sets its own."
+                   % (tinfo["version"], tinfo["blas_name"], ", ".join("`%s`" % l for l in blas) or "?",
+                      ", ".join("`%s`" % l for l in dnnl) or "no oneDNN library", tinfo["default_threads"]))
+    else:
+        out.append("PyTorch was not installed: its columns are empty.")
+    out.append("")
+    sizes = ("MLP 784-1024-1024-10 at batch 1, 64 and 256; LeNet CNN on 1x28x28 at batch 64; one post-LN "
+             "transformer encoder block at batch 8, seq 128, d_model 256, 4 heads, FFN 1024, GELU erf, mean-pooled, "
+             "classifier")
+    if args.tiny:
+        sizes = "the --tiny smoke-test sizes: " + "; ".join(c[0] + " " + " ".join(c[3]) for c in configs)
+    out.append("Each step is forward + backward + plain SGD update (lr 0.1, no momentum), f32, seeded random data "
+               "(" + sizes + "). The PyTorch models in the script "
+               "mirror `framework/models/models.cc` layer by layer; neither side computes the input's gradient. "
+               "Each measurement is its own process (OMP_NUM_THREADS and torch.set_num_threads set before it "
+               "starts); for every (model, threads) the sides run interleaved PyTorch, kiln JIT off, kiln JIT on, "
+               "%d rounds of %d warm-up steps (untimed; they include the JIT's compiles) and %d timed steps. A "
+               "step time is the median over rounds of each process's median step; RSS is the largest peak "
+               "resident set (ru_maxrss) of the side's processes, libraries included. kiln copies the batch "
+               "into its scope before each step, outside the timed part; PyTorch reuses its input tensors."
+               % (args.rounds, args.warmup, args.steps))
+    out.append("")
+    out.append("Machine limits measured in the same run (`kiln bench --bench_what copy|matmul`, median of %d "
+               "processes):" % args.rounds)
+    out.append("")
+    out.append("| threads | copy GB/s (bytes copied; %d MiB buffers, memcpy) | oneDNN f32 matmul %d^3 GFLOP/s | "
+               "oneDNN implementation |" % (args.copy_mib, args.matmul_size))
+    out.append("|---|---|---|---|")
+    for t in threads_list:
+        out.append("| %d | %.1f | %.1f | %s |" % (t, limits[t]["copy"]["copy_gbs"], limits[t]["matmul"]["gflops"],
+                                                  limits[t]["matmul"]["impl"]))
+    out.append("")
+    out.append("Step times (ms, median) and ratios; `target` is issue 6's bound on JIT/PyTorch; `JIT GFLOP/s` counts "
+               "the matmul and convolution FLOPs the step's ops really do (2·M·N·K per matmul, per gradient a "
+               "matmul_grad/conv2d_grad writes; the data input's gradient is not computed; elementwise ops, "
+               "reductions, softmax, layer_norm, pooling and the SGD update are not counted), and `of matmul` is "
+               "that rate over the oneDNN matmul figure at the same thread count.")
+    out.append("")
+    out.append(md_table(header, rows))
+    out.append("")
+    name, need = MATMUL_FRACTION_TARGET
+    for t in threads_list:
+        r = results.get((name, t, "jit"))
+        if r:
+            out.append("- %s, %d thread(s): the JIT step reaches %.0f%% of the matmul figure (target %.0f%%): %s."
+                       % (name, t, 100 * r["matmul_fraction"], 100 * need,
+                          "met" if r["matmul_fraction"] >= need else "not met"))
+    out.append("")
+    out.append("![step time per model and configuration](%s)" % svg_name)
+    out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kiln", default=os.path.join(REPO, "build", "tools", "kiln"), help="the kiln binary")
+    p.add_argument("--tiny", action="store_true",
+                   help="smoke test: tiny models, 2 steps, 1 round, 1 thread; PyTorch skipped when missing")
+    p.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--limit_steps", type=int, default=10, help="timed steps of the copy and matmul measurements")
+    p.add_argument("--matmul_size", type=int, default=1024)
+    p.add_argument("--copy_mib", type=int, default=256)
+    p.add_argument("--only", default="", help="run only these configurations (comma-separated names, e.g. 'mlp b64')")
+    p.add_argument("--out_dir", default=os.path.join(REPO, "docs"),
+                   help="where benchmarks.md (its '%s' section) and benchmarks_step_time.svg go" % SECTION)
+    p.add_argument("--no_docs", action="store_true", help="print the table only")
+    p.add_argument("--no_install", action="store_true", help="never run apt-get")
+    p.add_argument("--note", default="", help="a sentence about the machine for the docs")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per measured process")
+    # Worker mode (a PyTorch measurement in its own process).
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--torch_spec", help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if args.worker:
+        args.threads = int(args.threads)
+        torch_worker(args)
+        return 0
+
+    if os.path.realpath(sys.executable) != os.path.realpath(DEBIAN_PYTHON) and os.path.exists(DEBIAN_PYTHON):
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+
+    configs = FULL_CONFIGS
+    if args.tiny:
+        configs = TINY_CONFIGS
+        args.threads, args.rounds, args.warmup, args.steps = "1", 1, 1, 2
+        args.limit_steps, args.matmul_size, args.copy_mib = 2, 64, 8
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",")]
+        configs = [c for c in configs if c[0] in wanted]
+        if not configs:
+            log("bench: --only matched no configuration")
+            return 2
+    threads_list = [int(t) for t in args.threads.split(",") if t]
+    if not os.access(args.kiln, os.X_OK):
+        log("bench: no kiln binary at %s (build it, or pass --kiln)" % args.kiln)
+        return 2
+
+    have_torch = ensure_packages(install=not (args.tiny or args.no_install))
+    tinfo = torch_info() if have_torch else None
+    if tinfo:
+        print("PyTorch %s, BLAS_INFO=%s, BLAS libraries loaded: %s" %
+              (tinfo["version"], tinfo["blas_name"], ", ".join(tinfo["blas_libs"]) or "none found"))
+        print("torch.get_num_threads() by default: %d (each measurement sets its own)" % tinfo["default_threads"])
+        for l in tinfo["blas_info"]:
+            print("  " + l)
+    elif args.tiny:
+        print("PyTorch is not installed: --tiny runs kiln only")
+    else:
+        log("bench: PyTorch is not importable by %s; install %s" % (DEBIAN_PYTHON, " ".join(APT_PACKAGES)))
+        return 2
+    cpu = cpu_info()
+    print("CPU: %s (family %s model %s, %s, L3 %s, %d logical CPUs)" %
+          (cpu["model"], cpu["family"], cpu["cpu_model"], cpu["isa"], cpu["l3"], cpu["cpus"]))
+
+    t0 = time.time()
+    args.load = [os.getloadavg()[0]]
+    results, limits = run_all(args.kiln, configs, threads_list, args, have_torch)
+    for t in threads_list:
+        print("%d thread(s): copy %.1f GB/s (bytes copied, %d MiB), oneDNN f32 matmul %d^3 %.1f GFLOP/s (%s)" %
+              (t, limits[t]["copy"]["copy_gbs"], args.copy_mib, args.matmul_size, limits[t]["matmul"]["gflops"],
+               limits[t]["matmul"]["impl"]))
+    header, rows = table_rows(configs, threads_list, results, limits)
+    print(text_table(header, rows))
+    args.load.append(os.getloadavg()[0])
+    print("(%.0f s; 1-minute load average %.2f at the start, %.2f at the end)" % ((time.time() - t0,) + tuple(args.load)))
+    for (name, threads, side), r in results.items():
+        if side != "torch" and r["flops_per_step"] <= 0:
+            log("bench: %s counted no FLOPs" % name)
+            return 1
+
+    if not args.no_docs:
+        os.makedirs(args.out_dir, exist_ok=True)
+        svg_name = "benchmarks_step_time.svg"
+        title = "Training step time, %s, %s" % (cpu["model"], datetime.date.today().isoformat())
+        with open(os.path.join(args.out_dir, svg_name), "w") as f:
+            f.write(svg_plot(configs, threads_list, results, title))
+        section = markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, header, rows, svg_name)
+        replace_section(os.path.join(args.out_dir, "benchmarks.md"), section)
+        with open(os.path.join(args.out_dir, "benchmarks_step_time.json"), "w") as f:
+            json.dump({"%s|%d|%s" % k: v for k, v in results.items()}, f, indent=1, sort_keys=True)
+        print("wrote %s and %s" % (os.path.join(args.out_dir, "benchmarks.md"), os.path.join(args.out_dir, svg_name)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+// kiln dump: runs build_jit_pass over a model's training program or a
+// program file, compiles every cluster for the shapes of --batch_size and
+// writes what was compiled to --out DIR (see docs/dump.md).
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "compiler/jit_compiler.h"
+#include "compiler/jit_dump.h"
+#include "compiler/lowering.h"
+#include "framework/backward.h"
+#include "framework/file_util.h"
+#include "framework/flags.h"
+#include "framework/op_desc.h"
+#include "framework/program_io.h"
+#include "framework/validate.h"
+#include "launch_op/jit_pipeline.h"
+#include "passes/pass_flags.h"
+#include "tools/commands.h"
+#include "tools/dump_report.h"
+#include "tools/jit_setup.h"
+#include "tools/model_flags.h"
+
+namespace kiln::tools {
+namespace {
+
+// Block 0 with concrete dims: vars no op writes before reading (feeds,
+// parameters, optimizer state) get -1 replaced by `batch`; every other var
+// is declared afresh by shape inference, op by op.
+proto::BlockDesc ConcreteBlock(const proto::BlockDesc& block, int64_t batch) {
+  std::set<std::string> written;
+  std::set<std::string> read_first;
+  for (const auto& op : block.ops()) {
+    for (const auto& s : op.inputs()) {
+      for (const auto& a : s.args()) {
+        if (!written.count(a)) read_first.insert(a);
+      }
+    }
+    for (const auto& s : op.outputs()) {
+      for (const auto& a : s.args()) written.insert(a);
+    }
+  }
+  proto::BlockDesc out = block;
+  out.clear_vars();
+  for (const auto& v : block.vars()) {
+    if (written.count(v.name()) && !read_first.count(v.name()) && !v.persistable()) continue;
+    proto::VarDesc* nv = out.add_vars();
+    *nv = v;
+    for (int i = 0; i < nv->dims_size(); ++i) {
+      if (nv->dims(i) < 0) nv->set_dims(i, batch);
+    }
+  }
+  for (int i = 0; i < out.ops_size(); ++i) InferShapeAtBuild(&out, i, /*declare_outputs=*/true);
+  return out;
+}
+
+// What a program file's user feeds and fetches, as far as the program
+// says: vars read before any op writes them that are not persistable, and
+// vars written that no op reads.
+std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
+  std::set<std::string> written, read, out;
+  for (const auto& op : block.ops()) {
+    for (const auto& s : op.inputs()) {
+      for (const auto& a : s.args()) {
+        const proto::VarDesc* v = FindVarDesc(block, a);
+        if (!written.count(a) && v && !v->persistable()) out.insert(a);
+        read.insert(a);
+      }
+    }
+    for (const auto& s : op.outputs()) {
+      for (const auto& a : s.args()) written.insert(a);
+    }
+  }
+  for (const auto& w : written) {
+    if (!read.count(w) && w != kEmptyVarName) out.insert(w);
+  }
+  return out;
+}
+
+std::string OnOff(bool b) { return b ? "on" : "off"; }
+
+}  // namespace
+
+int DumpCommand() {
+  if (FLAGS_out.empty()) ThrowInvalidArgument("--out DIR is required");
+  if (FLAGS_batch_size < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", FLAGS_batch_size);
+  proto::ProgramDesc program;
+  std::set<std::string> keep;
+  std::string source;
+  if (!FLAGS_program.empty()) {
+    program = LoadProgram(FLAGS_program);
+    if (!FLAGS_append_backward.empty()) AppendBackward(&program, FLAGS_append_backward);
+    ValidateProgram(program);
+    keep = ProgramFeedsAndResults(program.blocks(0));
+    if (!FLAGS_append_backward.empty()) keep.insert(FLAGS_append_backward);
+    for (const auto& f : SplitOpList(FLAGS_fetch)) keep.insert(f);
+    source = "program `" + FLAGS_program + "`" +
+             (FLAGS_append_backward.empty() ? "" : " with the backward of `" + FLAGS_append_backward + "`");
+  } else {
+    const Model m = BuildModelFromFlags(DatasetFromFlags());
+    program = m.train;
+    keep = {m.features, m.labels, m.loss};
+    source = "the training program of model `" + FLAGS_model + "` (" + DatasetFromFlags() + ", optimizer " +
+             FLAGS_optimizer + ")";
+  }
+  const proto::BlockDesc concrete = ConcreteBlock(program.blocks(0), FLAGS_batch_size);
+
+  BuildJitPassOptions options = BuildJitPassOptionsFromFlags();
+  options.keep_vars = keep;
+  BuildJitReport report;
+  const proto::ProgramDesc after = jit::ApplyBuildJitPass(program, options, &report);
+  RecordJitReport(report);
+
+  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
+  const jit::CompileOptions copts = compiler.options().compile;
+  std::vector<ClusterRow> rows;
+  std::vector<std::string> ids;
+  std::vector<jit::DumpFile> files;  // paths relative to --out
+  std::map<std::string, std::vector<jit::DumpFile>> cluster_files;
+  for (size_t i = 0; i < report.clusters.size(); ++i) {
+    ClusterRow row;
+    row.id = "c" + std::to_string(i);
+    row.key = report.clusters[i].key;
+    row.subgraph = &compiler.GetSubgraph(row.key);
+    jit::ShapeSignature sig;
+    for (const auto& name : row.subgraph->inputs) {
+      const proto::VarDesc* v = FindVarDesc(concrete, name);
+      KILN_CHECK(v != nullptr, "kiln dump: no concrete shape for cluster input ", name);
+      sig.inputs.push_back({FromProto(v->dtype()), VarDims(*v)});
+    }
+    if (auto obj = compiler.Compile(row.key, sig)) {
+      row.objects.push_back(obj);
+      cluster_files["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
+    } else {
+      // Compile already said why on stderr; lower again for the index.
+      try {
+        jit::Lower(row.key, *row.subgraph, sig, copts);
+        row.failure = "the compiler gave up on it (see stderr)";
+      } catch (const Error& e) {
+        row.failure = e.what();
+      }
+    }
+    ids.push_back(row.id);
+    rows.push_back(std::move(row));
+  }
+
+  std::vector<ExcludedOp> excluded;
+  for (const auto& e : report.excluded) excluded.push_back({"", e});
+  const std::string preamble =
+      "Dump of " + source + " for batch size " + std::to_string(FLAGS_batch_size) + ": ISA " +
+      jit::IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
+      OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
+      std::to_string(options.min_cluster_size) + ".\n\n" +
+      "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after build_jit_pass), "
+      "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
+      "`kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
+  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats());
+  files.push_back({"index.md", index});
+  files.push_back({"program.before.pbtxt", ProgramToText(program)});
+  files.push_back({"program.after.pbtxt", ProgramToText(after)});
+  files.push_back({"program.dot", ClusteredDot(program, report, ids)});
+
+  // Everything is rendered; now write.
+  jit::WriteDumpFiles(FLAGS_out, files);
+  for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(FLAGS_out + "/" + dir, fs);
+  if (std::system("command -v dot >/dev/null 2>&1") == 0) {
+    const std::string cmd = "dot -Tsvg '" + FLAGS_out + "/program.dot' -o '" + FLAGS_out + "/program.svg'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kiln dump: dot could not render program.svg\n");
+  }
+  std::fputs(ExplainText(rows, excluded, compiler.stats()).c_str(), stdout);
+  std::printf("wrote %s/index.md, program.{before,after}.pbtxt, program.dot and %zu cluster folders\n",
+              FLAGS_out.c_str(), cluster_files.size());
+  return 0;
+}
+
+}  // namespace kiln::tools

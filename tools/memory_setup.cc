@@ -1,0 +1,90 @@
+#include "tools/memory_setup.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "compiler/jit_compiler.h"
+#include "framework/flags.h"
+#include "framework/ir/graph.h"
+#include "tools/jit_setup.h"
+
+namespace kiln::tools {
+namespace {
+
+std::string Row(const std::string& label, const std::string& value) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "  %-28s %s\n", label.c_str(), value.c_str());
+  return buf;
+}
+
+std::string Bytes(size_t b) { return FormatBytes(b) + " (" + std::to_string(b) + " B)"; }
+
+}  // namespace
+
+void ConfigureAllocatorFromFlags() { CachingAllocator::Global().SetCaching(FLAGS_cache_allocations); }
+
+proto::ProgramDesc MaybeApplyInplace(const proto::ProgramDesc& program, const std::set<std::string>& keep,
+                                     InplaceReport* report) {
+  if (report != nullptr) *report = InplaceReport{};
+  if (!FLAGS_use_inplace || program.blocks_size() == 0) return program;
+  InplacePassOptions options;
+  options.keep_vars = keep;
+  ir::Graph graph = ir::Graph::FromBlock(program.blocks(0));
+  InplacePass(options).Run(graph, report);
+  graph.Verify();
+  proto::ProgramDesc out = program;
+  *out.mutable_blocks(0) = graph.ToBlock();
+  return out;
+}
+
+proto::ProgramDesc TransformProgramFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
+                                             InplaceReport* report) {
+  return MaybeApplyInplace(MaybeApplyJit(program, keep), keep, report);
+}
+
+MemoryFigures ComputeMemoryFigures(const AllocatorStats& stats, const AllocatorStats& baseline,
+                                   const InplaceReport& inplace, int64_t batch, int64_t steps) {
+  auto above = [](size_t v, size_t base) { return v > base ? v - base : 0; };
+  MemoryFigures f;
+  f.peak_tensor_bytes = above(stats.peak_in_use_bytes, baseline.in_use_bytes);
+  f.allocated_bytes = above(stats.system_bytes, baseline.system_bytes);
+  f.peak_held_bytes = above(stats.peak_held_bytes, baseline.held_bytes);
+  f.allocations = stats.allocations;
+  f.hits = stats.hits;
+  f.misses = stats.misses;
+  f.reuse_bytes = stats.hit_bytes;
+  f.inplace_bytes_per_step = inplace.SavedBytes(batch);
+  f.inplace_ops = static_cast<int>(inplace.renamed.size());
+  f.steps = steps;
+  return f;
+}
+
+std::string MemoryReport(const MemoryFigures& f, bool caching) {
+  std::string s = "memory (training steps only; the loaded dataset is not counted):\n";
+  s += Row("peak tensor bytes", Bytes(f.peak_tensor_bytes));
+  s += Row("allocated from the system", Bytes(f.allocated_bytes));
+  s += Row("held from the system, peak", Bytes(f.peak_held_bytes));
+  s += Row("allocator", std::to_string(f.allocations) + " allocations: " + std::to_string(f.hits) + " hits, " +
+                            std::to_string(f.misses) + " misses (caching " + (caching ? "on" : "off") + ")");
+  s += Row("saved by in-place", std::to_string(f.inplace_ops) + " ops, " + FormatBytes(f.inplace_bytes_per_step) +
+                                    " per step");
+  const size_t per_step = f.steps > 0 ? f.reuse_bytes / static_cast<size_t>(f.steps) : 0;
+  s += Row("saved by reuse", FormatBytes(f.reuse_bytes) + " served from free lists (" + FormatBytes(per_step) +
+                                 " per step)");
+  const auto objects = jit::JitCompiler::Instance().CachedObjects();
+  if (objects.empty()) return s;
+  s += "jit arena plans (per compiled cluster and signature; reuse of dead intermediates inside the cluster):\n";
+  for (const auto& obj : objects) {
+    const auto& plan = obj->program.plan;
+    const size_t saved = plan.arena_bytes_no_reuse - std::min(plan.arena_bytes, plan.arena_bytes_no_reuse);
+    const auto& ins = obj->signature.inputs;
+    const std::string first = ins.empty() ? "" : ", first " + std::string(DataTypeName(ins[0].dtype)) +
+                                                     DimsToString(ins[0].dims);
+    s += "  cluster " + obj->key + " (" + std::to_string(ins.size()) + " inputs" + first +
+         "): planned " + FormatBytes(plan.arena_bytes) +
+         ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n";
+  }
+  return s;
+}
+
+}  // namespace kiln::tools
