@@ -251,6 +251,9 @@ struct Unit {
   FusedMatmulSpec matmul;
   std::vector<std::string> matmul_args;  // X, W[, bias], Out
   std::vector<int> matmul_ops;
+  bool matmul_sgd = false;               // W -= lr * X^T dY (matmul_args: X, dY, lr, W, W)
+  Dims x_dims, w_dims;
+  std::shared_ptr<const proto::OpDesc> op_override;  // framework op variant
   Dims iter;
   std::vector<Fragment> fragments;
   std::set<std::string> reads, writes;
@@ -542,6 +545,52 @@ bool MatchFusedMatmul(const proto::BlockDesc& block, int i, const std::vector<st
   return true;
 }
 
+// matmul_grad's weight gradient read only by an sgd of that weight: the
+// gradient and the step become one oneDNN matmul at the sgd's place.
+struct MatmulSgdMatch {
+  int grad_op = -1;
+  std::string x, dy, lr, w;
+  Dims x_dims, w_dims;
+};
+
+std::map<int, MatmulSgdMatch> FindMatmulSgd(const proto::BlockDesc& block,
+                                            const std::vector<std::set<std::string>>& reads,
+                                            const std::set<std::string>& cluster_outputs, const OpRegistry& registry) {
+  std::map<int, MatmulSgdMatch> matches;  // by sgd op index
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const proto::OpDesc& op = block.ops(i);
+    if (op.type() != "matmul_grad") continue;
+    const OpView v(block, op, registry.Get(op.type()), i);
+    const std::string x = v.In("X"), w = v.In("Y"), dy = v.In("Out@GRAD"), g = v.Out("Y@GRAD");
+    if (x.empty() || w.empty() || dy.empty() || g.empty() || cluster_outputs.count(g)) continue;
+    if (v.Attr<bool>("transpose_X") || v.Attr<bool>("transpose_Y") || v.Attr<float>("alpha") != 1.f) continue;
+    if (!v.IsF32(x) || !v.IsF32(w) || !v.IsF32(dy)) continue;
+    const Dims xd = v.DimsOf(x), wd = v.DimsOf(w), dyd = v.DimsOf(dy);
+    if (wd.size() != 2 || xd.size() < 2 || xd.back() != wd[0] || dyd.back() != wd[1] ||
+        Numel(xd) / xd.back() != Numel(dyd) / dyd.back()) {
+      continue;
+    }
+    int reader = -1, readers = 0;
+    for (int j = 0; j < block.ops_size(); ++j) {
+      if (j != i && reads[j].count(g)) {
+        reader = j;
+        ++readers;
+      }
+    }
+    if (readers != 1 || reader < i || block.ops(reader).type() != "sgd") continue;
+    const OpView sv(block, block.ops(reader), registry.Get("sgd"), reader);
+    if (sv.In("Param") != w || sv.Out("ParamOut") != w || sv.In("Grad") != g) continue;
+    const std::string lr = sv.In("LearningRate");
+    bool clobbered = false;
+    for (int j = i + 1; j < reader && !clobbered; ++j) {
+      for (const auto& a : AllOutputArgs(block.ops(j))) clobbered |= a == x || a == dy || a == lr || a == w;
+    }
+    if (clobbered) continue;
+    matches[reader] = MatmulSgdMatch{i, x, dy, lr, w, xd, wd};
+  }
+  return matches;
+}
+
 }  // namespace
 
 std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, const JitSubgraph& subgraph,
@@ -554,11 +603,46 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
     if (options.fuse_elementwise) all_frags[i] = FragmentsOf(block, i, registry);
     reads[i] = NeededReads(block, i, all_frags[i]);
   }
+  std::map<int, MatmulSgdMatch> matmul_sgd;
+  std::map<int, int> grad_op_to_sgd;
+  if (options.use_onednn && options.fuse_elementwise) {
+    matmul_sgd = FindMatmulSgd(block, reads, cluster_outputs, registry);
+    for (const auto& [j, m] : matmul_sgd) grad_op_to_sgd[m.grad_op] = j;
+  }
   std::vector<bool> folded(block.ops_size(), false);
   std::vector<Unit> units;
   std::vector<std::pair<size_t, Fragment>> deferred;  // (position in its op, fragment)
   for (int i = 0; i < block.ops_size(); ++i) {
     if (folded[i]) continue;
+    if (grad_op_to_sgd.count(i)) {
+      // The weight gradient moves to the sgd; what is left is dX (if wanted).
+      auto op = std::make_shared<proto::OpDesc>(block.ops(i));
+      SetOutput(op.get(), "Y@GRAD", {kEmptyVarName});
+      const std::vector<std::string> dx = OutputArgs(*op, "X@GRAD");
+      if (dx.empty() || dx[0] == kEmptyVarName) continue;
+      Unit u;
+      u.op_index = i;
+      u.op_override = op;
+      for (const auto& a : AllInputArgs(*op)) {
+        if (a != kEmptyVarName) u.reads.insert(a);
+      }
+      u.writes.insert(dx[0]);
+      units.push_back(std::move(u));
+      continue;
+    }
+    if (matmul_sgd.count(i)) {
+      const MatmulSgdMatch& m = matmul_sgd.at(i);
+      Unit u;
+      u.matmul_sgd = true;
+      u.x_dims = m.x_dims;
+      u.w_dims = m.w_dims;
+      u.matmul_args = {m.x, m.dy, m.lr, m.w, m.w};
+      u.matmul_ops = {m.grad_op, i};
+      u.reads = {m.x, m.dy, m.lr, m.w};
+      u.writes = {m.w};
+      units.push_back(std::move(u));
+      continue;
+    }
     Unit mm;
     if (options.use_onednn && options.fuse_elementwise &&
         MatchFusedMatmul(block, i, reads, cluster_outputs, external, registry, &mm)) {
@@ -603,6 +687,15 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
   int serial = 0, matmuls = 0;
   for (size_t gi = 0; gi < units.size(); ++gi) {
     const Unit& u = units[gi];
+    if (u.matmul_sgd) {
+      LoweredUnit l;
+      l.kernel = MakeMatmulSgdKernel(u.x_dims, u.w_dims, "matmul_sgd_" + std::to_string(matmuls++));
+      l.arg_names = u.matmul_args;
+      l.num_inputs = 4;
+      l.fused_ops = u.matmul_ops;
+      lowered.push_back(std::move(l));
+      continue;
+    }
     if (u.fused_matmul) {
       LoweredUnit l;
       l.kernel = MakeFusedMatmulKernel(u.matmul, "matmul_" + std::to_string(matmuls++));
@@ -615,6 +708,7 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
     if (!u.group) {
       LoweredUnit l;
       l.op_index = u.op_index;
+      l.op_override = u.op_override;
       lowered.push_back(std::move(l));
       continue;
     }

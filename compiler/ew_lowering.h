@@ -21,6 +21,9 @@ struct LoweredUnit {
   std::vector<std::string> arg_names;
   int num_inputs = 0;
   int op_index = -1;
+  // With op_index: run this variant of the op instead (a gradient output the
+  // lowering computes elsewhere is @EMPTY@ here).
+  std::shared_ptr<const proto::OpDesc> op_override;
   std::vector<int> fused_ops;  // op indices a generated kernel covers
 };
 

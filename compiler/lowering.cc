@@ -105,7 +105,7 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
       names = unit.arg_names;
       ins.num_inputs = unit.num_inputs;
     } else {
-      const proto::OpDesc& op = block.ops(unit.op_index);
+      const proto::OpDesc& op = unit.op_override ? *unit.op_override : block.ops(unit.op_index);
       int num_inputs = 0;
       ins.kernel = std::make_shared<FrameworkOpKernel>(op, registry.Get(op.type()), options.use_onednn, &names,
                                                        &num_inputs);

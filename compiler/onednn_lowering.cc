@@ -81,7 +81,72 @@ class FusedMatmulKernel final : public runtime::Kernel {
   size_t scratch_bytes_ = 0;
 };
 
+class MatmulSgdKernel final : public runtime::Kernel {
+ public:
+  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, std::string name) : name_(std::move(name)) {
+    const int64_t k = x_dims.back();
+    const int64_t m = Numel(x_dims) / k;
+    const int64_t n = w_dims[1];
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    // src = X^T [K, M] (X stored [M, K]), weights = dY [M, N], dst = W [K, N].
+    src_md_ = dnnl::memory::desc({k, m}, dt::f32, tag::ba);
+    wei_md_ = dnnl::memory::desc({m, n}, dt::f32, tag::ab);
+    dst_md_ = dnnl::memory::desc({k, n}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});  // -lr, read at run time
+    dnnl::post_ops ops;
+    ops.append_sum(1.f);  // dst = scale * (src @ weights) + dst
+    attr.set_post_ops(ops);
+    pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md_, wei_md_, dst_md_), attr,
+                                       onednn::OneDnnHandler::Engine());
+    prim_ = dnnl::matmul(pd_);
+    impl_ = pd_.impl_info_str();
+    scratch_bytes_ = pd_.scratchpad_desc().get_size();
+  }
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override {
+    return "oneDNN matmul (" + impl_ + ") W -= lr * X^T dY: weight gradient and sgd step in one primitive";
+  }
+  void Run(const runtime::BufferView* args) const override {
+    const auto& engine = onednn::OneDnnHandler::Engine();
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < scratch_bytes_) scratch.resize(scratch_bytes_);
+    float scale = -*static_cast<const float*>(args[2].data);
+    dnnl::memory scale_mem({{1}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::x}, engine, &scale);
+    // args[3] is W as read, args[4] W as written: one buffer (in place).
+    std::unordered_map<int, dnnl::memory> exec_args = {
+        {DNNL_ARG_SRC, dnnl::memory(src_md_, engine, args[0].data)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md_, engine, args[1].data)},
+        {DNNL_ARG_DST, dnnl::memory(dst_md_, engine, args[4].data)},
+        {DNNL_ARG_ATTR_OUTPUT_SCALES, scale_mem},
+        {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd_.scratchpad_desc(), engine, scratch.data())},
+    };
+    auto& stream = onednn::OneDnnHandler::ThreadStream();
+    prim_.execute(stream, exec_args);
+    stream.wait();
+  }
+
+ private:
+  std::string name_;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::primitive prim_;
+  dnnl::memory::desc src_md_, wei_md_, dst_md_;
+  std::string impl_;
+  size_t scratch_bytes_ = 0;
+};
+
 }  // namespace
+
+std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
+                                                           const std::string& name) {
+  try {
+    return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, name);
+  } catch (const dnnl::error& e) {
+    ThrowUnimplemented("oneDNN has no matmul for the update of w ", DimsToString(w_dims), ": ", e.what());
+  }
+}
 
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {
   try {

@@ -22,6 +22,13 @@ struct FusedMatmulSpec {
   MatmulActivation activation = MatmulActivation::kNone;
 };
 
+// W -= lr * X^T @ dY for X [..., K] (leading dims fold into M), dY [..., N],
+// W [K, N]: the weight gradient of a matmul and its SGD step as one oneDNN
+// matmul (scale -lr, sum post-op into W), so the gradient never exists.
+// Arguments at run time: X, dY, LearningRate [1], W (read) -> W (written).
+std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
+                                                           const std::string& name);
+
 // Throws kiln::Error when oneDNN has no implementation for the spec.
 // Arguments at run time: X, W[, bias] -> Out.
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name);

@@ -245,5 +245,23 @@ TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
 }
 
+TEST_F(JitTrainTest, SgdWeightUpdatesFoldIntoTheWeightGradientMatmul) {
+  const Case c = Models()[2];  // the transformer, trained with sgd
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  Scope scope;
+  Executor().RunProgram(c.model.startup, scope);
+  RunSteps(c.model, p, scope, c.train, 16, 1);
+  std::string listing;
+  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  size_t folded = 0;
+  for (size_t at = listing.find("sgd step in one primitive"); at != std::string::npos;
+       at = listing.find("sgd step in one primitive", at + 1)) {
+    ++folded;
+  }
+  // attn q/k/v/out, ffn0, ffn1, head: every 2-D weight of the block.
+  EXPECT_EQ(folded, 7u) << listing;
+  EXPECT_EQ(listing.find("fc0.w@GRAD"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -249,7 +249,30 @@ def cpu_info():
 
 # ---------------------------------------------------------------- runs
 
-def run_json(cmd, env_threads, timeout):
+def runnable_others():
+    """Runnable tasks on the machine besides this one (/proc/loadavg's 4th field)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def wait_idle(max_seconds):
+    """Waits up to max_seconds until no other task is runnable (three samples in
+    a row); returns the seconds waited. On a shared machine, a measurement that
+    starts while another job runs is slower, at 2 threads by far."""
+    t0 = time.time()
+    quiet = 0
+    while time.time() - t0 < max_seconds and quiet < 3:
+        quiet = quiet + 1 if runnable_others() == 0 else 0
+        time.sleep(0.05)
+    return time.time() - t0
+
+
+def run_json(cmd, env_threads, timeout, idle_wait=0.0):
+    if idle_wait > 0:
+        wait_idle(idle_wait)
     env = dict(os.environ, OMP_NUM_THREADS=str(env_threads))
     env.pop("FLAGS_use_jit", None)
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -281,18 +304,21 @@ def median(values):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def measure_limits(kiln, threads, args):
-    out = {}
+def measure_limits(kiln, threads, args, runs):
+    """One copy and one matmul measurement, appended to runs[what]."""
     for what, extra in (("copy", ["--bench_copy_mib", str(args.copy_mib)]),
                         ("matmul", ["--bench_matmul_size", str(args.matmul_size)])):
-        runs = [run_json([kiln, "bench", "--bench_what", what, "--bench_warmup", "3",
-                          "--bench_steps", str(args.limit_steps)] + extra, threads, args.timeout)
-                for _ in range(args.rounds)]
-        key = "copy_gbs" if what == "copy" else "gflops"
-        best = max(runs, key=lambda r: r[key])
-        best = dict(best)
-        best[key + "_rounds"] = [r[key] for r in runs]
-        best[key] = median([r[key] for r in runs])
+        runs.setdefault(what, []).append(
+            run_json([kiln, "bench", "--bench_what", what, "--bench_warmup", "3", "--bench_steps",
+                      str(args.limit_steps)] + extra, threads, args.timeout, args.idle_wait))
+
+
+def best_limits(runs):
+    """The machine's limit is the best of the measurements (contention only lowers them)."""
+    out = {}
+    for what, key in (("copy", "copy_gbs"), ("matmul", "gflops")):
+        best = dict(max(runs[what], key=lambda r: r[key]))
+        best[key + "_runs"] = [r[key] for r in runs[what]]
         out[what] = best
     return out
 
@@ -301,19 +327,20 @@ def run_all(kiln, configs, threads_list, args, have_torch):
     results = {}  # (name, threads, side) -> summary
     limits = {}
     for threads in threads_list:
-        limits[threads] = measure_limits(kiln, threads, args)
-        log("bench: %d thread(s): copy %.1f GB/s, oneDNN matmul %d^3 %.1f GFLOP/s" %
-            (threads, limits[threads]["copy"]["copy_gbs"], args.matmul_size, limits[threads]["matmul"]["gflops"]))
+        limit_runs = {}
+        measure_limits(kiln, threads, args, limit_runs)
         for cfg in configs:
+            measure_limits(kiln, threads, args, limit_runs)
             per_side = {s: [] for s in SIDES}
             for rnd in range(args.rounds):
                 for side in SIDES:
                     if side == "torch":
                         if not have_torch:
                             continue
-                        r = run_json(torch_cmd(cfg, threads, args), threads, args.timeout)
+                        r = run_json(torch_cmd(cfg, threads, args), threads, args.timeout, args.idle_wait)
                     else:
-                        r = run_json(kiln_cmd(kiln, cfg, side, args), threads, args.timeout)
+                        r = run_json(kiln_cmd(kiln, cfg, side, args), threads, args.timeout, args.idle_wait)
+                    r["others_runnable_after"] = runnable_others()
                     per_side[side].append(r)
             counts = {r["params"] for runs in per_side.values() for r in runs}
             if len(counts) != 1:
@@ -324,17 +351,25 @@ def run_all(kiln, configs, threads_list, args, have_torch):
                     continue
                 s = dict(runs[-1])
                 s["round_medians"] = [r["median_ms"] for r in runs]
-                s["median_ms"] = median(s["round_medians"])
+                s["median_of_rounds_ms"] = median(s["round_medians"])
+                s["median_ms"] = min(s["round_medians"])
                 s["min_ms"] = min(r["min_ms"] for r in runs)
                 s["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
                 if side == "jit":
                     s["gflops"] = s["flops_per_step"] / (s["median_ms"] * 1e6)
-                    s["matmul_fraction"] = s["gflops"] / limits[threads]["matmul"]["gflops"]
                 results[(cfg[0], threads, side)] = s
             line = "bench: %-15s %d thr: " % (cfg[0], threads) + "  ".join(
                 "%s %.3f ms" % (side, results[(cfg[0], threads, side)]["median_ms"])
                 for side in SIDES if (cfg[0], threads, side) in results)
             log(line)
+        limits[threads] = best_limits(limit_runs)
+        log("bench: %d thread(s): copy %.1f GB/s, oneDNN matmul %d^3 %.1f GFLOP/s (best of %d)" %
+            (threads, limits[threads]["copy"]["copy_gbs"], args.matmul_size, limits[threads]["matmul"]["gflops"],
+             len(limit_runs["matmul"])))
+        for cfg in configs:
+            r = results.get((cfg[0], threads, "jit"))
+            if r:
+                r["matmul_fraction"] = r["gflops"] / limits[threads]["matmul"]["gflops"]
     return results, limits
 
 
@@ -509,14 +544,16 @@ def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, h
                "mirror `framework/models/models.cc` layer by layer; neither side computes the input's gradient. "
                "Each measurement is its own process (OMP_NUM_THREADS and torch.set_num_threads set before it "
                "starts); for every (model, threads) the sides run interleaved PyTorch, kiln JIT off, kiln JIT on, "
-               "%d rounds of %d warm-up steps (untimed; they include the JIT's compiles) and %d timed steps. A "
-               "step time is the median over rounds of each process's median step; RSS is the largest peak "
+               "%d rounds of %d warm-up steps (untimed; they include the JIT's compiles) and %d timed steps, each "
+               "process started when no other task was runnable or after waiting %g s. A step time is the lowest "
+               "over rounds of each process's median step (other jobs on the machine only make a round slower; "
+               "every round's median is in the JSON); RSS is the largest peak "
                "resident set (ru_maxrss) of the side's processes, libraries included. kiln copies the batch "
                "into its scope before each step, outside the timed part; PyTorch reuses its input tensors."
-               % (args.rounds, args.warmup, args.steps))
+               % (args.rounds, args.warmup, args.steps, args.idle_wait))
     out.append("")
-    out.append("Machine limits measured in the same run (`kiln bench --bench_what copy|matmul`, median of %d "
-               "processes):" % args.rounds)
+    out.append("Machine limits measured in the same run (`kiln bench --bench_what copy|matmul`, once before "
+               "each model's rounds and once more per thread count; the best of them):")
     out.append("")
     out.append("| threads | copy GB/s (bytes copied; %d MiB buffers, memcpy) | oneDNN f32 matmul %d^3 GFLOP/s | "
                "oneDNN implementation |" % (args.copy_mib, args.matmul_size))
@@ -567,6 +604,8 @@ def main():
     p.add_argument("--no_install", action="store_true", help="never run apt-get")
     p.add_argument("--note", default="", help="a sentence about the machine for the docs")
     p.add_argument("--timeout", type=int, default=600, help="seconds per measured process")
+    p.add_argument("--idle_wait", type=float, default=5.0,
+                   help="before each measurement, wait up to this many seconds for no other runnable task")
     # Worker mode (a PyTorch measurement in its own process).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -587,7 +626,7 @@ def main():
     if args.tiny:
         configs = TINY_CONFIGS
         args.threads, args.rounds, args.warmup, args.steps = "1", 1, 1, 2
-        args.limit_steps, args.matmul_size, args.copy_mib = 2, 64, 8
+        args.limit_steps, args.matmul_size, args.copy_mib, args.idle_wait = 2, 64, 8, 0.0
     if args.only:
         wanted = [w.strip() for w in args.only.split(",")]
         configs = [c for c in configs if c[0] in wanted]
