@@ -21,6 +21,7 @@ DECLARE_bool(memory_report);
 // JIT clustering (build_jit_pass; turned into BuildJitPassOptions by
 // BuildJitPassOptionsFromFlags in passes/pass_flags.h).
 DECLARE_bool(use_jit);
+DECLARE_bool(jit_profile);
 DECLARE_string(jit_launch_mode);
 DECLARE_int32(jit_cache_capacity);
 DECLARE_int32(jit_recompile_limit);

@@ -1,6 +1,13 @@
 #include "runtime/runner.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <iomanip>
+#include <map>
+#include <mutex>
+#include <sstream>
 #include <memory>
 
 #include "framework/error.h"
@@ -20,7 +27,51 @@ struct Arena {
 
 thread_local Arena tls_arena;
 
+std::atomic<bool> g_profiling{false};
+std::mutex g_profile_mu;
+struct ProfileEntry {
+  int64_t calls = 0;
+  double ms = 0;
+};
+std::map<std::string, ProfileEntry> g_profile;  // "name  describe"
+
+void RunTimed(const Instruction& ins, const BufferView* args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ins.kernel->Run(args);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(g_profile_mu);
+  ProfileEntry& e = g_profile[ins.kernel->name() + "  " + ins.kernel->Describe()];
+  ++e.calls;
+  e.ms += ms;
+}
+
 }  // namespace
+
+void SetProfiling(bool on) { g_profiling = on; }
+bool ProfilingEnabled() { return g_profiling; }
+
+void ResetProfile() {
+  std::lock_guard<std::mutex> lock(g_profile_mu);
+  g_profile.clear();
+}
+
+std::string ProfileReport() {
+  std::lock_guard<std::mutex> lock(g_profile_mu);
+  std::vector<std::pair<std::string, ProfileEntry>> rows(g_profile.begin(), g_profile.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.ms;
+  std::ostringstream os;
+  os << "jit profile: " << std::fixed << std::setprecision(3) << total << " ms in compiled instructions\n";
+  os << "      ms   share    calls  us/call  kernel\n";
+  for (const auto& [what, e] : rows) {
+    os << std::setw(8) << e.ms << std::setw(7) << std::setprecision(1) << (total > 0 ? 100 * e.ms / total : 0)
+       << "%" << std::setw(9) << e.calls << std::setw(9) << std::setprecision(1) << 1000 * e.ms / e.calls << "  "
+       << what << "\n"
+       << std::setprecision(3);
+  }
+  return os.str();
+}
 
 void Runner::Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs) {
   const BufferPlan& plan = program.plan;
@@ -48,7 +99,11 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
   for (const Instruction& ins : program.instructions) {
     args.clear();
     for (int b : ins.args) args.push_back(views[b]);
-    ins.kernel->Run(args.data());
+    if (g_profiling) {
+      RunTimed(ins, args.data());
+    } else {
+      ins.kernel->Run(args.data());
+    }
   }
 }
 
@@ -60,7 +115,11 @@ void Runner::RunInstruction(const Program& program, size_t i, const std::vector<
     const BufferInfo& info = program.plan.buffers[ins.args[k]];
     args[k] = {arg_data[k], info.dtype, &info.dims};
   }
-  ins.kernel->Run(args.data());
+  if (g_profiling) {
+    RunTimed(ins, args.data());
+  } else {
+    ins.kernel->Run(args.data());
+  }
 }
 
 }  // namespace kiln::runtime

@@ -1,5 +1,10 @@
 #include "tools/jit_setup.h"
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/runner.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -98,6 +103,10 @@ void ConfigureJitFromFlags() {
   }
   jit::JitCompiler::Instance().Configure(o);
   jit::SetLaunchMode(jit::ParseLaunchMode(FLAGS_jit_launch_mode));
+  if (FLAGS_jit_profile) {
+    runtime::SetProfiling(true);
+    std::atexit([] { std::fputs(runtime::ProfileReport().c_str(), stderr); });
+  }
 }
 
 proto::ProgramDesc MaybeApplyJit(const proto::ProgramDesc& program, const std::set<std::string>& keep) {
