@@ -130,8 +130,8 @@ TEST_F(OneDnnParityTest, KernelsAreAttachedToEveryListedOp) {
   const std::vector<std::string> want = {
       "conv2d", "conv2d_grad", "elementwise_add", "elementwise_div", "elementwise_mul", "elementwise_sub",
       "exp", "exp_grad", "gelu", "gelu_grad", "layer_norm", "layer_norm_grad", "matmul", "matmul_grad",
-      "pool2d", "pool2d_grad", "relu", "relu_grad", "scale", "scale_grad", "sigmoid", "sigmoid_grad",
-      "softmax", "softmax_grad", "sum", "tanh", "tanh_grad"};
+      "mean", "pool2d", "pool2d_grad", "reduce_mean", "reduce_sum", "relu", "relu_grad", "scale", "scale_grad",
+      "sigmoid", "sigmoid_grad", "softmax", "softmax_grad", "sum", "tanh", "tanh_grad"};
   EXPECT_EQ(OneDnnKernelOps(), want);
   for (const auto& type : want) {
     const OpInfo* info = OpRegistry::Global().Find(type);
@@ -625,6 +625,34 @@ TEST_F(OneDnnParityTest, KernelsUseTheGlobalCache) {
 // By default the kernels fall back where oneDNN would use a generic
 // implementation measured slower than the reference kernel; the same shapes
 // with the innermost axis or a per-channel broadcast stay on oneDNN.
+TEST_F(OneDnnParityTest, Reductions) {
+  struct Case {
+    Dims dims;
+    std::vector<int64_t> dim;
+    bool keep_dim, reduce_all;
+  };
+  const std::vector<Case> cases = {{{1}, {0}, false, false},       {{17, 33}, {1}, false, false},
+                                   {{17, 33}, {0}, true, false},   {{7, 16, 33}, {1}, false, false},
+                                   {{2, 7, 5}, {-1}, true, false}, {{2, 7, 5}, {0, 2}, false, false},
+                                   {{3, 7, 33}, {0}, false, true}};
+  for (const auto& c : cases) {
+    const std::map<std::string, Tensor> in = {{"x", Rand(c.dims, -3, 3)}};
+    for (const char* type : {"reduce_sum", "reduce_mean"}) {
+      const proto::OpDesc op = OpBuilder(type)
+                                   .In("X", {"x"})
+                                   .Out("Out", {"out"})
+                                   .Attr("dim", c.dim)
+                                   .Attr("keep_dim", c.keep_dim)
+                                   .Attr("reduce_all", c.reduce_all)
+                                   .Build();
+      // Nothing to reduce ([1] -> [1]): oneDNN has no such reduction.
+      ExpectParity(op, in, c.dims == Dims{1} ? Expect::kFallback : Expect::kOneDnn);
+    }
+    ExpectParity(OpBuilder("mean").In("X", {"x"}).Out("Out", {"out"}).Build(), in,
+                 c.dims == Dims{1} ? Expect::kFallback : Expect::kOneDnn);
+  }
+}
+
 TEST(OneDnnPolicyTest, SlowImplementationsFallBackByDefault) {
   ASSERT_FALSE(onednn::AllowSlowImplementations());
   const std::map<std::string, Tensor> x = {{"x", Rand({17, 33})}};

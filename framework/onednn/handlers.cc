@@ -382,6 +382,31 @@ bool SoftmaxHandler::RunBackward(const Tensor& out, const Tensor& d_out, Tensor*
   return true;
 }
 
+// ---- ReductionHandler ------------------------------------------------------------------------
+
+ReductionHandler::ReductionHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& dst_dims, bool mean)
+    : OneDnnHandler(cache) {
+  fwd_key_.kind = PrimitiveKind::kReduction;
+  fwd_key_.dims = {x_dims, dst_dims};
+  fwd_key_.algorithm = static_cast<int>(mean ? algorithm::reduction_mean : algorithm::reduction_sum);
+}
+
+PrimitiveEntry ReductionHandler::CreateForward() const {
+  dnnl::reduction::desc desc(static_cast<algorithm>(fwd_key_.algorithm), PlainDesc(fwd_key_.dims[0]),
+                             PlainDesc(fwd_key_.dims[1]), 0.f, 0.f);
+  dnnl::reduction::primitive_desc pd(desc, DefaultAttr(), Engine());
+  return MakeEntry(pd, dnnl::reduction(pd));
+}
+
+bool ReductionHandler::RunForward(const Tensor& x, Tensor* out) {
+  if (!RankOk(x.dims()) || !AcquireForwardPrimitive()) return false;
+  ExecArgs args;
+  args[DNNL_ARG_SRC] = AcquireSrcMemory(x);
+  args[DNNL_ARG_DST] = AcquireMemory(PlainDesc(fwd_key_.dims[1]), out);
+  Execute(std::move(args));
+  return true;
+}
+
 // ---- LayerNormHandler ------------------------------------------------------------------------
 
 LayerNormHandler::LayerNormHandler(PrimitiveCache& cache, int64_t rows, int64_t cols, float epsilon,

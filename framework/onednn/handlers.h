@@ -107,6 +107,18 @@ class SoftmaxHandler : public OneDnnHandler {
   dnnl::softmax_forward::primitive_desc ForwardPd() const;
 };
 
+// Sum or mean of x over the dims where `dst_dims` (same rank as x) is 1.
+// Key dims: {x, dst}; algorithm reduction_sum / reduction_mean.
+class ReductionHandler : public OneDnnHandler {
+ public:
+  ReductionHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& dst_dims, bool mean);
+  // `out` holds numel(dst_dims) elements (its own dims may drop the 1s).
+  bool RunForward(const Tensor& x, Tensor* out);
+
+ protected:
+  PrimitiveEntry CreateForward() const override;
+};
+
 // Layer normalisation of x viewed as [rows, cols] (cols = product of the dims
 // from begin_norm_axis on). Mean/Variance are [rows]; Variance is biased.
 // Key dims: {[rows, cols]}; flags say whether scale/bias are used.

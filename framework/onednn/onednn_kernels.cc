@@ -200,6 +200,29 @@ bool SoftmaxGradKernel(ExecContext& ctx) {
   return h.RunBackward(out, *dout, dx);
 }
 
+// ---- reductions ------------------------------------------------------------------------------------
+
+// reduce_sum / reduce_mean / mean through oneDNN's reduction primitive; the
+// reduced dims stay as 1s in the primitive's dst (Out may drop them).
+OneDnnKernelFn ReductionKernel(bool mean, bool all) {
+  return [mean, all](ExecContext& ctx) {
+    const Tensor& x = ctx.Input("X");
+    if (!AllFp32({&x})) return false;
+    Dims dst = x.dims();
+    const bool reduce_all = all || ctx.Attr<bool>("reduce_all");
+    if (reduce_all) {
+      std::fill(dst.begin(), dst.end(), 1);
+    } else {
+      const auto& dims = ctx.Attr<std::vector<int64_t>>("dim");
+      if (dims.empty()) std::fill(dst.begin(), dst.end(), 1);
+      for (int64_t d : dims) dst[NormalizeAxis(d, x.rank(), ctx.OpName())] = 1;
+    }
+    if (dst == x.dims()) return false;  // nothing reduced: oneDNN has no such reduction
+    onednn::ReductionHandler h(Cache(), x.dims(), dst, mean);
+    return h.RunForward(x, ctx.Output("Out"));
+  };
+}
+
 // ---- layer_norm ------------------------------------------------------------------------------------
 
 // Rows and row length of X for begin_norm_axis; {0, 0} when out of range.
@@ -365,6 +388,9 @@ std::vector<std::pair<std::string, OneDnnKernelFn>> KernelTable() {
       {"elementwise_mul", BinaryKernel(algorithm::binary_mul)},
       {"elementwise_div", BinaryKernel(algorithm::binary_div)},
       {"sum", SumKernel},
+      {"reduce_sum", ReductionKernel(/*mean=*/false, /*all=*/false)},
+      {"reduce_mean", ReductionKernel(/*mean=*/true, /*all=*/false)},
+      {"mean", ReductionKernel(/*mean=*/true, /*all=*/true)},
   };
   for (const char* act : {"relu", "tanh", "sigmoid", "exp", "gelu"}) {
     t.emplace_back(act, ActivationKernel(act));

@@ -23,6 +23,7 @@ const char* PrimitiveKindName(PrimitiveKind kind) {
     case PrimitiveKind::kEltwiseBackward: return "eltwise_bwd";
     case PrimitiveKind::kBinary: return "binary";
     case PrimitiveKind::kSum: return "sum";
+    case PrimitiveKind::kReduction: return "reduction";
   }
   return "?";
 }

@@ -39,6 +39,7 @@ enum class PrimitiveKind : uint8_t {
   kEltwiseBackward,
   kBinary,
   kSum,
+  kReduction,
 };
 const char* PrimitiveKindName(PrimitiveKind kind);
 

@@ -221,6 +221,16 @@ print(json.dumps({"version": torch.__version__, "default_threads": torch.get_num
     return info
 
 
+def kiln_revision():
+    r = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        return "revision unknown (not a git checkout)"
+    rev = r.stdout.strip()
+    if rev.endswith("-dirty"):
+        return "commit `%s` with uncommitted changes in the working tree" % rev[:-len("-dirty")]
+    return "commit `%s`" % rev
+
+
 def cpu_info():
     model, flags, family, cpu_model = "?", "", "?", "?"
     try:
@@ -519,6 +529,8 @@ def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, h
                "machine: %s (family %s model %s, %s, L3 %s, %d logical CPUs, Linux %s), %s thread(s). %s"
                % (today, cpu["model"], cpu["family"], cpu["cpu_model"], cpu["isa"], cpu["l3"], cpu["cpus"],
                   cpu["kernel"], " and ".join(map(str, threads_list)), args.note))
+    out.append("")
+    out.append("kiln: %s, Release build." % kiln_revision())
     out.append("")
     out.append("1-minute load average %.2f when the measurements started and %.2f when they ended (the "
                "benchmark itself adds up to the thread count being measured)." % tuple(args.load))
