@@ -581,9 +581,13 @@ std::map<int, MatmulSgdMatch> FindMatmulSgd(const proto::BlockDesc& block,
     const OpView sv(block, block.ops(reader), registry.Get("sgd"), reader);
     if (sv.In("Param") != w || sv.Out("ParamOut") != w || sv.In("Grad") != g) continue;
     const std::string lr = sv.In("LearningRate");
+    // The step moves up to the matmul_grad (so X and dY die there, not at the
+    // end of the backward pass): nothing in between may touch W or write the
+    // operands.
     bool clobbered = false;
     for (int j = i + 1; j < reader && !clobbered; ++j) {
       for (const auto& a : AllOutputArgs(block.ops(j))) clobbered |= a == x || a == dy || a == lr || a == w;
+      clobbered |= reads[j].count(w) > 0;
     }
     if (clobbered) continue;
     matches[reader] = MatmulSgdMatch{i, x, dy, lr, w, xd, wd};
@@ -619,25 +623,26 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
       auto op = std::make_shared<proto::OpDesc>(block.ops(i));
       SetOutput(op.get(), "Y@GRAD", {kEmptyVarName});
       const std::vector<std::string> dx = OutputArgs(*op, "X@GRAD");
-      if (dx.empty() || dx[0] == kEmptyVarName) continue;
-      Unit u;
-      u.op_index = i;
-      u.op_override = op;
-      for (const auto& a : AllInputArgs(*op)) {
-        if (a != kEmptyVarName) u.reads.insert(a);
+      if (!dx.empty() && dx[0] != kEmptyVarName) {
+        Unit u;
+        u.op_index = i;
+        u.op_override = op;
+        for (const auto& a : AllInputArgs(*op)) {
+          if (a != kEmptyVarName) u.reads.insert(a);
+        }
+        u.writes.insert(dx[0]);
+        units.push_back(std::move(u));
       }
-      u.writes.insert(dx[0]);
-      units.push_back(std::move(u));
-      continue;
-    }
-    if (matmul_sgd.count(i)) {
-      const MatmulSgdMatch& m = matmul_sgd.at(i);
+      // dX has read the old W: the step follows right away.
+      const int j = grad_op_to_sgd.at(i);
+      folded[j] = true;
+      const MatmulSgdMatch& m = matmul_sgd.at(j);
       Unit u;
       u.matmul_sgd = true;
       u.x_dims = m.x_dims;
       u.w_dims = m.w_dims;
       u.matmul_args = {m.x, m.dy, m.lr, m.w, m.w};
-      u.matmul_ops = {m.grad_op, i};
+      u.matmul_ops = {m.grad_op, j};
       u.reads = {m.x, m.dy, m.lr, m.w};
       u.writes = {m.w};
       units.push_back(std::move(u));
