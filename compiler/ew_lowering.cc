@@ -252,6 +252,7 @@ struct Unit {
   std::vector<std::string> matmul_args;  // X, W[, bias], Out
   std::vector<int> matmul_ops;
   bool matmul_sgd = false;               // W -= lr * X^T dY (matmul_args: X, dY, lr, W, W)
+  bool gemv_grad_sgd = false;            // batch 1: (dX and) the step (matmul_args: X, dY, lr, W, [dX,] W)
   Dims x_dims, w_dims;
   std::shared_ptr<const proto::OpDesc> op_override;  // framework op variant
   Dims iter;
@@ -614,6 +615,10 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
     for (const auto& [j, m] : matmul_sgd) grad_op_to_sgd[m.grad_op] = j;
   }
   std::vector<bool> folded(block.ops_size(), false);
+  auto v_dims_match = [&block](const std::string& var, const Dims& x_dims) {
+    const proto::VarDesc* v = FindVarDesc(block, var);
+    return v != nullptr && Numel(VarDims(*v)) == Numel(x_dims);
+  };
   std::vector<Unit> units;
   std::vector<std::pair<size_t, Fragment>> deferred;  // (position in its op, fragment)
   for (int i = 0; i < block.ops_size(); ++i) {
@@ -623,7 +628,27 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
       auto op = std::make_shared<proto::OpDesc>(block.ops(i));
       SetOutput(op.get(), "Y@GRAD", {kEmptyVarName});
       const std::vector<std::string> dx = OutputArgs(*op, "X@GRAD");
-      if (!dx.empty() && dx[0] != kEmptyVarName) {
+      const int j_sgd = grad_op_to_sgd.at(i);
+      const MatmulSgdMatch& one = matmul_sgd.at(j_sgd);
+      const bool want_dx = !dx.empty() && dx[0] != kEmptyVarName;
+      if (Numel(one.x_dims) == one.x_dims.back() && (!want_dx || v_dims_match(dx[0], one.x_dims))) {
+        // Batch 1: dX and the step in one pass over W.
+        folded[j_sgd] = true;
+        Unit u;
+        u.gemv_grad_sgd = true;
+        u.x_dims = one.x_dims;
+        u.w_dims = one.w_dims;
+        u.matmul_args = {one.x, one.dy, one.lr, one.w};
+        if (want_dx) u.matmul_args.push_back(dx[0]);
+        u.matmul_args.push_back(one.w);
+        u.matmul_ops = {i, j_sgd};
+        u.reads = {one.x, one.dy, one.lr, one.w};
+        u.writes = {one.w};
+        if (want_dx) u.writes.insert(dx[0]);
+        units.push_back(std::move(u));
+        continue;
+      }
+      if (want_dx) {
         Unit u;
         u.op_index = i;
         u.op_override = op;
@@ -692,6 +717,16 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
   int serial = 0, matmuls = 0;
   for (size_t gi = 0; gi < units.size(); ++gi) {
     const Unit& u = units[gi];
+    if (u.gemv_grad_sgd) {
+      LoweredUnit l;
+      const bool with_dx = u.matmul_args.size() == 6;
+      l.kernel = MakeGemvGradSgdKernel(u.w_dims[0], u.w_dims[1], with_dx, "gemv_sgd_" + std::to_string(matmuls++));
+      l.arg_names = u.matmul_args;
+      l.num_inputs = 4;
+      l.fused_ops = u.matmul_ops;
+      lowered.push_back(std::move(l));
+      continue;
+    }
     if (u.matmul_sgd) {
       LoweredUnit l;
       l.kernel = MakeMatmulSgdKernel(u.x_dims, u.w_dims, "matmul_sgd_" + std::to_string(matmuls++));

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "compiler/gemv.h"
 #include "framework/onednn/onednn_handler.h"
 
 namespace kiln::jit {
@@ -14,6 +15,15 @@ class FusedMatmulKernel final : public runtime::Kernel {
     const int64_t k = spec.x_dims.back();
     const int64_t m = Numel(spec.x_dims) / k;
     const int64_t n = spec.transpose_w ? spec.w_dims[0] : spec.w_dims[1];
+    k_ = k;
+    n_ = n;
+    // One row: a matrix-vector product streams W once; brgemm would repack it.
+    gemv_ = m == 1 && !spec.transpose_w && spec.alpha == 1.f &&
+            (spec.activation == MatmulActivation::kNone || spec.activation == MatmulActivation::kRelu);
+    if (gemv_) {
+      impl_ = "kiln gemv";
+      return;
+    }
     using tag = dnnl::memory::format_tag;
     using dt = dnnl::memory::data_type;
     const dnnl::memory::desc src({m, k}, dt::f32, tag::ab);
@@ -45,7 +55,7 @@ class FusedMatmulKernel final : public runtime::Kernel {
 
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    std::string s = "oneDNN matmul (" + impl_ + ")";
+    std::string s = gemv_ ? "matrix-vector product (kiln gemv, batch 1)" : "oneDNN matmul (" + impl_ + ")";
     if (spec_.bias) s += " + bias";
     if (spec_.activation == MatmulActivation::kRelu) s += " + relu post-op";
     if (spec_.activation == MatmulActivation::kGelu) s += " + gelu_erf post-op";
@@ -54,6 +64,13 @@ class FusedMatmulKernel final : public runtime::Kernel {
   }
 
   void Run(const runtime::BufferView* args) const override {
+    if (gemv_) {
+      const float* b = spec_.bias ? static_cast<const float*>(args[2].data) : nullptr;
+      GemvRowTimesMatrix(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data), b,
+                         static_cast<float*>(args[spec_.bias ? 3 : 2].data), k_, n_,
+                         spec_.activation == MatmulActivation::kRelu);
+      return;
+    }
     const auto& engine = onednn::OneDnnHandler::Engine();
     // Per-thread scratchpad: a primitive may run on several threads at once.
     thread_local std::vector<char> scratch;
@@ -79,6 +96,31 @@ class FusedMatmulKernel final : public runtime::Kernel {
   dnnl::memory::desc src_md_, wei_md_, dst_md_, bias_md_;
   std::string impl_;
   size_t scratch_bytes_ = 0;
+  bool gemv_ = false;
+  int64_t k_ = 0, n_ = 0;
+};
+
+class GemvGradSgdKernel final : public runtime::Kernel {
+ public:
+  GemvGradSgdKernel(int64_t k, int64_t n, bool with_dx, std::string name)
+      : name_(std::move(name)), k_(k), n_(n), with_dx_(with_dx) {}
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override {
+    return std::string("kiln gemv, batch 1: ") + (with_dx_ ? "dX = dY W^T and " : "") +
+           "W -= lr * X^T dY in one pass over W";
+  }
+  void Run(const runtime::BufferView* args) const override {
+    const float lr = *static_cast<const float*>(args[2].data);
+    float* dx = with_dx_ ? static_cast<float*>(args[4].data) : nullptr;
+    float* w = static_cast<float*>(args[with_dx_ ? 5 : 4].data);
+    GemvGradAndSgd(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data), lr, w, dx, k_,
+                   n_);
+  }
+
+ private:
+  std::string name_;
+  int64_t k_, n_;
+  bool with_dx_;
 };
 
 class MatmulSgdKernel final : public runtime::Kernel {
@@ -153,6 +195,11 @@ std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, c
   } catch (const dnnl::error& e) {
     ThrowUnimplemented("oneDNN has no matmul for the update of w ", DimsToString(w_dims), ": ", e.what());
   }
+}
+
+std::shared_ptr<const runtime::Kernel> MakeGemvGradSgdKernel(int64_t k, int64_t n, bool with_dx,
+                                                             const std::string& name) {
+  return std::make_shared<GemvGradSgdKernel>(k, n, with_dx, name);
 }
 
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {

@@ -29,7 +29,15 @@ struct FusedMatmulSpec {
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const std::string& name);
 
+// The batch-1 form of the above plus the input gradient, in one pass over W
+// (compiler/gemv.h): X [1,K], dY [1,N], lr [1], W [K,N] -> dX [1,K] (when
+// `with_dx`), W. Arguments: X, dY, LearningRate, W | [dX,] W.
+std::shared_ptr<const runtime::Kernel> MakeGemvGradSgdKernel(int64_t k, int64_t n, bool with_dx,
+                                                             const std::string& name);
+
 // Throws kiln::Error when oneDNN has no implementation for the spec.
+// A one-row X without transposes, alpha or GELU runs as a kiln matrix-vector
+// kernel instead (no weight repacking).
 // Arguments at run time: X, W[, bias] -> Out.
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name);
 

@@ -263,5 +263,27 @@ TEST_F(JitTrainTest, SgdWeightUpdatesFoldIntoTheWeightGradientMatmul) {
   EXPECT_EQ(listing.find("fc0.w@GRAD"), std::string::npos);
 }
 
+TEST_F(JitTrainTest, BatchOneUsesMatrixVectorKernelsAndMatches) {
+  const TrainTest digits = LoadDigits(kDefaultDigitsPath, 4);
+  TrainConfig tc;
+  tc.optimizer = OptimizerKind::kSgd;
+  tc.lr = 0.05f;
+  MlpConfig mc;
+  mc.hidden = {96, 33};
+  const Model m = BuildMlp(mc, tc);
+  TrainOptions o;
+  o.epochs = 1;
+  o.batch_size = 1;
+  o.max_steps = 40;
+  const TrainResult off = Train(m, digits.train, digits.test, o);
+  o.program_transform = Jit;
+  const TrainResult on = Train(m, digits.train, digits.test, o);
+  ExpectSameLosses(off, on, "mlp batch 1");
+  std::string listing;
+  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  EXPECT_NE(listing.find("matrix-vector product (kiln gemv, batch 1)"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("dX = dY W^T and W -= lr * X^T dY in one pass over W"), std::string::npos) << listing;
+}
+
 }  // namespace
 }  // namespace kiln
