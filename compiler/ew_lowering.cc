@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compiler/ew_codegen.h"
+#include "compiler/gemv.h"
 #include "compiler/onednn_lowering.h"
 #include "framework/shape_util.h"
 
@@ -253,6 +254,8 @@ struct Unit {
   std::vector<int> matmul_ops;
   bool matmul_sgd = false;               // W -= lr * X^T dY (matmul_args: X, dY, lr, W, W)
   bool gemv_grad_sgd = false;            // batch 1: (dX and) the step (matmul_args: X, dY, lr, W, [dX,] W)
+  std::shared_ptr<const runtime::Kernel> custom;  // a kiln kernel for one op (matmul_args: inputs then outputs)
+  int custom_inputs = 0;
   Dims x_dims, w_dims;
   std::shared_ptr<const proto::OpDesc> op_override;  // framework op variant
   Dims iter;
@@ -546,6 +549,48 @@ bool MatchFusedMatmul(const proto::BlockDesc& block, int i, const std::vector<st
   return true;
 }
 
+// 2x2/stride-2 max pooling's gradient without oneDNN's forward recompute
+// (its backward needs the forward's workspace, which another cluster made).
+class MaxPool2x2GradKernel final : public runtime::Kernel {
+ public:
+  MaxPool2x2GradKernel(const Dims& x_dims, std::string name) : name_(std::move(name)), x_dims_(x_dims) {}
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override { return "kiln max-pool 2x2/2 gradient (first maximum of each window)"; }
+  void Run(const runtime::BufferView* args) const override {
+    MaxPool2x2Grad(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
+                   static_cast<const float*>(args[2].data), static_cast<float*>(args[3].data),
+                   x_dims_[0] * x_dims_[1], x_dims_[2], x_dims_[3]);
+  }
+
+ private:
+  std::string name_;
+  Dims x_dims_;
+};
+
+bool MatchMaxPool2x2Grad(const proto::BlockDesc& block, int i, const OpRegistry& registry, Unit* unit) {
+  const proto::OpDesc& op = block.ops(i);
+  if (op.type() != "pool2d_grad") return false;
+  const OpView v(block, op, registry.Get(op.type()), i);
+  const std::string x = v.In("X"), out = v.In("Out"), dout = v.In("Out@GRAD"), dx = v.Out("X@GRAD");
+  if (x.empty() || out.empty() || dout.empty() || dx.empty()) return false;
+  if (!v.IsF32(x) || !v.IsF32(out) || !v.IsF32(dout)) return false;
+  const std::vector<int64_t> two = {2, 2}, zero = {0, 0};
+  if (v.Attr<std::string>("pooling_type") != "max" || v.Attr<bool>("global_pooling") ||
+      v.Attr<std::vector<int64_t>>("ksize") != two || v.Attr<std::vector<int64_t>>("strides") != two ||
+      v.Attr<std::vector<int64_t>>("paddings") != zero) {
+    return false;
+  }
+  const Dims xd = v.DimsOf(x);
+  if (xd.size() != 4 || xd[2] % 2 != 0 || xd[3] % 2 != 0) return false;
+  if (v.DimsOf(out) != Dims{xd[0], xd[1], xd[2] / 2, xd[3] / 2} || v.DimsOf(dout) != v.DimsOf(out)) return false;
+  unit->custom = std::make_shared<MaxPool2x2GradKernel>(xd, "maxpool_grad_" + std::to_string(i));
+  unit->matmul_args = {x, out, dout, dx};
+  unit->custom_inputs = 3;
+  unit->reads = {x, out, dout};
+  unit->writes = {dx};
+  return true;
+}
+
 // matmul_grad's weight gradient read only by an sgd of that weight: the
 // gradient and the step become one oneDNN matmul at the sgd's place.
 struct MatmulSgdMatch {
@@ -673,6 +718,11 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
       units.push_back(std::move(u));
       continue;
     }
+    Unit pool;
+    if (options.fuse_elementwise && MatchMaxPool2x2Grad(block, i, registry, &pool)) {
+      units.push_back(std::move(pool));
+      continue;
+    }
     Unit mm;
     if (options.use_onednn && options.fuse_elementwise &&
         MatchFusedMatmul(block, i, reads, cluster_outputs, external, registry, &mm)) {
@@ -717,6 +767,14 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
   int serial = 0, matmuls = 0;
   for (size_t gi = 0; gi < units.size(); ++gi) {
     const Unit& u = units[gi];
+    if (u.custom) {
+      LoweredUnit l;
+      l.kernel = u.custom;
+      l.arg_names = u.matmul_args;
+      l.num_inputs = u.custom_inputs;
+      lowered.push_back(std::move(l));
+      continue;
+    }
     if (u.gemv_grad_sgd) {
       LoweredUnit l;
       const bool with_dx = u.matmul_args.size() == 6;

@@ -17,3 +17,14 @@ void GemvRowTimesMatrix(const float* x, const float* w, const float* b, float* y
 void GemvGradAndSgd(const float* x, const float* dy, float lr, float* w, float* dx, int64_t k, int64_t n);
 
 }  // namespace kiln::jit
+
+namespace kiln::jit {
+
+// Gradient of 2x2, stride-2, unpadded max pooling over planes of h x w (both
+// even): each input element belongs to one window; the first maximum of its
+// window in row-major order (the one equal to Out) gets dOut, the rest 0.
+// x, dx: [planes, h, w]; out, dout: [planes, h/2, w/2].
+void MaxPool2x2Grad(const float* x, const float* out, const float* dout, float* dx, int64_t planes, int64_t h,
+                    int64_t w);
+
+}  // namespace kiln::jit

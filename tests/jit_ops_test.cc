@@ -688,6 +688,32 @@ TEST(JitOpsTest, NonElementwiseOpsRunFrameworkKernels) {
   CheckCluster("matmul softmax reshape2 reduce_sum", c, KernelCount{2, 4});
 }
 
+// 2x2/2 max-pool gradient on kiln's kernel: ties go to the first maximum of
+// each window in row-major order, as the reference kernel does; odd widths
+// and widths past 16 windows exercise the scalar tail and the vector body.
+TEST(JitOpsTest, MaxPool2x2GradMatchesReferenceWithTies) {
+  std::mt19937 rng(5);
+  for (const Dims& dims : {Dims{2, 3, 4, 6}, Dims{1, 2, 10, 38}, Dims{3, 1, 2, 2}}) {
+    Cluster c;
+    const auto attrs = [](OpBuilder b) {
+      return b.Attr("pooling_type", std::string("max"))
+          .Attr("ksize", std::vector<int64_t>{2, 2})
+          .Attr("strides", std::vector<int64_t>{2, 2})
+          .Build();
+    };
+    c.ops = {attrs(OpBuilder("pool2d").In("X", {"x"}).Out("Out", {"o"})),
+             attrs(OpBuilder("pool2d_grad").In("X", {"x"}).In("Out", {"o"}).In("Out@GRAD", {"g"}).Out("X@GRAD", {"dx"}))};
+    // Small integers: many windows hold their maximum twice or more.
+    Tensor x(DataType::kFP32, dims);
+    float* p = x.mutable_data<float>();
+    std::uniform_int_distribution<int> small(0, 2);
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<float>(small(rng));
+    c.inputs = {{"x", x}, {"g", Uniform({dims[0], dims[1], dims[2] / 2, dims[3] / 2}, rng)}};
+    c.outputs = {"o", "dx"};
+    CheckCluster("max-pool grad " + DimsToString(dims), c, KernelCount{0, 2});
+  }
+}
+
 // An in-place framework op (softmax writes r in place) between two
 // elementwise ops: the relu after it must read the softmax's result, not the
 // value of r the first group computed.
