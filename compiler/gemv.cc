@@ -96,6 +96,8 @@ void MaxPool2x2Grad(const float* x, const float* out, const float* dout, float* 
                     int64_t w) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   const int64_t oh = h / 2, ow = w / 2;
+  // Planes are independent: split them over the OpenMP threads when the work pays for it.
+#pragma omp parallel for schedule(static) if (planes * h * w >= 64 * 1024)
   for (int64_t p = 0; p < planes; ++p) {
     for (int64_t i = 0; i < oh; ++i) {
       const float* r0 = x + (p * h + 2 * i) * w;
