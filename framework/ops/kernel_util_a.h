@@ -11,9 +11,14 @@
 #include <vector>
 
 #include "framework/operator.h"
+#include "framework/ops/kernel_util.h"
 #include "framework/shape_util.h"
 
 namespace kiln::ops_a {
+
+using ops::CheckFloatInput;
+using ops::CheckSameDtype;
+using ops::ZeroFill;
 
 // Calls fn(T{}) with T = float or double after `dtype`; other dtypes fail
 // naming the op and `what` (usually a slot).
@@ -25,25 +30,6 @@ void DispatchFloat(const ExecContext& ctx, DataType dtype, std::string_view what
     fn(double{});
   } else {
     ctx.Fail(what, ": expected dtype f32 or f64, got ", DataTypeName(dtype));
-  }
-}
-
-// Shape-inference check that input `slot`[i] is FP32/FP64; returns its dtype.
-inline DataType CheckFloatInput(const InferShapeContext& ctx, std::string_view slot, size_t i = 0) {
-  const DataType dtype = ctx.InputDtype(slot, i);
-  if (dtype != DataType::kFP32 && dtype != DataType::kFP64) {
-    ctx.Fail("input ", slot, ": expected dtype f32 or f64, got ", DataTypeName(dtype));
-  }
-  return dtype;
-}
-
-// Fails unless input `slot` has dtype `want` (the dtype of `want_slot`).
-inline void CheckSameDtype(const InferShapeContext& ctx, std::string_view slot, DataType want,
-                           std::string_view want_slot) {
-  const DataType dtype = ctx.InputDtype(slot);
-  if (dtype != want) {
-    ctx.Fail("input ", slot, ": expected dtype ", DataTypeName(want), " (as ", want_slot, "), got ",
-             DataTypeName(dtype));
   }
 }
 
@@ -60,13 +46,6 @@ inline void CheckSameDims(const InferShapeContext& ctx, std::string_view slot, c
 // gradient output may be absent (@EMPTY@) when nobody needs it.
 inline SlotDef Required(std::string name) { return SlotDef{std::move(name), false, false}; }
 inline SlotDef Optional(std::string name) { return SlotDef{std::move(name), false, true}; }
-
-template <typename T>
-T* ZeroFill(Tensor* t) {
-  T* p = t->mutable_data<T>();
-  std::fill(p, p + t->numel(), T(0));
-  return p;
-}
 
 // ---- Broadcast loop nest ------------------------------------------------------
 // Visits every element of X (dims `x`) together with the element of Y it reads,

@@ -8,9 +8,14 @@
 #include <string_view>
 
 #include "framework/operator.h"
+#include "framework/ops/kernel_util.h"
 #include "framework/shape_util.h"
 
 namespace kiln::ops_b {
+
+using ops::CheckFloatInput;
+using ops::CheckSameDtype;
+using ops::ZeroFill;
 
 // Calls fn(T{}) with T = float or double after the dtype of `slot`'s first
 // input; other dtypes fail naming the op and the slot.
@@ -23,25 +28,6 @@ void DispatchFloat(const ExecContext& ctx, std::string_view slot, Fn&& fn) {
     fn(double{});
   } else {
     ctx.Fail("input ", slot, ": expected dtype f32 or f64, got ", DataTypeName(dtype));
-  }
-}
-
-// Shape-inference check that an input is FP32/FP64 and returns its dtype.
-inline DataType CheckFloatInput(const InferShapeContext& ctx, std::string_view slot) {
-  const DataType dtype = ctx.InputDtype(slot);
-  if (dtype != DataType::kFP32 && dtype != DataType::kFP64) {
-    ctx.Fail("input ", slot, ": expected dtype f32 or f64, got ", DataTypeName(dtype));
-  }
-  return dtype;
-}
-
-// Fails unless input `slot` has the same dtype as `want`.
-inline void CheckSameDtype(const InferShapeContext& ctx, std::string_view slot, DataType want,
-                           std::string_view want_slot) {
-  const DataType dtype = ctx.InputDtype(slot);
-  if (dtype != want) {
-    ctx.Fail("input ", slot, ": expected dtype ", DataTypeName(want), " (as ", want_slot, "), got ",
-             DataTypeName(dtype));
   }
 }
 
@@ -58,13 +44,6 @@ inline int64_t ProdOrUnknown(const Dims& dims, size_t begin, size_t end) {
     if (dims[i] < 0) return -1;
     p *= dims[i];
   }
-  return p;
-}
-
-template <typename T>
-T* ZeroFill(Tensor* t) {
-  T* p = t->mutable_data<T>();
-  std::fill(p, p + t->numel(), T(0));
   return p;
 }
 
