@@ -1,6 +1,8 @@
 // The kiln command line: `kiln run` per OPS.md, bad input through the CLI
 // (clear message, non-zero exit, no output file), `kiln ops`, `kiln program`.
 #include <gtest/gtest.h>
+
+#include "tests/cli_util.h"
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -15,21 +17,9 @@
 namespace kiln {
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout + stderr
-};
+using Result = kiln::test::CliResult;
 
-Result Kiln(const std::string& args) {
-  const std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result Kiln(const std::string& args) { return kiln::test::RunKiln(KILN_BINARY, args); }
 
 bool Exists(const std::string& path) {
   struct stat st;

@@ -3,6 +3,8 @@
 // Regenerate both with KILN_UPDATE_GOLDEN=1 (or the commands the files name).
 #include <gtest/gtest.h>
 
+#include "tests/cli_util.h"
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -13,13 +15,9 @@ namespace {
 
 std::string Stdout(const std::string& args) {
   const std::string cmd = std::string(KILN_BINARY) + " " + args;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  EXPECT_EQ(::pclose(f), 0) << cmd;
-  return out;
+  const kiln::test::CliResult r = kiln::test::RunCommand(cmd);
+  EXPECT_EQ(r.code, 0) << cmd;
+  return r.output;
 }
 
 std::string Read(const std::string& path) {

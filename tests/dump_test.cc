@@ -2,6 +2,8 @@
 // command line. Goldens under tests/golden/dump/ (timing columns masked);
 // regenerate with KILN_UPDATE_GOLDEN=1 and review the diff.
 #include <gtest/gtest.h>
+
+#include "tests/cli_util.h"
 #include <sys/stat.h>
 
 #include <array>
@@ -14,21 +16,9 @@
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout + stderr
-};
+using Result = kiln::test::CliResult;
 
-Result Kiln(const std::string& args) {
-  const std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result Kiln(const std::string& args) { return kiln::test::RunKiln(KILN_BINARY, args); }
 
 std::string Read(const std::string& path) {
   std::ifstream in(path);

@@ -2,6 +2,8 @@
 // of tools/bench/memory.sh on a tiny configuration (no timing assertions).
 #include <gtest/gtest.h>
 
+#include "tests/cli_util.h"
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -12,20 +14,9 @@
 namespace kiln {
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout + stderr
-};
+using Result = kiln::test::CliResult;
 
-Result Shell(const std::string& cmd) {
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result Shell(const std::string& cmd) { return kiln::test::RunCommand(cmd + " 2>&1"); }
 
 // The number after "key": in a metrics JSON.
 double JsonNumber(const std::string& json, const std::string& key) {
