@@ -33,6 +33,7 @@
 #include "launch_op/jit_pipeline.h"
 #include "passes/pass_registry.h"
 #include "tests/op_test_util.h"
+#include "tests/train_cases.h"
 
 namespace kiln {
 namespace {
@@ -406,33 +407,9 @@ TEST(InplacePassNumeric, EveryCandidateOpGivesTheSameResult) {
 
 // ---- Training with the pass on and off ---------------------------------------------------
 
-struct TrainCase {
-  std::string name;
-  Model model;
-  Dataset train, test;
-};
+using TrainCase = test::TrainCase;
 
-std::vector<TrainCase> Models() {
-  std::vector<TrainCase> cases;
-  TrainConfig tc;
-  tc.optimizer = OptimizerKind::kAdam;
-  tc.lr = 0.003f;
-  const TrainTest digits = LoadDigits(kDefaultDigitsPath, 1);
-  cases.push_back({"mlp", BuildMlp(MlpConfig{}, tc), digits.train, digits.test});
-  TrainTest images = digits;
-  for (Dataset* d : {&images.train, &images.test}) d->features.Resize({d->size(), 1, 8, 8});
-  CnnConfig cc;
-  cc.height = cc.width = 8;
-  tc.optimizer = OptimizerKind::kMomentum;
-  tc.lr = 0.05f;
-  cases.push_back({"cnn", BuildCnn(cc, tc), images.train, images.test});
-  const Dataset seqs = MakeSyntheticSequences(512, 16, 32, 10, 3);
-  auto [train, test] = SplitDataset(seqs, 0.8);
-  tc.optimizer = OptimizerKind::kSgd;
-  tc.lr = 0.1f;
-  cases.push_back({"transformer", BuildTransformer(TransformerConfig{}, tc), train, test});
-  return cases;
-}
+std::vector<TrainCase> Models() { return test::SmallTrainCases(); }
 
 // Same losses to the bit: relu_grad/softmax_grad read the renamed Out, the
 // sums accumulate into their first input, nothing read later was overwritten.
