@@ -64,14 +64,22 @@ std::string CompiledObject::Listing() const {
     const auto& info = bufs[b];
     os << "%" << b << " " << info.name << " : " << DataTypeName(info.dtype) << DimsToString(info.dims) << " ";
     switch (info.role) {
-      case runtime::BufferRole::kInput: os << "input " << info.io_index; break;
+      case runtime::BufferRole::kInput: os << "input " << info.io_index << (info.donatable ? " (dies here)" : ""); break;
       case runtime::BufferRole::kOutput: os << "output " << info.io_index; break;
-      case runtime::BufferRole::kTemp: os << "arena +" << info.offset << " (" << info.bytes() << " bytes)"; break;
+      case runtime::BufferRole::kTemp:
+        if (info.region >= 0) {
+          os << "in dying input %" << info.region << " +" << info.offset << " (" << info.bytes() << " bytes)";
+        } else {
+          os << "arena +" << info.offset << " (" << info.bytes() << " bytes)";
+        }
+        break;
     }
     os << "\n";
   }
   os << "# arena " << program.plan.arena_bytes << " bytes planned, " << program.plan.arena_bytes_no_reuse
-     << " without reuse\n";
+     << " without reuse";
+  if (program.plan.donated_bytes > 0) os << "; " << program.plan.donated_bytes << " bytes of temps in dying inputs";
+  os << "\n";
   return os.str();
 }
 

@@ -57,6 +57,9 @@ struct CompiledObject {
   std::vector<DataType> output_dtypes;
   // For each output, the input with the same var name (an in-place update), or -1.
   std::vector<int> output_alias;
+  // For each output: computed in the arena and handed out without a buffer
+  // (JitSubgraph::shape_only_outputs).
+  std::vector<bool> output_shape_only;
   double compile_ms = 0.0;
 
   // Instructions with their argument buffers, then the buffer plan.

@@ -1,5 +1,6 @@
 #include "compiler/lowering.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -75,15 +76,24 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
     plan.buffers.push_back(info);
   };
   for (size_t o = 0; o < sg.outputs.size(); ++o) {
-    add_buffer(sg.outputs[o], runtime::BufferRole::kOutput, static_cast<int>(o));
+    // A shape-only output is a temp: only its dims leave the cluster.
+    const bool shape_only = std::find(sg.shape_only_outputs.begin(), sg.shape_only_outputs.end(), sg.outputs[o]) !=
+                            sg.shape_only_outputs.end();
     const auto it = input_index.find(sg.outputs[o]);
+    KILN_CHECK(!shape_only || it == input_index.end(), "shape-only output '", sg.outputs[o], "' is also an input");
+    add_buffer(sg.outputs[o], shape_only ? runtime::BufferRole::kTemp : runtime::BufferRole::kOutput,
+               shape_only ? -1 : static_cast<int>(o));
+    obj->output_shape_only.push_back(shape_only);
     obj->output_alias.push_back(it == input_index.end() ? -1 : it->second);
     const runtime::BufferInfo& info = plan.buffers.back();
     obj->output_dims.push_back(info.dims);
     obj->output_dtypes.push_back(info.dtype);
   }
   for (size_t i = 0; i < sg.inputs.size(); ++i) {
-    if (!buffer_of.count(sg.inputs[i])) add_buffer(sg.inputs[i], runtime::BufferRole::kInput, static_cast<int>(i));
+    if (buffer_of.count(sg.inputs[i])) continue;
+    add_buffer(sg.inputs[i], runtime::BufferRole::kInput, static_cast<int>(i));
+    plan.buffers.back().donatable = std::find(sg.donatable_inputs.begin(), sg.donatable_inputs.end(),
+                                              sg.inputs[i]) != sg.donatable_inputs.end();
   }
   auto buffer = [&](const std::string& name) {
     auto it = buffer_of.find(name);

@@ -13,7 +13,9 @@ std::unique_ptr<ExecutionPlan> Executor::Prepare(const proto::ProgramDesc& progr
   plan->block_ = program.blocks(block_id);
   const proto::BlockDesc& block = plan->block_;
 
-  std::map<std::string, size_t> last_use;
+  // last_use: the last op naming the var at all; last_data_use: the last op
+  // writing it or reading its data (not only its shape).
+  std::map<std::string, size_t> last_use, last_data_use;
   std::set<std::string> written;
   for (int i = 0; i < block.ops_size(); ++i) {
     const proto::OpDesc& desc = block.ops(i);
@@ -23,14 +25,19 @@ std::unique_ptr<ExecutionPlan> Executor::Prepare(const proto::ProgramDesc& progr
     op.index = i;
     CheckSlots(*op.info, desc, i);
     op.attrs = ResolveAttrs(*op.info, desc, i);
+    const std::set<std::string> shape_only = NoNeedBufferVars(*op.info, desc);
     for (const auto& s : desc.inputs()) {
       op.inputs.push_back({s.name(), {}, {s.args().begin(), s.args().end()}});
-      for (const auto& a : s.args()) last_use[a] = i;
+      for (const auto& a : s.args()) {
+        last_use[a] = i;
+        if (!shape_only.count(a)) last_data_use[a] = i;
+      }
     }
     for (const auto& s : desc.outputs()) {
       op.outputs.push_back({s.name(), {}, {s.args().begin(), s.args().end()}});
       for (const auto& a : s.args()) {
         last_use[a] = i;
+        last_data_use[a] = i;
         written.insert(a);
       }
     }
@@ -42,6 +49,12 @@ std::unique_ptr<ExecutionPlan> Executor::Prepare(const proto::ProgramDesc& progr
       const proto::VarDesc* v = FindVarDesc(block, name);
       if (v != nullptr && v->persistable()) continue;
       plan->ops_[op_index].free_after_names.push_back(name);
+      // Only shape readers remain after its last data use: release the buffer
+      // there and keep its dims for them.
+      const size_t data_index = last_data_use[name];
+      if (options_.release_shape_only && data_index < op_index) {
+        plan->ops_[data_index].release_after_names.push_back(name);
+      }
     }
   }
   return plan;
@@ -61,6 +74,8 @@ void Executor::Bind(ExecutionPlan& plan, Scope& scope) const {
     bind(op.outputs);
     op.free_after.clear();
     for (const auto& n : op.free_after_names) op.free_after.push_back(scope.Var(n));
+    op.release_after.clear();
+    for (const auto& n : op.release_after_names) op.release_after.push_back(scope.Var(n));
   }
   plan.bound_scope_ = &scope;
 }
@@ -77,12 +92,15 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
       op.info->reference_kernel(ctx);
     }
     if (options_.check_nan_inf) CheckNanInf(op);
+    for (Variable* v : op.release_after) v->GetMutable()->ReleaseBuffer();
     for (Variable* v : op.free_after) v->GetMutable()->Clear();
   }
 }
 
 void Executor::RunProgram(const proto::ProgramDesc& program, Scope& scope) const {
-  Executor keep_all({options_.use_onednn, options_.check_nan_inf, /*free_intermediates=*/false}, registry_);
+  ExecutorOptions o = options_;
+  o.free_intermediates = false;
+  Executor keep_all(o, registry_);
   auto plan = keep_all.Prepare(program, 0, {});
   keep_all.Run(*plan, scope);
 }

@@ -3,7 +3,9 @@
 // Prepare() resolves each op's registry entry, attributes and kernel once and
 // works out when every intermediate dies; Run() binds the plan to a scope and
 // executes it. Non-persistable vars written in the block are freed after their
-// last use unless they are fetched.
+// last use unless they are fetched; when only ops that read a var's shape
+// remain (no-need-buffer inputs), its buffer is released earlier and its dims
+// kept for them.
 #pragma once
 
 #include <map>
@@ -22,6 +24,9 @@ struct ExecutorOptions {
   bool use_onednn = true;          // oneDNN kernels where an op has one
   bool check_nan_inf = false;      // stop at the first op that writes NaN/Inf
   bool free_intermediates = true;  // free dead intermediates after their last use
+  // With free_intermediates: release a var's buffer after its last data use
+  // when the ops after that read only its shape (OpInfo::no_need_buffer).
+  bool release_shape_only = true;
 };
 
 class ExecutionPlan {
@@ -35,6 +40,8 @@ class ExecutionPlan {
     std::vector<SlotVars> outputs;
     std::vector<Variable*> free_after;  // bound per scope
     std::vector<std::string> free_after_names;
+    std::vector<Variable*> release_after;  // buffer dropped, dims kept (shape-only)
+    std::vector<std::string> release_after_names;
   };
 
   const proto::BlockDesc& block() const { return block_; }

@@ -6,6 +6,7 @@
 DEFINE_bool(use_onednn, true, "Run ops through oneDNN kernels where they have one; false: reference C++ kernels only");
 DEFINE_bool(check_nan_inf, false, "Stop at the first op that writes NaN or Inf and name it and the variable");
 DEFINE_bool(free_intermediates, true, "Free non-persistable intermediates after their last use");
+DEFINE_bool(release_shape_only, true, "Release an intermediate's buffer once only ops reading its shape remain (reshape2_grad's X, elementwise_add_grad's Y, ...); they keep its dims");
 DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and sum in place when their input dies there (inplace_pass)");
 DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");
 DEFINE_bool(memory_report, false, "kiln train: print peak tensor bytes, bytes allocated from the system, what in-place and buffer reuse saved, and the JIT's arena plans");
@@ -77,6 +78,7 @@ ExecutorOptions ExecutorOptionsFromFlags() {
   o.use_onednn = FLAGS_use_onednn;
   o.check_nan_inf = FLAGS_check_nan_inf;
   o.free_intermediates = FLAGS_free_intermediates;
+  o.release_shape_only = FLAGS_release_shape_only;
   return o;
 }
 

@@ -12,6 +12,7 @@
 DECLARE_bool(use_onednn);
 DECLARE_bool(check_nan_inf);
 DECLARE_bool(free_intermediates);
+DECLARE_bool(release_shape_only);
 
 // Memory: the in-place pass, the caching allocator, the memory report.
 DECLARE_bool(use_inplace);

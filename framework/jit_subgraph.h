@@ -26,10 +26,19 @@ struct JitSubgraph {
   // in-place update (sgd's ParamOut is Param) puts one name in both lists:
   // the launch op aliases the output to the input.
   std::vector<std::string> outputs;
+  // Outputs whose readers after the cluster all read only their shape
+  // (OpInfo::no_need_buffer): the cluster computes them in its arena and the
+  // launch hands them out shape-only (dims and dtype, no buffer).
+  std::vector<std::string> shape_only_outputs;
+  // Inputs whose values die in the cluster: written in the program, not
+  // persistable or kept, and read after it by nothing but shape readers. The
+  // compiled plan may put temps in their memory after their last read; the
+  // launch donates such an input when nothing else shares its buffer.
+  std::vector<std::string> donatable_inputs;
 };
 
 // 16 lowercase hex digits: 64-bit FNV-1a over a deterministic serialization of
-// the block, the inputs and the outputs. Equal subgraphs (same ops, attrs,
+// the block, the inputs and the outputs (and the shape-only outputs and donatable inputs, if any). Equal subgraphs (same ops, attrs,
 // var names and descs, same order) give equal fingerprints in every process.
 inline std::string JitSubgraphFingerprint(const JitSubgraph& subgraph) {
   std::string bytes;
@@ -52,6 +61,8 @@ inline std::string JitSubgraphFingerprint(const JitSubgraph& subgraph) {
   };
   append_list('I', subgraph.inputs);
   append_list('O', subgraph.outputs);
+  if (!subgraph.shape_only_outputs.empty()) append_list('S', subgraph.shape_only_outputs);
+  if (!subgraph.donatable_inputs.empty()) append_list('D', subgraph.donatable_inputs);
 
   uint64_t hash = 14695981039346656037ull;  // FNV-1a 64-bit offset basis
   for (unsigned char c : bytes) {

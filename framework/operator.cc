@@ -1,5 +1,6 @@
 #include "framework/operator.h"
 
+#include <algorithm>
 #include <set>
 
 namespace kiln {
@@ -63,6 +64,23 @@ const Tensor& ExecContext::Input(std::string_view slot, size_t i) const {
   }
   const Tensor& t = s->vars[i]->Get();
   if (!t.initialized()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed");
+  return t;
+}
+
+const Tensor* ExecContext::InputMetaOrNull(std::string_view slot, size_t i) const {
+  const SlotVars* s = FindSlot(inputs_, slot);
+  if (s == nullptr || i >= s->vars.size() || s->vars[i] == nullptr) return nullptr;
+  const Tensor& t = s->vars[i]->Get();
+  return t.has_shape() ? &t : nullptr;
+}
+
+const Tensor& ExecContext::InputMeta(std::string_view slot, size_t i) const {
+  const SlotVars* s = FindSlot(inputs_, slot);
+  if (s == nullptr || i >= s->vars.size() || s->vars[i] == nullptr) {
+    Fail("input ", slot, "[", i, "] is missing");
+  }
+  const Tensor& t = s->vars[i]->Get();
+  if (!t.has_shape()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed");
   return t;
 }
 
@@ -132,6 +150,28 @@ proto::OpDesc MakeGradOp(const proto::OpDesc& fwd, const std::vector<std::string
 
 // ---- Validation of one op against its entry ----------------------------------------
 
+std::set<std::string> NoNeedBufferVars(const OpInfo& info, const proto::OpDesc& op) {
+  std::set<std::string> shape_only, data;
+  if (info.no_need_buffer_vars) {
+    for (auto& v : info.no_need_buffer_vars(op)) shape_only.insert(std::move(v));
+  }
+  for (const auto& s : op.inputs()) {
+    const bool no_need = std::find(info.no_need_buffer.begin(), info.no_need_buffer.end(), s.name()) !=
+                         info.no_need_buffer.end();
+    for (const auto& a : s.args()) {
+      if (a == kEmptyVarName) continue;
+      if (no_need) {
+        shape_only.insert(a);
+      } else if (!info.no_need_buffer_vars) {
+        data.insert(a);
+      }
+    }
+  }
+  for (const auto& s : op.outputs()) data.insert(s.args().begin(), s.args().end());
+  for (const auto& a : data) shape_only.erase(a);
+  return shape_only;
+}
+
 void CheckSlots(const OpInfo& info, const proto::OpDesc& op, int op_index) {
   const std::string label = OpLabel(op, op_index);
   std::set<std::string> seen;
@@ -195,9 +235,9 @@ class RuntimeInferShapeContext final : public InferShapeContext {
   bool IsRuntime() const override { return true; }
   std::string OpName() const override { return ctx_.OpName(); }
   size_t InputCount(std::string_view slot) const override { return ctx_.InputCount(slot); }
-  bool HasInput(std::string_view slot, size_t i) const override { return ctx_.InputOrNull(slot, i) != nullptr; }
-  Dims InputDims(std::string_view slot, size_t i) const override { return ctx_.Input(slot, i).dims(); }
-  DataType InputDtype(std::string_view slot, size_t i) const override { return ctx_.Input(slot, i).dtype(); }
+  bool HasInput(std::string_view slot, size_t i) const override { return ctx_.InputMetaOrNull(slot, i) != nullptr; }
+  Dims InputDims(std::string_view slot, size_t i) const override { return ctx_.InputMeta(slot, i).dims(); }
+  DataType InputDtype(std::string_view slot, size_t i) const override { return ctx_.InputMeta(slot, i).dtype(); }
   size_t OutputCount(std::string_view slot) const override { return ctx_.OutputCount(slot); }
   bool HasOutput(std::string_view slot, size_t i) const override { return ctx_.OutputOrNull(slot, i) != nullptr; }
   void SetOutputDims(std::string_view slot, size_t i, const Dims& dims) override {

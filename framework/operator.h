@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -86,6 +87,11 @@ class ExecContext {
   const Tensor& Input(std::string_view slot, size_t i = 0) const;
   // nullptr when the slot is absent, the arg is @EMPTY@ or holds no data.
   const Tensor* InputOrNull(std::string_view slot, size_t i = 0) const;
+  // Dims and dtype of an input that may be shape-only (a no-need-buffer input
+  // whose buffer the executor released): for kernels that never read its data.
+  const Tensor& InputMeta(std::string_view slot, size_t i = 0) const;
+  // nullptr when the slot is absent, the arg is @EMPTY@, or it has no shape.
+  const Tensor* InputMetaOrNull(std::string_view slot, size_t i = 0) const;
   std::vector<const Tensor*> MultiInput(std::string_view slot) const;
   const std::string& InputName(std::string_view slot, size_t i = 0) const;
 
@@ -167,6 +173,14 @@ struct OpInfo {
   JitLowering jit = JitLowering::kNone;
   // Inputs through which no gradient flows (labels, learning rate, ...).
   std::vector<std::string> no_grad_inputs;
+  // Input slots whose data the kernels never read, only dims and dtype
+  // (Paddle's no-need-buffer vars: reshape2_grad's X, elementwise_add_grad's
+  // Y, ...). The executor may release such a var's buffer before these ops
+  // run; they see it through ExecContext::InputMeta.
+  std::vector<std::string> no_need_buffer;
+  // For ops whose shape-only inputs depend on the op (jit_launch): returns the
+  // input var names read only for their shape. Replaces `no_need_buffer`.
+  std::function<std::vector<std::string>(const proto::OpDesc&)> no_need_buffer_vars;
 
   const SlotDef* FindInput(std::string_view slot) const;
   const SlotDef* FindOutput(std::string_view slot) const;
@@ -180,6 +194,10 @@ struct OpInfo {
 proto::OpDesc MakeGradOp(const proto::OpDesc& fwd, const std::vector<std::string>& fwd_inputs,
                          const std::vector<std::string>& fwd_outputs, const std::vector<std::string>& out_grads,
                          const std::vector<std::string>& in_grads);
+
+// The input vars `op` reads only for their dims and dtype: those in its
+// no-need-buffer slots that it does not also read as data or write.
+std::set<std::string> NoNeedBufferVars(const OpInfo& info, const proto::OpDesc& op);
 
 // Checks the op's slots and attributes against its entry and returns the attrs
 // with defaults filled in. Throws InvalidArgument naming the op and what is wrong.

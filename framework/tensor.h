@@ -32,6 +32,8 @@ class Allocation {
   Allocation& operator=(const Allocation&) = delete;
   void* ptr() const { return ptr_; }
   size_t size() const { return size_; }
+  // False for a view of memory someone else owns (ShareExternalData).
+  bool owned() const { return owned_; }
 
  private:
   void* ptr_ = nullptr;
@@ -94,15 +96,38 @@ class Tensor {
   long use_count() const { return alloc_ ? alloc_.use_count() : 0; }
   const std::shared_ptr<Allocation>& allocation() const { return alloc_; }
 
-  // Makes this tensor a non-owning view of `data` (which must outlive it).
+  // Makes this tensor a non-owning view of `data` (which must outlive it). A
+  // null `data` makes it shape-only (see ReleaseBuffer).
   void ShareExternalData(void* data, DataType dtype, Dims dims) {
     dtype_ = dtype;
     dims_ = std::move(dims);
+    if (data == nullptr) {
+      ReleaseBuffer();
+      return;
+    }
     alloc_ = std::make_shared<Allocation>(data, bytes());
+    shape_only_ = false;
   }
 
-  // Drops the buffer; dims and dtype stay.
-  void Clear() { alloc_.reset(); }
+  // Drops the buffer; dims and dtype stay, but the tensor no longer counts as
+  // holding a value.
+  void Clear() {
+    alloc_.reset();
+    shape_only_ = false;
+  }
+
+  // Drops the buffer and keeps the tensor as a shape-only value: ops that read
+  // only its dims and dtype (no-need-buffer inputs, OpInfo::no_need_buffer)
+  // may still take it; reading its data fails. The executor leaves this once
+  // every remaining reader of a var reads only its shape.
+  void ReleaseBuffer() {
+    alloc_.reset();
+    shape_only_ = true;
+  }
+  // True for a tensor left by ReleaseBuffer (until a buffer is attached again).
+  bool shape_only() const { return alloc_ == nullptr && shape_only_; }
+  // Holds data, or is shape-only: its dims and dtype are meaningful.
+  bool has_shape() const { return initialized() || shape_only(); }
 
   // Deep copy of dims, dtype and data into a fresh buffer.
   void CopyFrom(const Tensor& src);
@@ -116,6 +141,7 @@ class Tensor {
   DataType dtype_ = DataType::kFP32;
   Dims dims_;
   std::shared_ptr<Allocation> alloc_;
+  bool shape_only_ = false;
 };
 
 }  // namespace kiln

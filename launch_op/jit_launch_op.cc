@@ -1,5 +1,6 @@
 #include "launch_op/jit_launch_op.h"
 
+#include <algorithm>
 #include <atomic>
 #include <unordered_map>
 
@@ -12,13 +13,13 @@ namespace kiln::jit {
 namespace {
 
 std::atomic<int> g_mode{static_cast<int>(LaunchMode::kRuntime)};
-std::atomic<int64_t> g_launches{0}, g_donated{0}, g_copied{0}, g_fallbacks{0};
+std::atomic<int64_t> g_launches{0}, g_donated{0}, g_copied{0}, g_fallbacks{0}, g_inputs_donated{0}, g_inputs_kept{0};
 
 // The cluster's own framework ops over a local scope whose inputs share the
 // caller's buffers; outputs are shared back.
 void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
   Scope local;
-  for (size_t i = 0; i < sg.inputs.size(); ++i) *local.Var(sg.inputs[i])->GetMutable() = ctx.Input("X", i);
+  for (size_t i = 0; i < sg.inputs.size(); ++i) *local.Var(sg.inputs[i])->GetMutable() = ctx.InputMeta("X", i);
   proto::ProgramDesc program;
   *program.add_blocks() = sg.block;
   Executor exec;
@@ -84,7 +85,8 @@ void JitKernelKernel(ExecContext& ctx) {
   const size_t i = static_cast<size_t>(ctx.Attr<int64_t>("instruction"));
   const runtime::Instruction& ins = obj->program.instructions.at(i);
   std::vector<void*> data;
-  for (size_t k = 0; k < ctx.InputCount("X"); ++k) data.push_back(const_cast<void*>(ctx.Input("X", k).raw_data()));
+  // InputMeta: a cluster input read only for its shape arrives without data.
+  for (size_t k = 0; k < ctx.InputCount("X"); ++k) data.push_back(const_cast<void*>(ctx.InputMeta("X", k).raw_data()));
   for (size_t k = 0; k < ctx.OutputCount("Out"); ++k) {
     const auto& info = obj->program.plan.buffers[ins.args[ins.num_inputs + k]];
     Tensor* t = ctx.Output("Out", k);
@@ -102,8 +104,12 @@ void JitLaunchKernel(ExecContext& ctx) {
   ShapeSignature sig;
   const size_t n_in = ctx.InputCount("X");
   std::vector<void*> ins(n_in);
+  const auto& shape_only = ctx.Attr<std::vector<std::string>>("shape_only_inputs");
   for (size_t i = 0; i < n_in; ++i) {
-    const Tensor& t = ctx.Input("X", i);
+    // Inputs the cluster reads only for their shape may have no buffer (the
+    // executor released it): they are bound as null.
+    const bool meta = std::find(shape_only.begin(), shape_only.end(), ctx.InputName("X", i)) != shape_only.end();
+    const Tensor& t = meta ? ctx.InputMeta("X", i) : ctx.Input("X", i);
     sig.inputs.push_back({t.dtype(), t.dims()});
     ins[i] = const_cast<void*>(t.raw_data());
   }
@@ -119,6 +125,11 @@ void JitLaunchKernel(ExecContext& ctx) {
   std::vector<void*> outs(n_out);
   for (size_t o = 0; o < n_out; ++o) {
     Tensor* t = ctx.Output("Out", o);
+    if (obj->output_shape_only[o]) {
+      // Computed in the arena; later ops read only its dims.
+      t->ShareExternalData(nullptr, obj->output_dtypes[o], obj->output_dims[o]);
+      continue;
+    }
     if (obj->output_alias[o] >= 0) {
       // In-place update of an input: donate its buffer when nobody else holds it.
       if (t->use_count() > 1) {
@@ -139,7 +150,16 @@ void JitLaunchKernel(ExecContext& ctx) {
   if (GetLaunchMode() == LaunchMode::kExecutor) {
     RunThroughExecutor(*obj, ins, outs);
   } else {
-    runtime::Runner::Run(obj->program, ins, outs);
+    // A dying input (the plan's donors) is donated when this var alone owns
+    // its buffer; otherwise the runner gives its temps a block of their own.
+    std::vector<bool> donate(n_in, false);
+    for (int d : obj->program.plan.donors) {
+      const size_t i = static_cast<size_t>(obj->program.plan.buffers[d].io_index);
+      const Tensor& t = ctx.InputMeta("X", i);
+      donate[i] = t.initialized() && t.use_count() == 1 && t.allocation()->owned();
+      ++(donate[i] ? g_inputs_donated : g_inputs_kept);
+    }
+    runtime::Runner::Run(obj->program, ins, outs, donate);
   }
 }
 
@@ -154,8 +174,8 @@ LaunchMode ParseLaunchMode(const std::string& name) {
 void SetLaunchMode(LaunchMode mode) { g_mode = static_cast<int>(mode); }
 LaunchMode GetLaunchMode() { return static_cast<LaunchMode>(g_mode.load()); }
 
-LaunchStats GetLaunchStats() { return {g_launches, g_donated, g_copied, g_fallbacks}; }
-void ResetLaunchStats() { g_launches = g_donated = g_copied = g_fallbacks = 0; }
+LaunchStats GetLaunchStats() { return {g_launches, g_donated, g_copied, g_fallbacks, g_inputs_donated, g_inputs_kept}; }
+void ResetLaunchStats() { g_launches = g_donated = g_copied = g_fallbacks = g_inputs_donated = g_inputs_kept = 0; }
 
 void RegisterJitOps(OpRegistry& registry) {
   if (registry.Find("jit_launch") != nullptr) return;
@@ -164,7 +184,14 @@ void RegisterJitOps(OpRegistry& registry) {
   launch.doc = "Runs a JIT cluster (compilation_key) through its compiled object";
   launch.inputs = {{"X", /*duplicable=*/true, /*dispensable=*/true}};
   launch.outputs = {{"Out", true, true}};
-  launch.attrs = {{"compilation_key", AttrKind::kString, std::nullopt}};
+  launch.attrs = {{"compilation_key", AttrKind::kString, std::nullopt},
+                  {"shape_only_inputs", AttrKind::kStrings, Attribute(std::vector<std::string>{})}};
+  launch.no_need_buffer_vars = [](const proto::OpDesc& op) {
+    for (const auto& a : op.attrs()) {
+      if (a.name() == "shape_only_inputs") return std::vector<std::string>(a.strings().begin(), a.strings().end());
+    }
+    return std::vector<std::string>{};
+  };
   launch.reference_kernel = JitLaunchKernel;
   registry.Add(std::move(launch));
 

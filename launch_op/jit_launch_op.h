@@ -36,6 +36,8 @@ struct LaunchStats {
   int64_t donated = 0;          // in-place updates on the input's own buffer
   int64_t copy_protected = 0;   // in-place updates that copied a shared buffer first
   int64_t framework_fallbacks = 0;  // launches run through the subgraph's framework ops
+  int64_t inputs_donated = 0;   // dying inputs whose memory held the cluster's temps
+  int64_t inputs_kept = 0;      // dying inputs shared elsewhere: their temps got a block of their own
 };
 LaunchStats GetLaunchStats();
 void ResetLaunchStats();

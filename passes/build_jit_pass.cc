@@ -1,6 +1,7 @@
 #include "passes/build_jit_pass.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -49,6 +50,9 @@ std::string BuildJitReport::ToString() const {
     out += StrCat("cluster ", i, " key=", c.key, " (", c.ops.size(), " ops): ", join(c.ops), "\n");
     out += "  inputs: " + join(c.inputs) + "\n";
     out += "  outputs: " + join(c.outputs) + "\n";
+    if (!c.shape_only_inputs.empty()) out += "  shape-only inputs: " + join(c.shape_only_inputs) + "\n";
+    if (!c.shape_only_outputs.empty()) out += "  shape-only outputs: " + join(c.shape_only_outputs) + "\n";
+    if (!c.donatable_inputs.empty()) out += "  inputs dying here: " + join(c.donatable_inputs) + "\n";
   }
   for (const Exclusion& e : excluded) {
     out += StrCat("excluded ", e.op, ": ", JitExclusionName(e.reason), " (", e.detail, ")\n");
@@ -196,6 +200,8 @@ struct ClusterIo {
   std::vector<NodeId> ops;  // topological order
   std::vector<NodeId> inputs;
   std::vector<NodeId> outputs;
+  // Inputs every cluster op reads only for their shape (no-need-buffer).
+  std::vector<std::string> shape_only_inputs;
 };
 
 bool Contains(const std::vector<std::string>& list, const std::string& s) {
@@ -204,7 +210,8 @@ bool Contains(const std::vector<std::string>& list, const std::string& s) {
 
 // Builds the subgraph and external vars of `ops` (topological order) on the
 // unchanged graph.
-ClusterIo CollectCluster(const ir::Graph& graph, std::vector<NodeId> ops, const std::set<std::string>& keep_vars) {
+ClusterIo CollectCluster(const ir::Graph& graph, std::vector<NodeId> ops, const std::set<std::string>& keep_vars,
+                         const OpRegistry& registry) {
   ClusterIo io;
   io.ops = std::move(ops);
   const std::set<NodeId> in_cluster(io.ops.begin(), io.ops.end());
@@ -244,12 +251,59 @@ ClusterIo CollectCluster(const ir::Graph& graph, std::vector<NodeId> ops, const 
       }
       const bool kept = keep_vars.count(name) > 0 || graph.var(v).persistable();
       if (!read_outside && !(kept && !overwritten_inside)) continue;
+      bool shape_only_outside = !kept && read_outside;
+      for (NodeId reader : graph.outputs(v)) {
+        if (inside(reader)) continue;
+        const proto::OpDesc& desc = graph.op(reader);
+        const OpInfo* info = registry.Find(desc.type());
+        shape_only_outside = shape_only_outside && info != nullptr && NoNeedBufferVars(*info, desc).count(name) > 0;
+      }
       seen_outputs.insert(v);
       KILN_CHECK(output_names.insert(name).second, "build_jit_pass: cluster writes two needed versions of '", name,
                  "'");
       io.outputs.push_back(v);
       sub.outputs.push_back(name);
+      if (shape_only_outside && !input_names.count(name)) sub.shape_only_outputs.push_back(name);
     }
+  }
+  std::map<std::string, bool> shape_only;  // external input -> read only for its shape so far
+  for (const auto& in : sub.inputs) shape_only[in] = true;
+  for (NodeId op : io.ops) {
+    const proto::OpDesc& desc = graph.op(op);
+    const std::set<std::string> meta = NoNeedBufferVars(registry.Get(desc.type()), desc);
+    for (NodeId v : graph.inputs(op)) {
+      auto it = shape_only.find(graph.VarName(v));
+      if (it != shape_only.end() && !meta.count(it->first)) it->second = false;
+    }
+  }
+  for (const auto& in : sub.inputs) {
+    if (shape_only[in]) io.shape_only_inputs.push_back(in);
+  }
+  // Donatable: the value is made in this program and nothing after the
+  // cluster needs it (shape readers aside). Readers that must run before the
+  // cluster (its ancestors) do not count.
+  std::set<NodeId> before;
+  std::vector<NodeId> stack(io.ops.begin(), io.ops.end());
+  while (!stack.empty()) {
+    const NodeId op = stack.back();
+    stack.pop_back();
+    for (NodeId dep : graph.OpDependencies(op)) {
+      if (!inside(dep) && before.insert(dep).second) stack.push_back(dep);
+    }
+  }
+  for (NodeId v : io.inputs) {
+    const std::string& name = graph.VarName(v);
+    if (shape_only[name] || graph.Producer(v) == ir::kNoNode || graph.var(v).persistable() || keep_vars.count(name)) {
+      continue;
+    }
+    bool dies = true;
+    for (NodeId reader : graph.outputs(v)) {
+      if (inside(reader) || before.count(reader)) continue;
+      const proto::OpDesc& desc = graph.op(reader);
+      const OpInfo* info = registry.Find(desc.type());
+      dies = dies && info != nullptr && NoNeedBufferVars(*info, desc).count(name) > 0;
+    }
+    if (dies) sub.donatable_inputs.push_back(name);
   }
   return io;
 }
@@ -383,7 +437,7 @@ bool BuildJitPass::Run(ir::Graph& graph, BuildJitReport* report) const {
   for (int rep : kept) {
     std::vector<NodeId> ops;
     for (int i : members[rep]) ops.push_back(topo[i]);
-    ios.push_back(CollectCluster(graph, std::move(ops), options_.keep_vars));
+    ios.push_back(CollectCluster(graph, std::move(ops), options_.keep_vars, registry_));
   }
   for (ClusterIo& io : ios) {
     const std::string key = sink_(io.subgraph);
@@ -393,10 +447,14 @@ bool BuildJitPass::Run(ir::Graph& graph, BuildJitReport* report) const {
     for (NodeId op : io.ops) c.ops.push_back(graph.OpLabel(op));
     c.inputs = io.subgraph.inputs;
     c.outputs = io.subgraph.outputs;
+    c.shape_only_inputs = io.shape_only_inputs;
+    c.shape_only_outputs = io.subgraph.shape_only_outputs;
+    c.donatable_inputs = io.subgraph.donatable_inputs;
 
     proto::OpDesc launch;
     launch.set_type("jit_launch");
     SetAttr(&launch, "compilation_key", Attribute(key));
+    if (!io.shape_only_inputs.empty()) SetAttr(&launch, "shape_only_inputs", Attribute(io.shape_only_inputs));
     graph.ReplaceOps(io.ops, std::move(launch), {{"X", io.inputs}}, {{"Out", io.outputs}});
   }
 

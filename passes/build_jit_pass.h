@@ -82,6 +82,9 @@ struct BuildJitReport {
     std::vector<std::string> ops;  // op labels (graph.OpLabel), topological order
     std::vector<std::string> inputs;
     std::vector<std::string> outputs;
+    std::vector<std::string> shape_only_inputs;   // read only for their dims (jit_launch attr)
+    std::vector<std::string> shape_only_outputs;  // handed out without a buffer
+    std::vector<std::string> donatable_inputs;    // die in the cluster: their memory may hold temps
   };
   struct Exclusion {
     std::string op;  // op label

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "runtime/program.h"
 
@@ -14,6 +15,23 @@ struct Placed {
   int first, last;
 };
 
+// Lowest 64-byte-aligned offset where [offset, offset + size) overlaps none
+// of `placed` live during [first, last]; nullopt when it would end past `limit`.
+std::optional<size_t> FirstFit(const std::vector<Placed>& placed, int first, int last, size_t size, size_t limit) {
+  std::vector<std::pair<size_t, size_t>> busy;
+  for (const Placed& p : placed) {
+    if (p.last >= first && p.first <= last) busy.emplace_back(p.offset, p.offset + p.size);
+  }
+  std::sort(busy.begin(), busy.end());
+  size_t offset = 0;
+  for (const auto& [lo, hi] : busy) {
+    if (offset + size <= lo) break;
+    offset = std::max(offset, hi);
+  }
+  if (offset + size > limit) return std::nullopt;
+  return offset;
+}
+
 }  // namespace
 
 void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, bool reuse) {
@@ -27,32 +45,56 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
   }
   plan->arena_bytes = 0;
   plan->arena_bytes_no_reuse = 0;
-  std::vector<Placed> placed;
+  plan->donors.clear();
+  plan->donated_bytes = 0;
+  std::vector<int> donor_ids;  // donatable inputs that some instruction reads
+  for (int b = 0; b < n; ++b) {
+    const BufferInfo& info = plan->buffers[b];
+    if (info.role == BufferRole::kInput && info.donatable && last[b] >= 0) donor_ids.push_back(b);
+  }
+  std::vector<Placed> placed;                        // in the arena
+  std::vector<std::vector<Placed>> in_donor(n);      // by donor buffer id
   for (int b = 0; b < n; ++b) {
     BufferInfo& info = plan->buffers[b];
     if (info.role != BufferRole::kTemp || last[b] < 0) continue;
     const size_t size = AlignUp(std::max<size_t>(info.bytes(), 1));
     plan->arena_bytes_no_reuse += size;
+    info.region = -1;
     if (!reuse) {
       info.offset = plan->arena_bytes;
       plan->arena_bytes += size;
       continue;
     }
-    // Lowest offset that overlaps no buffer live at the same time.
-    std::vector<std::pair<size_t, size_t>> busy;
-    for (const Placed& p : placed) {
-      if (p.last >= first[b] && p.first <= last[b]) busy.emplace_back(p.offset, p.offset + p.size);
+    // A dead donatable input: the smallest one it fits in. Only the temp's
+    // own bytes must fit; its aligned size keeps the next one aligned.
+    int best = -1;
+    size_t best_offset = 0;
+    for (int d : donor_ids) {
+      if (last[d] >= first[b]) continue;
+      const size_t limit = plan->buffers[d].bytes();
+      if (best >= 0 && limit >= plan->buffers[best].bytes()) continue;
+      const auto offset = FirstFit(in_donor[d], first[b], last[b], info.bytes(), limit);
+      if (offset) {
+        best = d;
+        best_offset = *offset;
+      }
     }
-    std::sort(busy.begin(), busy.end());
-    size_t offset = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (offset + size <= lo) break;
-      offset = std::max(offset, hi);
+    if (best >= 0) {
+      info.region = best;
+      info.offset = best_offset;
+      in_donor[best].push_back({best_offset, size, first[b], last[b]});
+      plan->donated_bytes += size;
+      if (std::find(plan->donors.begin(), plan->donors.end(), best) == plan->donors.end()) {
+        plan->donors.push_back(best);
+      }
+      continue;
     }
+    const size_t offset = *FirstFit(placed, first[b], last[b], size, std::numeric_limits<size_t>::max());
     info.offset = offset;
     placed.push_back({offset, size, first[b], last[b]});
     plan->arena_bytes = std::max(plan->arena_bytes, offset + size);
   }
+  std::sort(plan->donors.begin(), plan->donors.end());
 }
 
 }  // namespace kiln::runtime

@@ -55,7 +55,13 @@ struct BufferInfo {
   Dims dims;
   BufferRole role = BufferRole::kTemp;
   int io_index = -1;     // position among the inputs / outputs for kInput/kOutput
-  size_t offset = 0;     // kTemp: offset in the arena
+  // kInput: the var dies in this cluster (JitSubgraph::donatable_inputs), so
+  // after its last read its memory may hold temps when the launch donates it.
+  bool donatable = false;
+  // kTemp: -1 for the arena, else the buffer id of the donatable input whose
+  // memory it takes; `offset` is within that region.
+  int region = -1;
+  size_t offset = 0;
   size_t bytes() const { return static_cast<size_t>(Numel(dims)) * SizeOf(dtype); }
 };
 
@@ -63,6 +69,10 @@ struct BufferPlan {
   std::vector<BufferInfo> buffers;
   size_t arena_bytes = 0;            // with reuse of dead buffers (as planned)
   size_t arena_bytes_no_reuse = 0;   // every temp in its own slot
+  // Donatable inputs that hold temps (buffer ids), and the temp bytes placed
+  // in them instead of the arena.
+  std::vector<int> donors;
+  size_t donated_bytes = 0;
 };
 
 struct Program {
@@ -71,9 +81,12 @@ struct Program {
 };
 
 // Assigns arena offsets to the kTemp buffers of `plan` from their live ranges
-// over `instructions` (first writer to last reader). With `reuse`, a buffer
-// takes the lowest offset free for its whole range (first fit, 64-byte
-// aligned); without, each gets its own slot. Pure: same input, same plan.
+// over `instructions` (first writer to last reader). With `reuse`, a temp
+// first goes into the memory of a donatable input read for the last time
+// before the temp is written (the smallest such input where it fits beside
+// the temps already there), else takes the lowest arena offset free for its
+// whole range (first fit, 64-byte aligned); without, each gets its own arena
+// slot. Pure: same input, same plan.
 void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, bool reuse);
 
 }  // namespace kiln::runtime

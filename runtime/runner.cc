@@ -15,18 +15,6 @@
 namespace kiln::runtime {
 namespace {
 
-// Per-thread arena, grown to the largest plan this thread has run.
-struct Arena {
-  std::unique_ptr<Allocation> block;
-  void* Get(size_t bytes) {
-    if (bytes == 0) return nullptr;
-    if (!block || block->size() < bytes) block = std::make_unique<Allocation>(bytes);
-    return block->ptr();
-  }
-};
-
-thread_local Arena tls_arena;
-
 std::atomic<bool> g_profiling{false};
 std::mutex g_profile_mu;
 struct ProfileEntry {
@@ -73,9 +61,30 @@ std::string ProfileReport() {
   return os.str();
 }
 
-void Runner::Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs) {
+void Runner::Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs,
+                 const std::vector<bool>& donate) {
   const BufferPlan& plan = program.plan;
-  char* arena = static_cast<char*>(tls_arena.Get(plan.arena_bytes));
+  // The arena lives for this launch only; the caching allocator hands the same
+  // block back next time, so it costs no system allocation, and between
+  // launches it does not count as live.
+  std::unique_ptr<Allocation> block;
+  if (plan.arena_bytes > 0) block = std::make_unique<Allocation>(plan.arena_bytes);
+  char* arena = block ? static_cast<char*>(block->ptr()) : nullptr;
+  // Temps planned into a dying input use its memory when it is donated, else
+  // a block of that input's size (same offsets, correct either way).
+  std::vector<std::unique_ptr<Allocation>> spills;
+  std::vector<char*> region_base(plan.buffers.size(), nullptr);
+  for (int d : plan.donors) {
+    const BufferInfo& info = plan.buffers[d];
+    const size_t i = static_cast<size_t>(info.io_index);
+    KILN_CHECK(i < inputs.size());
+    if (i < donate.size() && donate[i] && inputs[i] != nullptr) {
+      region_base[d] = static_cast<char*>(inputs[i]);
+    } else {
+      spills.push_back(std::make_unique<Allocation>(info.bytes()));
+      region_base[d] = static_cast<char*>(spills.back()->ptr());
+    }
+  }
   std::vector<BufferView> views(plan.buffers.size());
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
     const BufferInfo& info = plan.buffers[b];
@@ -91,7 +100,7 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
         views[b].data = outputs[info.io_index];
         break;
       case BufferRole::kTemp:
-        views[b].data = arena + info.offset;
+        views[b].data = (info.region >= 0 ? region_base[info.region] : arena) + info.offset;
         break;
     }
   }

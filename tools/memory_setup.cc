@@ -6,6 +6,7 @@
 #include "compiler/jit_compiler.h"
 #include "framework/flags.h"
 #include "framework/ir/graph.h"
+#include "launch_op/jit_launch_op.h"
 #include "tools/jit_setup.h"
 
 namespace kiln::tools {
@@ -73,7 +74,8 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
                                  " per step)");
   const auto objects = jit::JitCompiler::Instance().CachedObjects();
   if (objects.empty()) return s;
-  s += "jit arena plans (per compiled cluster and signature; reuse of dead intermediates inside the cluster):\n";
+  s += "jit arena plans (per compiled cluster and signature; reuse of dead intermediates inside the cluster, and of\n"
+       "  inputs that die in it):\n";
   for (const auto& obj : objects) {
     const auto& plan = obj->program.plan;
     const size_t saved = plan.arena_bytes_no_reuse - std::min(plan.arena_bytes, plan.arena_bytes_no_reuse);
@@ -82,7 +84,15 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
                                                      DimsToString(ins[0].dims);
     s += "  cluster " + obj->key + " (" + std::to_string(ins.size()) + " inputs" + first +
          "): planned " + FormatBytes(plan.arena_bytes) +
+         (plan.donated_bytes > 0 ? " + " + FormatBytes(plan.donated_bytes) + " in " +
+                                       std::to_string(plan.donors.size()) + " dying inputs"
+                                 : std::string()) +
          ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n";
+  }
+  const jit::LaunchStats ls = jit::GetLaunchStats();
+  if (ls.inputs_donated + ls.inputs_kept > 0) {
+    s += Row("dying inputs", std::to_string(ls.inputs_donated) + " donated to hold temps, " +
+                                 std::to_string(ls.inputs_kept) + " shared elsewhere (their temps got own blocks)");
   }
   return s;
 }

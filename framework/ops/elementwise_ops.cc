@@ -121,7 +121,8 @@ void InferElementwiseGrad(InferShapeContext& ctx, bool reads_x) {
 template <typename Op>
 void ElementwiseGradKernel(ExecContext& ctx, bool reads_x) {
   const Tensor& dout = ctx.Input(GradVarName("Out"));
-  const Tensor& y = ctx.Input("Y");
+  // add/sub read neither X nor Y's values: Y is a no-need-buffer input there.
+  const Tensor& y = reads_x ? ctx.Input("Y") : ctx.InputMeta("Y");
   const Tensor* x = reads_x ? &ctx.Input("X") : nullptr;
   Tensor* dx = ctx.OutputOrNull(GradVarName("X"));
   Tensor* dy = ctx.OutputOrNull(GradVarName("Y"));
@@ -130,19 +131,20 @@ void ElementwiseGradKernel(ExecContext& ctx, bool reads_x) {
   ops_a::DispatchFloat(ctx, dout.dtype(), "input Out@GRAD", [&](auto tag) {
     using T = decltype(tag);
     const T* g = dout.data<T>();
-    const T* yp = y.data<T>();
+    const T* yp = reads_x ? y.data<T>() : nullptr;
     const T* xp = x ? x->data<T>() : nullptr;
-    // add/sub derivatives ignore x; pass 0 for it.
+    // add/sub derivatives ignore x and y; pass 0 for them.
     auto xv = [&](int64_t i) { return xp ? xp[i] : T(0); };
+    auto yv = [&](int64_t j) { return yp ? yp[j] : T(0); };
     if (dx != nullptr) {
       T* p = dx->mutable_data<T>();
-      ForEachBroadcast(loops, [&](int64_t i, int64_t j) { p[i] = g[i] * Op::Dx(xv(i), yp[j]); });
+      ForEachBroadcast(loops, [&](int64_t i, int64_t j) { p[i] = g[i] * Op::Dx(xv(i), yv(j)); });
     }
     if (dy != nullptr) {
       // Accumulate in double: a broadcast Y may gather many terms.
       std::vector<double> acc(static_cast<size_t>(loops.y_numel), 0.0);
       ForEachBroadcast(loops,
-                       [&](int64_t i, int64_t j) { acc[j] += static_cast<double>(g[i] * Op::Dy(xv(i), yp[j])); });
+                       [&](int64_t i, int64_t j) { acc[j] += static_cast<double>(g[i] * Op::Dy(xv(i), yv(j))); });
       T* p = dy->mutable_data<T>();
       for (size_t j = 0; j < acc.size(); ++j) p[j] = static_cast<T>(acc[j]);
     }
@@ -179,6 +181,7 @@ void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc,
   grad.attrs = {axis};
   grad.infer_shape = [grad_reads_x](InferShapeContext& ctx) { InferElementwiseGrad(ctx, grad_reads_x); };
   grad.reference_kernel = [grad_reads_x](ExecContext& ctx) { ElementwiseGradKernel<Op>(ctx, grad_reads_x); };
+  if (!grad_reads_x) grad.no_need_buffer = {"Y"};
   grad.jit = JitLowering::kElementwise;
   r.Add(std::move(grad));
 }

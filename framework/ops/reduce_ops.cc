@@ -50,7 +50,7 @@ void InferMeanGrad(InferShapeContext& ctx) {
 void MeanGradKernel(ExecContext& ctx) {
   Tensor* dx = ctx.OutputOrNull(GradVarName("X"));
   if (dx == nullptr) return;
-  const Tensor& x = ctx.Input("X");
+  const Tensor& x = ctx.InputMeta("X");
   const bool has_dout = ctx.InputOrNull(GradVarName("Out")) != nullptr;
   const double dout = has_dout ? ops_a::ReadScalar(ctx, GradVarName("Out")) : 0.0;
   ops_a::DispatchFloat(ctx, x.dtype(), "input X", [&](auto tag) {
@@ -143,7 +143,7 @@ void InferReduceGrad(InferShapeContext& ctx) {
 void ReduceGradKernel(ExecContext& ctx, bool mean) {
   Tensor* dx = ctx.OutputOrNull(GradVarName("X"));
   if (dx == nullptr) return;
-  const Tensor& x = ctx.Input("X");
+  const Tensor& x = ctx.InputMeta("X");
   const Tensor* dout = ctx.InputOrNull(GradVarName("Out"));
   const Dims kept = KeptDims(x.dims(), ReducedDims(ctx, x.rank()));
   const auto loops = MakeBroadcastLoops(x.dims(), kept);
@@ -267,6 +267,7 @@ void AddReduce(OpRegistry& r, const std::string& type, const std::string& doc, b
   grad.attrs = attrs;
   grad.infer_shape = InferReduceGrad;
   grad.reference_kernel = [mean](ExecContext& ctx) { ReduceGradKernel(ctx, mean); };
+  grad.no_need_buffer = {"X"};
   grad.jit = JitLowering::kReduction;
   r.Add(std::move(grad));
 }
@@ -295,6 +296,7 @@ void RegisterReduceOps(OpRegistry& r) {
     grad.outputs = {ops_a::Optional(GradVarName("X"))};
     grad.infer_shape = InferMeanGrad;
     grad.reference_kernel = MeanGradKernel;
+    grad.no_need_buffer = {"X"};
     grad.jit = JitLowering::kReduction;
     r.Add(std::move(grad));
   }

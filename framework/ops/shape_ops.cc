@@ -228,6 +228,7 @@ void RegisterShapeOps(OpRegistry& r) {
   reshape_grad.infer_shape = Reshape2GradInferShape;
   reshape_grad.reference_kernel = Reshape2GradKernel;
   reshape_grad.inplace = {{"Out@GRAD", "X@GRAD"}};
+  reshape_grad.no_need_buffer = {"X"};
   reshape_grad.jit = JitLowering::kLayout;
   r.Add(std::move(reshape_grad));
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Peak memory of training, three configurations side by side in one run:
-#   plain    JIT off, no in-place pass, no buffer reuse (--use_inplace=false --cache_allocations=false)
-#   reuse    JIT off, in-place pass and the caching allocator (the defaults)
-#   jit      JIT on, with both
+#   plain    JIT off, no in-place pass, no buffer reuse, no early release
+#            (--use_inplace=false --cache_allocations=false --release_shape_only=false)
+#   reuse    JIT off, in-place pass, caching allocator and early release of
+#            buffers only shape readers need (the defaults)
+#   jit      JIT on, with all of them
 # For each model: the process's peak resident set size as /usr/bin/time -v
 # reports it (Debian package `time`), and kiln's own figures from
 # --metrics_out: peak bytes of tensors live at once during the training steps
@@ -40,7 +42,7 @@ model_args() {
 configs=(plain reuse jit)
 config_args() {
   case "$1" in
-    plain) echo "--use_jit=false --use_inplace=false --cache_allocations=false" ;;
+    plain) echo "--use_jit=false --use_inplace=false --cache_allocations=false --release_shape_only=false" ;;
     reuse) echo "--use_jit=false --use_inplace=true --cache_allocations=true" ;;
     jit) echo "--use_jit=true --use_inplace=true --cache_allocations=true" ;;
   esac
