@@ -126,7 +126,8 @@ void Executor::CheckNanInf(const ExecutionPlan::PreparedOp& op) const {
   }
 }
 
-void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value) {
+void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value,
+                bool share) {
   const proto::VarDesc* v = FindVarDesc(block, name);
   if (v == nullptr) ThrowNotFound("feed '", name, "': the program declares no such variable");
   if (FromProto(v->dtype()) != value.dtype()) {
@@ -137,7 +138,11 @@ void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& 
     ThrowInvalidArgument("feed '", name, "': expected dims ", DimsToString(VarDims(*v)), ", got ",
                          DimsToString(value.dims()));
   }
-  scope.Var(name)->GetMutable()->CopyFrom(value);
+  if (share) {
+    *scope.Var(name)->GetMutable() = value;
+  } else {
+    scope.Var(name)->GetMutable()->CopyFrom(value);
+  }
 }
 
 }  // namespace kiln

@@ -81,8 +81,11 @@ class Executor {
   const OpRegistry& registry_;
 };
 
-// Copies `value` into the scope var `name` (creating it). Throws when the block
-// declares `name` with another dtype or incompatible dims.
-void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value);
+// Copies `value` into the scope var `name` (creating it), or with `share`
+// makes the var share value's buffer (zero-copy: the caller must not write the
+// buffer while the program runs; ops never write a fed var). Throws when the
+// block declares `name` with another dtype or incompatible dims.
+void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value,
+                bool share = false);
 
 }  // namespace kiln

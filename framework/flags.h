@@ -13,6 +13,8 @@ DECLARE_bool(use_onednn);
 DECLARE_bool(check_nan_inf);
 DECLARE_bool(free_intermediates);
 DECLARE_bool(release_shape_only);
+DECLARE_bool(recompute);
+DECLARE_string(recompute_ops);
 
 // Memory: the in-place pass, the caching allocator, the memory report.
 DECLARE_bool(use_inplace);

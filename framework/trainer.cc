@@ -15,8 +15,9 @@ float MeanOf(const std::vector<float>& v, size_t begin, size_t end) {
 }
 
 void FeedBatch(const Model& m, const proto::ProgramDesc& program, Scope& scope, const Dataset& batch) {
-  FeedTensor(program.blocks(0), scope, m.features, batch.features);
-  FeedTensor(program.blocks(0), scope, m.labels, batch.labels);
+  // Zero-copy: the batch is not touched until the next one replaces it.
+  FeedTensor(program.blocks(0), scope, m.features, batch.features, /*share=*/true);
+  FeedTensor(program.blocks(0), scope, m.labels, batch.labels, /*share=*/true);
 }
 
 }  // namespace

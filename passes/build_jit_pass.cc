@@ -204,6 +204,19 @@ struct ClusterIo {
   std::vector<std::string> shape_only_inputs;
 };
 
+// An op recompute_pass copied into the backward pass: it writes "...@RECOMPUTE".
+bool IsRecomputeOp(const proto::OpDesc& op) {
+  static const std::string kSuffix = "@RECOMPUTE";
+  for (const auto& s : op.outputs()) {
+    for (const auto& a : s.args()) {
+      if (a.size() >= kSuffix.size() && a.compare(a.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 bool Contains(const std::vector<std::string>& list, const std::string& s) {
   return std::find(list.begin(), list.end(), s) != list.end();
 }
@@ -388,6 +401,9 @@ bool BuildJitPass::Run(ir::Graph& graph, BuildJitReport* report) const {
       std::sort(consumers.begin(), consumers.end());
       consumers.erase(std::unique(consumers.begin(), consumers.end()), consumers.end());
       for (int c : consumers) {
+        // A recompute copy (recompute_pass) joins its backward consumers,
+        // never the forward cluster whose values it avoids keeping.
+        if (IsRecomputeOp(graph.op(topo[c])) && !IsRecomputeOp(graph.op(topo[u]))) continue;
         const int a = clusters.Find(u), b = clusters.Find(c);
         if (a == b) continue;
         const int through = clusters.TryContract(a, b);

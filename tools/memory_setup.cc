@@ -7,6 +7,7 @@
 #include "framework/flags.h"
 #include "framework/ir/graph.h"
 #include "launch_op/jit_launch_op.h"
+#include "passes/pass_flags.h"
 #include "tools/jit_setup.h"
 
 namespace kiln::tools {
@@ -38,9 +39,27 @@ proto::ProgramDesc MaybeApplyInplace(const proto::ProgramDesc& program, const st
   return out;
 }
 
+proto::ProgramDesc MaybeApplyRecompute(const proto::ProgramDesc& program, const std::set<std::string>& keep,
+                                       RecomputeReport* report) {
+  if (report != nullptr) *report = RecomputeReport{};
+  if (!FLAGS_recompute) return program;
+  RecomputePassOptions options;
+  options.keep_vars = keep;
+  options.op_types.clear();
+  for (const auto& t : SplitOpList(FLAGS_recompute_ops)) {
+    if (OpRegistry::Global().Find(t) == nullptr) {
+      ThrowInvalidArgument("--recompute_ops names unknown op type '", t, "'");
+    }
+    options.op_types.insert(t);
+  }
+  proto::ProgramDesc out = program;
+  RecomputePass(&out, options, report);
+  return out;
+}
+
 proto::ProgramDesc TransformProgramFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                             InplaceReport* report) {
-  return MaybeApplyInplace(MaybeApplyJit(program, keep), keep, report);
+                                             InplaceReport* report, RecomputeReport* recompute) {
+  return MaybeApplyInplace(MaybeApplyJit(MaybeApplyRecompute(program, keep, recompute), keep), keep, report);
 }
 
 MemoryFigures ComputeMemoryFigures(const AllocatorStats& stats, const AllocatorStats& baseline,
@@ -69,6 +88,10 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
                             std::to_string(f.misses) + " misses (caching " + (caching ? "on" : "off") + ")");
   s += Row("saved by in-place", std::to_string(f.inplace_ops) + " ops, " + FormatBytes(f.inplace_bytes_per_step) +
                                     " per step");
+  if (!f.recomputed.empty()) {
+    s += Row("saved by recompute", FormatBytes(f.recompute_bytes_per_step) + " per step not kept for the backward: " +
+                                       f.recomputed);
+  }
   const size_t per_step = f.steps > 0 ? f.reuse_bytes / static_cast<size_t>(f.steps) : 0;
   s += Row("saved by reuse", FormatBytes(f.reuse_bytes) + " served from free lists (" + FormatBytes(per_step) +
                                  " per step)");

@@ -10,6 +10,7 @@
 #include "framework/allocator.h"
 #include "framework/proto/framework.pb.h"
 #include "passes/inplace_pass.h"
+#include "passes/recompute_pass.h"
 
 namespace kiln::tools {
 
@@ -22,11 +23,17 @@ void ConfigureAllocatorFromFlags();
 proto::ProgramDesc MaybeApplyInplace(const proto::ProgramDesc& program, const std::set<std::string>& keep,
                                      InplaceReport* report = nullptr);
 
+// With --recompute: `program` after recompute_pass (keep: feeds and fetch
+// targets); `report` (optional) receives what it recomputed.
+proto::ProgramDesc MaybeApplyRecompute(const proto::ProgramDesc& program, const std::set<std::string>& keep,
+                                       RecomputeReport* report = nullptr);
+
 // What kiln train and kiln run do to a program before running it, in this
-// order: build_jit_pass (--use_jit), then inplace_pass (--use_inplace; it
-// sees the framework ops left outside the clusters).
+// order: recompute_pass (--recompute), build_jit_pass (--use_jit), then
+// inplace_pass (--use_inplace; it sees the framework ops left outside the
+// clusters).
 proto::ProgramDesc TransformProgramFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                             InplaceReport* report = nullptr);
+                                             InplaceReport* report = nullptr, RecomputeReport* recompute = nullptr);
 
 // Allocator figures of a run: `stats` taken at its end, `baseline` when it
 // started (after ResetStats, with the dataset loaded), so that the peaks
@@ -38,6 +45,8 @@ struct MemoryFigures {
   int64_t allocations = 0, hits = 0, misses = 0;
   size_t reuse_bytes = 0;        // requested bytes served from free lists
   size_t inplace_bytes_per_step = 0;
+  std::string recomputed;           // RecomputeReport::ToString() of the training program
+  size_t recompute_bytes_per_step = 0;  // activations no longer kept from forward to backward
   int inplace_ops = 0;
   int64_t steps = 0;
 };

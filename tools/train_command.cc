@@ -83,11 +83,15 @@ int TrainCommand() {
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();
-  // Both programs go through build_jit_pass (--use_jit) then inplace_pass
-  // (--use_inplace); the report of the training program's pass is kept.
+  // Both programs go through recompute_pass (--recompute), build_jit_pass
+  // (--use_jit) then inplace_pass (--use_inplace); the reports of the
+  // training program's passes are kept.
   InplaceReport train_inplace;
+  RecomputeReport train_recompute;
   options.program_transform = [&](const proto::ProgramDesc& program, const std::set<std::string>& keep) {
-    return TransformProgramFromFlags(program, keep, keep.count(model.loss) ? &train_inplace : nullptr);
+    const bool train = keep.count(model.loss) > 0;
+    return TransformProgramFromFlags(program, keep, train ? &train_inplace : nullptr,
+                                     train ? &train_recompute : nullptr);
   };
   // Memory is measured over the training steps: from here (the dataset is
   // loaded) to the last step, before the final evaluation.
@@ -120,7 +124,13 @@ int TrainCommand() {
                 static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
                 static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks));
   }
-  const MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_inplace, FLAGS_batch_size, r.steps);
+  MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_inplace, FLAGS_batch_size, r.steps);
+  if (!train_recompute.vars.empty()) {
+    mem.recomputed = train_recompute.ToString();
+    for (const auto& v : train_recompute.vars) {
+      mem.recompute_bytes_per_step += static_cast<size_t>(v.bytes_per_sample * FLAGS_batch_size);
+    }
+  }
   if (FLAGS_memory_report) std::printf("%s", MemoryReport(mem, allocator.caching()).c_str());
   MaybePrintJitExplain();
   if (!FLAGS_metrics_out.empty()) {

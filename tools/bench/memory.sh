@@ -42,7 +42,7 @@ model_args() {
 configs=(plain reuse jit)
 config_args() {
   case "$1" in
-    plain) echo "--use_jit=false --use_inplace=false --cache_allocations=false --release_shape_only=false" ;;
+    plain) echo "--use_jit=false --use_inplace=false --cache_allocations=false --release_shape_only=false --recompute=false" ;;
     reuse) echo "--use_jit=false --use_inplace=true --cache_allocations=true" ;;
     jit) echo "--use_jit=true --use_inplace=true --cache_allocations=true" ;;
   esac
