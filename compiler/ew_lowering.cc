@@ -252,7 +252,9 @@ struct Unit {
   FusedMatmulSpec matmul;
   std::vector<std::string> matmul_args;  // X, W[, bias], Out
   std::vector<int> matmul_ops;
-  bool matmul_sgd = false;               // W -= lr * X^T dY (matmul_args: X, dY, lr, W, W)
+  bool matmul_sgd = false;               // W -= lr * X^T dY (matmul_args: X, dY, lr, W, [W_old,] W)
+  bool keep_old = false;                 // matmul_sgd copies W to W_old first
+  std::vector<proto::VarDesc> new_vars;
   bool gemv_grad_sgd = false;            // batch 1: (dX and) the step (matmul_args: X, dY, lr, W, [dX,] W)
   std::shared_ptr<const runtime::Kernel> custom;  // a kiln kernel for one op (matmul_args: inputs then outputs)
   int custom_inputs = 0;
@@ -641,6 +643,30 @@ std::map<int, MatmulSgdMatch> FindMatmulSgd(const proto::BlockDesc& block,
   return matches;
 }
 
+// Whether the folded step of matmul_grad op i (sgd op j) should run before
+// dX: X has no reader after op i but the sgd, X dies in the cluster (made in
+// it, or a donatable input), X is bigger than W (the copy of W pays off), and
+// dX has X's dims with dY's leading dims (dX = dY W^T as a plain matmul).
+bool ReorderStepFirst(const proto::BlockDesc& block, int i, int j, const MatmulSgdMatch& m, const std::string& dx,
+                      const std::vector<std::set<std::string>>& reads, const std::set<std::string>& external,
+                      const JitSubgraph& subgraph) {
+  if (external.count(m.x) && std::find(subgraph.donatable_inputs.begin(), subgraph.donatable_inputs.end(), m.x) ==
+                                 subgraph.donatable_inputs.end()) {
+    return false;
+  }
+  if (Numel(m.x_dims) <= Numel(m.w_dims)) return false;
+  for (int k = i + 1; k < block.ops_size(); ++k) {
+    if (k != j && reads[k].count(m.x)) return false;
+  }
+  const proto::VarDesc* dxv = FindVarDesc(block, dx);
+  const proto::VarDesc* dyv = FindVarDesc(block, m.dy);
+  if (dxv == nullptr || dyv == nullptr || VarDims(*dxv) != m.x_dims) return false;
+  Dims expect = VarDims(*dyv);
+  if (expect.empty()) return false;
+  expect.back() = m.w_dims[0];
+  return expect == m.x_dims;
+}
+
 }  // namespace
 
 std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, const JitSubgraph& subgraph,
@@ -691,6 +717,39 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
         u.writes = {one.w};
         if (want_dx) u.writes.insert(dx[0]);
         units.push_back(std::move(u));
+        continue;
+      }
+      // When X dies at this fold and is bigger than W, the step goes first
+      // (keeping a copy of the old W) and dX = dY W_old^T follows as a plain
+      // matmul: dX may then take X's memory.
+      if (want_dx && ReorderStepFirst(block, i, j_sgd, one, dx[0], reads, external, subgraph)) {
+        const std::string w_old = one.w + "@OLD";
+        Unit step;
+        step.matmul_sgd = true;
+        step.keep_old = true;
+        step.x_dims = one.x_dims;
+        step.w_dims = one.w_dims;
+        step.matmul_args = {one.x, one.dy, one.lr, one.w, w_old, one.w};
+        step.matmul_ops = {i, j_sgd};
+        step.reads = {one.x, one.dy, one.lr, one.w};
+        step.writes = {w_old, one.w};
+        proto::VarDesc old_var = *FindVarDesc(block, one.w);
+        old_var.set_name(w_old);
+        old_var.set_persistable(false);
+        step.new_vars.push_back(old_var);
+        units.push_back(std::move(step));
+        folded[j_sgd] = true;
+        Unit d;
+        d.op_index = i;
+        d.op_override = std::make_shared<proto::OpDesc>(OpBuilder("matmul")
+                                                            .In("X", {one.dy})
+                                                            .In("Y", {w_old})
+                                                            .Out("Out", {dx[0]})
+                                                            .Attr("transpose_Y", true)
+                                                            .Build());
+        d.reads = {one.dy, w_old};
+        d.writes = {dx[0]};
+        units.push_back(std::move(d));
         continue;
       }
       if (want_dx) {
@@ -787,10 +846,11 @@ std::vector<LoweredUnit> PartitionElementwise(const proto::BlockDesc& block, con
     }
     if (u.matmul_sgd) {
       LoweredUnit l;
-      l.kernel = MakeMatmulSgdKernel(u.x_dims, u.w_dims, "matmul_sgd_" + std::to_string(matmuls++));
+      l.kernel = MakeMatmulSgdKernel(u.x_dims, u.w_dims, "matmul_sgd_" + std::to_string(matmuls++), u.keep_old);
       l.arg_names = u.matmul_args;
       l.num_inputs = 4;
       l.fused_ops = u.matmul_ops;
+      l.new_vars = u.new_vars;
       lowered.push_back(std::move(l));
       continue;
     }

@@ -25,6 +25,8 @@ struct LoweredUnit {
   // lowering computes elsewhere is @EMPTY@ here).
   std::shared_ptr<const proto::OpDesc> op_override;
   std::vector<int> fused_ops;  // op indices a generated kernel covers
+  // Temps the lowering introduces (not in the block): declared before use.
+  std::vector<proto::VarDesc> new_vars;
 };
 
 // `block` has concrete shapes (InferConcreteShapes). Units come in an order

@@ -108,6 +108,11 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
   // other op runs its framework kernel on the bound buffers.
   const std::vector<LoweredUnit> units = PartitionElementwise(block, sg, options, registry);
   for (const LoweredUnit& unit : units) {
+    for (const auto& v : unit.new_vars) {
+      if (FindVarDesc(block, v.name()) == nullptr) *block.add_vars() = v;
+    }
+  }
+  for (const LoweredUnit& unit : units) {
     runtime::Instruction ins;
     std::vector<std::string> names;
     if (unit.kernel) {

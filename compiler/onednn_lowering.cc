@@ -1,5 +1,7 @@
 #include "compiler/onednn_lowering.h"
 
+#include <cstring>
+
 #include <vector>
 
 #include "dnnl.hpp"
@@ -125,7 +127,8 @@ class GemvGradSgdKernel final : public runtime::Kernel {
 
 class MatmulSgdKernel final : public runtime::Kernel {
  public:
-  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, std::string name) : name_(std::move(name)) {
+  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, std::string name)
+      : name_(std::move(name)), keep_old_(keep_old), w_bytes_(static_cast<size_t>(Numel(w_dims)) * sizeof(float)) {
     const int64_t k = x_dims.back();
     const int64_t m = Numel(x_dims) / k;
     const int64_t n = w_dims[1];
@@ -153,7 +156,8 @@ class MatmulSgdKernel final : public runtime::Kernel {
   }
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return "oneDNN matmul (" + impl_ + ") W -= lr * X^T dY: weight gradient and sgd step in one primitive";
+    return "oneDNN matmul (" + impl_ + ") W -= lr * X^T dY: weight gradient and sgd step in one primitive" +
+           (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
   }
   void Run(const runtime::BufferView* args) const override {
     const auto& engine = onednn::OneDnnHandler::Engine();
@@ -165,11 +169,13 @@ class MatmulSgdKernel final : public runtime::Kernel {
     thread_local std::vector<float> scaled;
     if (scaled.size() < n) scaled.resize(n);
     for (size_t i = 0; i < n; ++i) scaled[i] = lr * dy[i];
-    // args[3] is W as read, args[4] W as written: one buffer (in place).
+    // args[3] is W as read, the last arg W as written: one buffer (in place).
+    // With keep_old, args[4] receives W before the step.
+    if (keep_old_) std::memcpy(args[4].data, args[3].data, w_bytes_);
     std::unordered_map<int, dnnl::memory> exec_args = {
         {DNNL_ARG_SRC, dnnl::memory(src_md_, engine, args[0].data)},
         {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md_, engine, scaled.data())},
-        {DNNL_ARG_DST, dnnl::memory(dst_md_, engine, args[4].data)},
+        {DNNL_ARG_DST, dnnl::memory(dst_md_, engine, args[keep_old_ ? 5 : 4].data)},
         {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd_.scratchpad_desc(), engine, scratch.data())},
     };
     auto& stream = onednn::OneDnnHandler::ThreadStream();
@@ -184,14 +190,16 @@ class MatmulSgdKernel final : public runtime::Kernel {
   dnnl::memory::desc src_md_, wei_md_, dst_md_;
   std::string impl_;
   size_t scratch_bytes_ = 0;
+  bool keep_old_ = false;
+  size_t w_bytes_ = 0;
 };
 
 }  // namespace
 
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
-                                                           const std::string& name) {
+                                                           const std::string& name, bool keep_old) {
   try {
-    return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, name);
+    return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, name);
   } catch (const dnnl::error& e) {
     ThrowUnimplemented("oneDNN has no matmul for the update of w ", DimsToString(w_dims), ": ", e.what());
   }

@@ -26,8 +26,11 @@ struct FusedMatmulSpec {
 // W [K, N]: the weight gradient of a matmul and its SGD step as one oneDNN
 // matmul (scale -lr, sum post-op into W), so the gradient never exists.
 // Arguments at run time: X, dY, LearningRate [1], W (read) -> W (written).
+// With `keep_old`: X, dY, LearningRate, W -> W_old, W, where W_old receives
+// W before the step (so dX can be computed after it, from W_old, and X dies
+// here).
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
-                                                           const std::string& name);
+                                                           const std::string& name, bool keep_old = false);
 
 // The batch-1 form of the above plus the input gradient, in one pass over W
 // (compiler/gemv.h): X [1,K], dY [1,N], lr [1], W [K,N] -> dX [1,K] (when

@@ -1,7 +1,10 @@
 #include "framework/executor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 
+#include "framework/allocator.h"
 #include "framework/shape_util.h"
 
 namespace kiln {
@@ -80,9 +83,52 @@ void Executor::Bind(ExecutionPlan& plan, Scope& scope) const {
   plan.bound_scope_ = &scope;
 }
 
+namespace {
+
+std::mutex g_peak_mu;
+PeakRecord g_peak;
+
+void RecordPeak(const ExecutionPlan::PreparedOp& op, const Scope& scope, size_t peak_before) {
+  const AllocatorStats st = CachingAllocator::Global().stats();
+  if (st.peak_in_use_bytes <= peak_before) return;
+  std::lock_guard<std::mutex> lock(g_peak_mu);
+  if (st.peak_in_use_bytes <= g_peak.peak_bytes) return;
+  g_peak.peak_bytes = st.peak_in_use_bytes;
+  g_peak.in_use_after = st.in_use_bytes;
+  g_peak.op = OpLabel(op.desc, op.index);
+  if (op.desc.type() == "jit_launch") {
+    for (const auto& a : op.desc.attrs()) {
+      if (a.name() == "compilation_key") g_peak.op += " (cluster " + a.s() + ")";
+    }
+  }
+  g_peak.live.clear();
+  std::set<const void*> seen;
+  for (const auto& name : scope.LocalVarNames()) {
+    const Variable* v = scope.FindLocalVar(name);
+    if (v == nullptr || !v->Get().initialized() || !v->Get().allocation()->owned()) continue;
+    if (!seen.insert(v->Get().allocation().get()).second) continue;
+    g_peak.live.push_back({name, v->Get().allocation()->size()});
+  }
+  std::sort(g_peak.live.begin(), g_peak.live.end(),
+            [](const PeakRecord::Live& a, const PeakRecord::Live& b) { return a.bytes > b.bytes; });
+}
+
+}  // namespace
+
+PeakRecord PeakRecordOfRuns() {
+  std::lock_guard<std::mutex> lock(g_peak_mu);
+  return g_peak;
+}
+
+void ResetPeakRecord() {
+  std::lock_guard<std::mutex> lock(g_peak_mu);
+  g_peak = PeakRecord{};
+}
+
 void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
   Bind(plan, scope);
   for (auto& op : plan.ops_) {
+    const size_t peak_before = options_.track_peak ? CachingAllocator::Global().stats().peak_in_use_bytes : 0;
     ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index);
     RunInferShape(*op.info, ctx);
     bool done = false;
@@ -92,6 +138,7 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
       op.info->reference_kernel(ctx);
     }
     if (options_.check_nan_inf) CheckNanInf(op);
+    if (options_.track_peak) RecordPeak(op, scope, peak_before);
     for (Variable* v : op.release_after) v->GetMutable()->ReleaseBuffer();
     for (Variable* v : op.free_after) v->GetMutable()->Clear();
   }

@@ -27,7 +27,26 @@ struct ExecutorOptions {
   // With free_intermediates: release a var's buffer after its last data use
   // when the ops after that read only its shape (OpInfo::no_need_buffer).
   bool release_shape_only = true;
+  // Record the op during which the allocator's peak of live bytes rose
+  // highest, and what was live then (PeakRecordOfRuns). Costs two allocator
+  // reads per op.
+  bool track_peak = false;
 };
+
+// Where the highest peak of live tensor bytes seen by executors with
+// track_peak happened (since ResetPeakRecord).
+struct PeakRecord {
+  size_t peak_bytes = 0;    // allocator peak_in_use_bytes reached during the op
+  size_t in_use_after = 0;  // live bytes right after the op, before its dead inputs are freed
+  std::string op;           // op label, with the compilation key for a jit_launch
+  struct Live {
+    std::string name;
+    size_t bytes = 0;
+  };
+  std::vector<Live> live;   // scope vars holding buffers then, largest first (shared buffers once)
+};
+PeakRecord PeakRecordOfRuns();
+void ResetPeakRecord();
 
 class ExecutionPlan {
  public:

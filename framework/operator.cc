@@ -63,6 +63,10 @@ const Tensor& ExecContext::Input(std::string_view slot, size_t i) const {
     Fail("input ", slot, "[", i, "] is missing");
   }
   const Tensor& t = s->vars[i]->Get();
+  if (t.shape_only()) {
+    Fail("input ", slot, " ('", s->args[i], "') is shape-only: its buffer was released because only ops reading its ",
+         "dims were expected to follow, but this kernel reads its data (a missing no_need_buffer entry?)");
+  }
   if (!t.initialized()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed");
   return t;
 }

@@ -37,6 +37,11 @@ void* Tensor::raw_mutable_data() {
 void Tensor::CopyFrom(const Tensor& src) {
   dtype_ = src.dtype_;
   dims_ = src.dims_;
+  if (src.shape_only()) {
+    ReleaseBuffer();
+    return;
+  }
+  shape_only_ = false;
   alloc_ = std::make_shared<Allocation>(bytes());
   if (src.raw_data() != nullptr && bytes() > 0) std::memcpy(alloc_->ptr(), src.raw_data(), bytes());
 }
@@ -47,6 +52,9 @@ void Tensor::CheckReadable(DataType want) const {
   if (dtype_ != want) {
     ThrowInvalidArgument("tensor ", ShapeString(), ": expected dtype ", DataTypeName(want), ", got ",
                          DataTypeName(dtype_));
+  }
+  if (shape_only()) {
+    ThrowInvalidArgument("tensor ", ShapeString(), " is shape-only (its buffer was released): its data cannot be read");
   }
   if (!initialized()) ThrowInvalidArgument("tensor ", ShapeString(), " is read before it holds data");
 }

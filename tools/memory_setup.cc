@@ -120,4 +120,24 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
   return s;
 }
 
+std::string PeakReport(const PeakRecord& peak, size_t baseline) {
+  if (peak.op.empty()) return "";
+  auto above = [baseline](size_t v) { return v > baseline ? v - baseline : 0; };
+  std::string s = "peak of the training steps: " + FormatBytes(above(peak.peak_bytes)) + " during " + peak.op + "\n";
+  const size_t transient = peak.peak_bytes > peak.in_use_after ? peak.peak_bytes - peak.in_use_after : 0;
+  s += Row("transient inside the op", FormatBytes(transient) + " (arena, scratchpads, temporaries)");
+  size_t listed = 0, shown = 0;
+  std::string names;
+  for (const auto& l : peak.live) {
+    listed += l.bytes;
+    if (shown < 12 && l.bytes >= 1024) {
+      names += (shown ? ", " : "") + l.name + " " + FormatBytes(l.bytes);
+      ++shown;
+    }
+  }
+  s += Row("live scope tensors after it", FormatBytes(listed) + " in " + std::to_string(peak.live.size()) +
+                                             " buffers (parameters included), largest: " + names);
+  return s;
+}
+
 }  // namespace kiln::tools

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "framework/allocator.h"
+#include "framework/executor.h"
 #include "framework/proto/framework.pb.h"
 #include "passes/inplace_pass.h"
 #include "passes/recompute_pass.h"
@@ -34,6 +35,11 @@ proto::ProgramDesc MaybeApplyRecompute(const proto::ProgramDesc& program, const 
 // clusters).
 proto::ProgramDesc TransformProgramFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
                                              InplaceReport* report = nullptr, RecomputeReport* recompute = nullptr);
+
+// Where the training steps' peak happened (PeakRecordOfRuns, needs
+// --memory_report): the op, the bytes live above `baseline`, the part
+// transient inside the op, and the largest live tensors then.
+std::string PeakReport(const PeakRecord& peak, size_t baseline);
 
 // Allocator figures of a run: `stats` taken at its end, `baseline` when it
 // started (after ResetStats, with the dataset loaded), so that the peaks

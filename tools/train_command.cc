@@ -99,9 +99,12 @@ int TrainCommand() {
   allocator.ResetStats();
   const AllocatorStats baseline = allocator.stats();
   AllocatorStats train_stats = baseline;
+  ResetPeakRecord();
+  PeakRecord train_peak;
   const bool tty = ::isatty(STDERR_FILENO);
-  options.on_step = [tty, &allocator, &train_stats](const TrainProgress& p) {
+  options.on_step = [tty, &allocator, &train_stats, &train_peak](const TrainProgress& p) {
     train_stats = allocator.stats();
+    if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
     if (FLAGS_progress) PrintProgress(p, tty);
   };
 
@@ -131,7 +134,10 @@ int TrainCommand() {
       mem.recompute_bytes_per_step += static_cast<size_t>(v.bytes_per_sample * FLAGS_batch_size);
     }
   }
-  if (FLAGS_memory_report) std::printf("%s", MemoryReport(mem, allocator.caching()).c_str());
+  if (FLAGS_memory_report) {
+    std::printf("%s", MemoryReport(mem, allocator.caching()).c_str());
+    std::printf("%s", PeakReport(train_peak, baseline.in_use_bytes).c_str());
+  }
   MaybePrintJitExplain();
   if (!FLAGS_metrics_out.empty()) {
     char json[1024];
