@@ -333,6 +333,38 @@ class EwRuntimeKernel final : public runtime::Kernel {
   size_t code_size() const override { return kernel_->code_size(); }
   std::vector<std::string> fused_ops() const override { return kernel_->fused_ops(); }
   std::string DumpDetail() const override { return kernel_->ToString(); }
+  // Output j over input k: same strides, neither broadcast nor reduced, and
+  // every load of k comes before the first store to j in the program.
+  std::vector<std::pair<int, int>> InplacePairs() const override {
+    const compiler::EwLayout& l = kernel_->layout();
+    auto full = [&l](const compiler::EwOperand& op) {
+      for (int d = 0; d < l.rank; ++d) {
+        if (l.dims[d] > 1 && op.strides[d] == 0) return false;
+      }
+      return true;
+    };
+    const auto& instrs = kernel_->program().instrs();
+    std::vector<std::pair<int, int>> pairs;
+    for (int k = 0; k < static_cast<int>(l.inputs.size()); ++k) {
+      if (!full(l.inputs[k])) continue;
+      int last_load = -1;
+      for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
+        if (instrs[i].op == compiler::EwOp::kLoad && instrs[i].operand == k) last_load = i;
+      }
+      for (int j = 0; j < static_cast<int>(l.outputs.size()); ++j) {
+        if (!full(l.outputs[j]) || l.outputs[j].strides != l.inputs[k].strides) continue;
+        int first_store = static_cast<int>(instrs.size());
+        for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
+          if (instrs[i].op == compiler::EwOp::kStore && instrs[i].operand == j) {
+            first_store = i;
+            break;
+          }
+        }
+        if (last_load < first_store) pairs.emplace_back(k, j);
+      }
+    }
+    return pairs;
+  }
 
  private:
   std::shared_ptr<compiler::FusedElementwiseKernel> kernel_;

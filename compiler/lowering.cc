@@ -127,6 +127,7 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
       ins.num_inputs = num_inputs;
     }
     for (const auto& n : names) ins.args.push_back(buffer(n));
+    for (const auto& [k, j] : ins.kernel->InplacePairs()) ins.inplace.emplace_back(k, ins.num_inputs + j);
     obj->program.instructions.push_back(std::move(ins));
   }
   runtime::PlanArena(obj->program.instructions, &plan, options.reuse_buffers);

@@ -6,8 +6,8 @@
 DEFINE_bool(use_onednn, true, "Run ops through oneDNN kernels where they have one; false: reference C++ kernels only");
 DEFINE_bool(check_nan_inf, false, "Stop at the first op that writes NaN or Inf and name it and the variable");
 DEFINE_bool(free_intermediates, true, "Free non-persistable intermediates after their last use");
-DEFINE_bool(recompute, true, "Recompute cheap activations the backward pass reads (softmax with its scores, gelu, layer_norm) from values it keeps anyway, instead of keeping them from the forward pass (recompute_pass)");
-DEFINE_string(recompute_ops, "softmax,gelu,relu,sigmoid,tanh,layer_norm,matmul", "Op types recompute_pass may copy into the backward pass (matmul only as the scores feeding a recomputed op)");
+DEFINE_bool(recompute, true, "Recompute activations the backward pass reads (those of the --recompute_ops types) from values it keeps anyway, instead of keeping them from the forward pass (recompute_pass)");
+DEFINE_string(recompute_ops, "layer_norm", "Op types recompute_pass may copy into the backward pass; e.g. layer_norm,softmax,matmul,gelu also recomputes attention probabilities (matmul only as the scores feeding a recomputed op): less memory, more compute");
 DEFINE_bool(release_shape_only, true, "Release an intermediate's buffer once only ops reading its shape remain (reshape2_grad's X, elementwise_add_grad's Y, ...); they keep its dims");
 DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and sum in place when their input dies there (inplace_pass)");
 DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");

@@ -33,9 +33,10 @@ namespace kiln {
 struct RecomputePassOptions {
   // Feeds and fetch targets: never recomputed.
   std::set<std::string> keep_vars;
-  // Op types that may be recomputed: cheap next to keeping their output
-  // (softmax, activations, layer_norm; matmul only as the scores feeding one).
-  std::set<std::string> op_types = {"softmax", "gelu", "relu", "sigmoid", "tanh", "layer_norm", "matmul"};
+  // Op types that may be recomputed. The default, layer_norm, is cheap next
+  // to keeping its output; softmax (with matmul for its scores) and the
+  // activations save more and cost more compute (kiln's --recompute_ops).
+  std::set<std::string> op_types = {"layer_norm"};
   // Longest chain of ops copied for one var.
   int max_chain = 2;
 };

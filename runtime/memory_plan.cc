@@ -13,6 +13,7 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 struct Placed {
   size_t offset, size;
   int first, last;
+  int id = -1;  // buffer id
 };
 
 // Lowest 64-byte-aligned offset where [offset, offset + size) overlaps none
@@ -65,6 +66,47 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
       plan->arena_bytes += size;
       continue;
     }
+    // In place over an input of its first writer that dies there.
+    bool in_place = false;
+    for (const auto& [ka, kb] : instructions[first[b]].inplace) {
+      const std::vector<int>& args = instructions[first[b]].args;
+      const int d = args[ka];
+      if (args[kb] != b || d == b || last[d] != first[b]) continue;
+      const BufferInfo& dinfo = plan->buffers[d];
+      if (dinfo.bytes() < info.bytes() || dinfo.dtype != info.dtype) continue;
+      int region = -1;
+      size_t offset = 0;
+      if (dinfo.role == BufferRole::kTemp) {
+        region = dinfo.region;
+        offset = dinfo.offset;
+      } else if (dinfo.role == BufferRole::kInput && std::find(donor_ids.begin(), donor_ids.end(), d) !=
+                                                          donor_ids.end()) {
+        region = d;
+      } else {
+        continue;
+      }
+      std::vector<Placed>& pool = region >= 0 ? in_donor[region] : placed;
+      bool clash = false;
+      for (const Placed& p : pool) {
+        const bool live = p.last >= first[b] && p.first <= last[b];
+        const bool is_d = p.id == d;
+        if (live && !is_d && p.offset < offset + size && offset < p.offset + p.size) clash = true;
+      }
+      if (clash) continue;
+      info.region = region;
+      info.offset = offset;
+      pool.push_back({offset, size, first[b], last[b], b});
+      if (region >= 0) {
+        plan->donated_bytes += size;
+        if (std::find(plan->donors.begin(), plan->donors.end(), region) == plan->donors.end()) {
+          plan->donors.push_back(region);
+        }
+      }
+      plan->arena_bytes = region >= 0 ? plan->arena_bytes : std::max(plan->arena_bytes, offset + size);
+      in_place = true;
+      break;
+    }
+    if (in_place) continue;
     // A dead donatable input: the smallest one it fits in. Only the temp's
     // own bytes must fit; its aligned size keeps the next one aligned.
     int best = -1;
@@ -82,7 +124,7 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
     if (best >= 0) {
       info.region = best;
       info.offset = best_offset;
-      in_donor[best].push_back({best_offset, size, first[b], last[b]});
+      in_donor[best].push_back({best_offset, size, first[b], last[b], b});
       plan->donated_bytes += size;
       if (std::find(plan->donors.begin(), plan->donors.end(), best) == plan->donors.end()) {
         plan->donors.push_back(best);
@@ -91,7 +133,7 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
     }
     const size_t offset = *FirstFit(placed, first[b], last[b], size, std::numeric_limits<size_t>::max());
     info.offset = offset;
-    placed.push_back({offset, size, first[b], last[b]});
+    placed.push_back({offset, size, first[b], last[b], b});
     plan->arena_bytes = std::max(plan->arena_bytes, offset + size);
   }
   std::sort(plan->donors.begin(), plan->donors.end());

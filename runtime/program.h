@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/data_type.h"
@@ -39,12 +40,20 @@ class Kernel {
   virtual std::vector<std::string> fused_ops() const { return {}; }
   // Multi-line internals (a generated kernel's IR and iteration layout).
   virtual std::string DumpDetail() const { return {}; }
+  // (input k, output j) pairs, numbered within the inputs and within the
+  // outputs, that the kernel computes correctly when output j is written over
+  // input k's memory (element i of j depends only on element i of k, read
+  // before j's element i is written).
+  virtual std::vector<std::pair<int, int>> InplacePairs() const { return {}; }
 };
 
 struct Instruction {
   std::shared_ptr<const Kernel> kernel;
   std::vector<int> args;  // buffer ids, in the kernel's argument order
   int num_inputs = 0;     // args[0, num_inputs) are read, the rest written
+  // (arg of an input, arg of an output) the planner may give one memory when
+  // the input dies here (Kernel::InplacePairs, shifted to arg positions).
+  std::vector<std::pair<int, int>> inplace;
 };
 
 enum class BufferRole { kInput, kOutput, kTemp };
@@ -82,7 +91,9 @@ struct Program {
 
 // Assigns arena offsets to the kTemp buffers of `plan` from their live ranges
 // over `instructions` (first writer to last reader). With `reuse`, a temp
-// first goes into the memory of a donatable input read for the last time
+// first takes the memory of an input of its first writer that dies there
+// when the instruction allows it in place (Instruction::inplace) and the
+// sizes match; else it goes into the memory of a donatable input read for the last time
 // before the temp is written (the smallest such input where it fits beside
 // the temps already there), else takes the lowest arena offset free for its
 // whole range (first fit, 64-byte aligned); without, each gets its own arena

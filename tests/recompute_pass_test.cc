@@ -21,6 +21,8 @@ namespace {
 
 using test::TrainCase;
 
+const std::set<std::string> kAllTypes = {"softmax", "gelu", "relu", "sigmoid", "tanh", "layer_norm", "matmul"};
+
 const TrainCase& Case(const std::string& name) {
   static const std::vector<TrainCase> cases = test::SmallTrainCases();
   for (const auto& c : cases) {
@@ -61,6 +63,7 @@ TEST(RecomputePass, TransformerRecomputesSoftmaxLayerNormAndGelu) {
   proto::ProgramDesc p = c.model.train;
   RecomputePassOptions o;
   o.keep_vars = Keep(c.model);
+  o.op_types = kAllTypes;
   RecomputeReport report;
   ASSERT_TRUE(RecomputePass(&p, o, &report));
   std::vector<std::string> names;
@@ -96,6 +99,7 @@ TEST(RecomputePass, MlpAndCnnHaveNothingWorthRecomputing) {
     proto::ProgramDesc p = c.model.train;
     RecomputePassOptions o;
     o.keep_vars = Keep(c.model);
+    o.op_types = kAllTypes;
     RecomputeReport report;
     // relu's input is not kept for the backward (relu_grad reads Out), so
     // relu cannot be recomputed from anchors.
@@ -106,6 +110,15 @@ TEST(RecomputePass, MlpAndCnnHaveNothingWorthRecomputing) {
 
 TEST(RecomputePass, RespectsOpTypesKeepVarsAndForwardOnlyPrograms) {
   const TrainCase& c = Case("transformer");
+  {
+    proto::ProgramDesc p = c.model.train;
+    RecomputePassOptions o;  // the default: layer_norm only
+    o.keep_vars = Keep(c.model);
+    RecomputeReport report;
+    ASSERT_TRUE(RecomputePass(&p, o, &report));
+    ASSERT_EQ(report.vars.size(), 1u);
+    EXPECT_EQ(report.vars[0].name, "ln1_0.Y");
+  }
   {
     proto::ProgramDesc p = c.model.train;
     RecomputePassOptions o;
@@ -128,6 +141,7 @@ TEST(RecomputePass, RespectsOpTypesKeepVarsAndForwardOnlyPrograms) {
     proto::ProgramDesc p = c.model.train;
     RecomputePassOptions o;
     o.keep_vars = Keep(c.model);
+    o.op_types = kAllTypes;
     o.max_chain = 1;  // the scores matmul no longer fits: softmax is kept
     RecomputeReport report;
     ASSERT_TRUE(RecomputePass(&p, o, &report));
@@ -153,6 +167,7 @@ proto::ProgramDesc Recompute(const proto::ProgramDesc& p, const std::set<std::st
   proto::ProgramDesc out = p;
   RecomputePassOptions o;
   o.keep_vars = keep;
+  o.op_types = kAllTypes;
   RecomputePass(&out, o, nullptr);
   return out;
 }
