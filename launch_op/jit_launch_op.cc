@@ -145,21 +145,44 @@ void JitLaunchKernel(ExecContext& ctx) {
     }
     if (t->use_count() > 1) t->Clear();  // never write into a buffer someone shares
     t->Resize(obj->output_dims[o]);
-    outs[o] = t->raw_mutable_data(obj->output_dtypes[o]);
+    t->set_dtype(obj->output_dtypes[o]);
+    // In runtime mode the runner asks for it when it is about to be written.
+    if (GetLaunchMode() == LaunchMode::kExecutor) outs[o] = t->raw_mutable_data(obj->output_dtypes[o]);
   }
+  auto allocate_output = [&ctx, &obj](int o) {
+    return ctx.Output("Out", static_cast<size_t>(o))->raw_mutable_data(obj->output_dtypes[o]);
+  };
   if (GetLaunchMode() == LaunchMode::kExecutor) {
     RunThroughExecutor(*obj, ins, outs);
   } else {
     // A dying input (the plan's donors) is donated when this var alone owns
     // its buffer; otherwise the runner gives its temps a block of their own.
+    // The launch takes over the buffer of every input that dies in it and
+    // that its var alone holds: the var keeps its dims (shape-only) and the
+    // runner frees the buffer after its last use inside the launch.
+    const runtime::BufferPlan& plan = obj->program.plan;
     std::vector<bool> donate(n_in, false);
-    for (int d : obj->program.plan.donors) {
-      const size_t i = static_cast<size_t>(obj->program.plan.buffers[d].io_index);
-      const Tensor& t = ctx.InputMeta("X", i);
-      donate[i] = t.initialized() && t.use_count() == 1 && t.allocation()->owned();
+    std::vector<std::shared_ptr<Allocation>> owned(n_in);
+    const SlotVars* x_slot = nullptr;
+    for (const auto& slot : ctx.input_slots()) {
+      if (slot.name == "X") x_slot = &slot;
+    }
+    for (const auto& b : plan.buffers) {
+      if (b.role != runtime::BufferRole::kInput || !b.donatable || x_slot == nullptr) continue;
+      const size_t i = static_cast<size_t>(b.io_index);
+      Tensor* t = x_slot->vars[i] == nullptr ? nullptr : x_slot->vars[i]->GetMutable();
+      donate[i] = t != nullptr && t->initialized() && t->use_count() == 1 && t->allocation()->owned();
+      if (donate[i]) {
+        owned[i] = t->allocation();
+        t->ReleaseBuffer();
+      }
       ++(donate[i] ? g_inputs_donated : g_inputs_kept);
     }
-    runtime::Runner::Run(obj->program, ins, outs, donate);
+    runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output);
+    // An output no instruction writes (none today) still gets its buffer.
+    for (size_t o = 0; o < n_out; ++o) {
+      if (!obj->output_shape_only[o] && !ctx.Output("Out", o)->initialized()) allocate_output(static_cast<int>(o));
+    }
   }
 }
 

@@ -137,6 +137,19 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
     plan->arena_bytes = std::max(plan->arena_bytes, offset + size);
   }
   std::sort(plan->donors.begin(), plan->donors.end());
+  // When each donatable input's memory is last used: its last read or the
+  // last use of a temp placed in it.
+  plan->alloc_before.assign(instructions.size(), {});
+  for (int b = 0; b < n; ++b) {
+    const BufferInfo& info = plan->buffers[b];
+    if (info.role == BufferRole::kOutput && last[b] >= 0) plan->alloc_before[first[b]].push_back(info.io_index);
+  }
+  plan->free_after.assign(instructions.size(), {});
+  for (int d : donor_ids) {
+    int end = last[d];
+    for (const Placed& p : in_donor[d]) end = std::max(end, p.last);
+    plan->free_after[end].push_back(plan->buffers[d].io_index);
+  }
 }
 
 }  // namespace kiln::runtime

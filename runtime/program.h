@@ -82,6 +82,13 @@ struct BufferPlan {
   // in them instead of the arena.
   std::vector<int> donors;
   size_t donated_bytes = 0;
+  // free_after[i]: io indices of donatable inputs whose memory nothing uses
+  // after instruction i (their last read, or the last use of a temp placed
+  // in them). A launch that owns such an input's buffer frees it there.
+  std::vector<std::vector<int>> free_after;
+  // alloc_before[i]: io indices of outputs first written by instruction i,
+  // for a launch that allocates outputs only when they are about to be made.
+  std::vector<std::vector<int>> alloc_before;
 };
 
 struct Program {

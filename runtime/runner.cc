@@ -62,7 +62,8 @@ std::string ProfileReport() {
 }
 
 void Runner::Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs,
-                 const std::vector<bool>& donate) {
+                 const std::vector<bool>& donate, std::vector<std::shared_ptr<Allocation>> owned,
+                 const std::function<void*(int)>& allocate_output) {
   const BufferPlan& plan = program.plan;
   // The arena lives for this launch only; the caching allocator hands the same
   // block back next time, so it costs no system allocation, and between
@@ -104,14 +105,31 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
         break;
     }
   }
+  // Output buffer ids by io index, for outputs made on demand.
+  std::vector<int> output_buffer(outputs.size(), -1);
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    if (plan.buffers[b].role == BufferRole::kOutput) output_buffer[plan.buffers[b].io_index] = static_cast<int>(b);
+  }
   std::vector<BufferView> args;
-  for (const Instruction& ins : program.instructions) {
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& ins = program.instructions[i];
+    if (allocate_output && i < plan.alloc_before.size()) {
+      for (int io : plan.alloc_before[i]) {
+        const int b = output_buffer[io];
+        if (b >= 0 && views[b].data == nullptr) views[b].data = allocate_output(io);
+      }
+    }
     args.clear();
     for (int b : ins.args) args.push_back(views[b]);
     if (g_profiling) {
       RunTimed(ins, args.data());
     } else {
       ins.kernel->Run(args.data());
+    }
+    if (!owned.empty() && i < plan.free_after.size()) {
+      for (int io : plan.free_after[i]) {
+        if (static_cast<size_t>(io) < owned.size()) owned[io].reset();
+      }
     }
   }
 }

@@ -114,8 +114,9 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
   }
   const jit::LaunchStats ls = jit::GetLaunchStats();
   if (ls.inputs_donated + ls.inputs_kept > 0) {
-    s += Row("dying inputs", std::to_string(ls.inputs_donated) + " donated to hold temps, " +
-                                 std::to_string(ls.inputs_kept) + " shared elsewhere (their temps got own blocks)");
+    s += Row("dying inputs", std::to_string(ls.inputs_donated) +
+                                 " taken over by launches (hold temps, freed at their last use inside), " +
+                                 std::to_string(ls.inputs_kept) + " shared elsewhere (kept; their temps got own blocks)");
   }
   return s;
 }

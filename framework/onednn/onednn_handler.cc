@@ -69,22 +69,10 @@ dnnl::primitive_attr OneDnnHandler::DefaultAttr() {
 
 namespace {
 
-// Buffers of the calling thread: slot 0 is the scratchpad, slots 1.. hold the
-// reordered arguments of one primitive. Each grows to the largest size asked
-// for and is reused by every primitive the thread runs (they run one after
-// another), so steady-state execution allocates nothing.
-constexpr size_t kScratchpadSlot = 0;
-void* ThreadBuffer(size_t slot, size_t bytes) {
-  thread_local std::vector<std::unique_ptr<Allocation>> buffers;
-  if (buffers.size() <= slot) buffers.resize(slot + 1);
-  std::unique_ptr<Allocation>& buffer = buffers[slot];
-  if (buffer == nullptr || buffer->size() < bytes) {
-    buffer.reset();  // free first: peak memory stays one buffer per slot
-    buffer = std::make_unique<Allocation>(bytes);
-  }
-  return buffer->ptr();
-}
-
+// Scratchpads and reordered arguments live for one primitive execution: they
+// come from the caching allocator (its free lists serve them again on the
+// next step, so steady-state execution takes nothing from the system) and go
+// back to it right after, so they count as live only while an op runs.
 }  // namespace
 
 // ---- Primitives ------------------------------------------------------------------------
@@ -158,8 +146,10 @@ dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, Tensor* 
 
 void OneDnnHandler::Run(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args) {
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
+  std::unique_ptr<Allocation> scratch;
   if (scratch_md.get_size() > 0) {
-    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, Engine(), ThreadBuffer(kScratchpadSlot, scratch_md.get_size()));
+    scratch = std::make_unique<Allocation>(scratch_md.get_size());
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, Engine(), scratch->ptr());
   }
   dnnl::stream& stream = ThreadStream();
   p.execute(stream, args);
@@ -171,11 +161,13 @@ void OneDnnHandler::Execute(ExecArgs args) {
   // Outputs are reordered back into the tensors after the primitive ran:
   // (index into e.reorders, the tensor's memory).
   std::vector<std::pair<size_t, dnnl::memory>> outputs;
+  std::vector<std::unique_ptr<Allocation>> held;  // the reordered arguments, for this execution
   for (size_t i = 0; i < e.reorders.size(); ++i) {
     const ArgReorder& r = e.reorders[i];
     auto it = args.find(r.arg);
     KILN_CHECK(it != args.end(), "argument ", r.arg, " of ", e.impl, " is not bound");
-    dnnl::memory internal(r.prim_md, Engine(), ThreadBuffer(1 + i, r.prim_md.get_size()));
+    held.push_back(std::make_unique<Allocation>(r.prim_md.get_size()));
+    dnnl::memory internal(r.prim_md, Engine(), held.back()->ptr());
     if (r.output) {
       outputs.emplace_back(i, it->second);
     } else {

@@ -13,7 +13,8 @@
 //
 // Thread safety (seed 001): a cached primitive may run on several threads at
 // once. Each primitive is created with a user-managed scratchpad, and each
-// thread executes on its own stream with its own scratchpad buffer.
+// thread executes on its own stream with a scratchpad taken from the caching
+// allocator for that execution.
 #pragma once
 
 #include <memory>
@@ -99,9 +100,9 @@ class OneDnnHandler {
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md, const Tensor& t);
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md, Tensor* t);
 
-  // Runs the current primitive (or its aux primitive `i`) with `args` and the
-  // thread's scratchpad, and waits for it. Execute also runs the entry's
-  // reorders, through per-thread buffers.
+  // Runs the current primitive (or its aux primitive `i`) with `args` and a
+  // scratchpad held for this execution, and waits for it. Execute also runs
+  // the entry's reorders, through buffers held for this execution.
   void Execute(ExecArgs args);
   void ExecuteAux(size_t i, ExecArgs args);
 
