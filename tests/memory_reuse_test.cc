@@ -17,6 +17,7 @@
 
 #include "compiler/jit_compiler.h"
 #include "compiler/lowering.h"
+#include "framework/allocator.h"
 #include "framework/data/synthetic.h"
 #include "framework/executor.h"
 #include "framework/models/models.h"
@@ -889,6 +890,78 @@ TEST(RunnerDonationTest, TempsInADonatedInputGiveTheSameResults) {
     Tensor a_in_x(DataType::kFP32, a_ref.dims());
     std::memcpy(a_in_x.mutable_data<float>(), x_donated.raw_data(), a_ref.bytes());
     EXPECT_EQ(test::CompareTensors(a_in_x, a_ref, 1e-5, 1e-5), "");
+  }
+}
+
+// A kernel that records the allocator's live bytes when it runs.
+class ProbeKernel : public runtime::Kernel {
+ public:
+  explicit ProbeKernel(std::vector<size_t>* seen) : seen_(seen) {}
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override { return "probe"; }
+  void Run(const runtime::BufferView*) const override {
+    seen_->push_back(CachingAllocator::Global().stats().in_use_bytes);
+  }
+
+ private:
+  std::string name_ = "probe";
+  std::vector<size_t>* seen_;
+};
+
+// The runner frees an owned (donated) input after its last use and makes an
+// output only before the instruction that first writes it.
+TEST(RunnerDonationTest, OwnedInputsAreFreedAtTheirLastUseAndOutputsMadeLate) {
+  constexpr int64_t kBig = 256 * 1024;  // floats: 1 MiB
+  std::vector<size_t> seen;
+  auto probe = std::make_shared<ProbeKernel>(&seen);
+  runtime::Program program;
+  program.plan.buffers = {Buffer("x", BufferRole::kInput, kBig, 0, true), Buffer("t", BufferRole::kTemp, 64),
+                          Buffer("out", BufferRole::kOutput, 64, 0)};
+  runtime::Instruction a;  // t = f(x): x's last use
+  a.kernel = probe;
+  a.args = {0, 1};
+  a.num_inputs = 1;
+  runtime::Instruction b;  // out = g(t)
+  b.kernel = probe;
+  b.args = {1, 2};
+  b.num_inputs = 1;
+  program.instructions = {a, b};
+  runtime::PlanArena(program.instructions, &program.plan, true);
+  ASSERT_EQ(program.plan.free_after.size(), 2u);
+  EXPECT_EQ(program.plan.free_after[0], (std::vector<int>{0}));
+  EXPECT_EQ(program.plan.alloc_before[1], (std::vector<int>{0}));
+
+  for (bool own : {true, false}) {
+    SCOPED_TRACE(own ? "owned" : "not owned");
+    seen.clear();
+    auto x = std::make_shared<Allocation>(static_cast<size_t>(kBig) * 4);
+    void* x_ptr = x->ptr();
+    std::vector<std::shared_ptr<Allocation>> owned;
+    std::weak_ptr<Allocation> x_weak = x;
+    if (own) {
+      owned.push_back(std::move(x));
+    }
+    std::unique_ptr<Allocation> out;
+    int made = 0;
+    size_t seen_when_made = 0;
+    runtime::Runner::Run(program, {x_ptr}, {nullptr}, {own}, std::move(owned), [&](int io) {
+      EXPECT_EQ(io, 0);
+      ++made;
+      seen_when_made = seen.size();
+      out = std::make_unique<Allocation>(64 * 4);
+      return out->ptr();
+    });
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(made, 1);
+    EXPECT_EQ(seen_when_made, 1u) << "the output is made after instruction 0 ran, before instruction 1";
+    if (own) {
+      EXPECT_TRUE(x_weak.expired()) << "the launch dropped the donated buffer";
+      // At instruction 1, x (1 MiB) is gone and the output (256 B) exists.
+      EXPECT_GE(seen[0], seen[1] + static_cast<size_t>(kBig) * 4 - 4096);
+    } else {
+      EXPECT_FALSE(x_weak.expired());
+      EXPECT_LE(seen[0], seen[1]);
+    }
   }
 }
 
