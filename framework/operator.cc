@@ -50,10 +50,16 @@ size_t ExecContext::InputCount(std::string_view slot) const {
   return s ? s->vars.size() : 0;
 }
 
-const Tensor* ExecContext::InputOrNull(std::string_view slot, size_t i) const {
+const Tensor* ExecContext::InputTensor(std::string_view slot, size_t i) const {
   const SlotVars* s = FindSlot(inputs_, slot);
   if (s == nullptr || i >= s->vars.size() || s->vars[i] == nullptr) return nullptr;
-  const Tensor& t = s->vars[i]->Get();
+  return &s->vars[i]->Get();
+}
+
+const Tensor* ExecContext::InputOrNull(std::string_view slot, size_t i) const {
+  const Tensor* tp = InputTensor(slot, i);
+  if (tp == nullptr) return nullptr;
+  const Tensor& t = *tp;
   return t.initialized() ? &t : nullptr;
 }
 
@@ -72,9 +78,9 @@ const Tensor& ExecContext::Input(std::string_view slot, size_t i) const {
 }
 
 const Tensor* ExecContext::InputMetaOrNull(std::string_view slot, size_t i) const {
-  const SlotVars* s = FindSlot(inputs_, slot);
-  if (s == nullptr || i >= s->vars.size() || s->vars[i] == nullptr) return nullptr;
-  const Tensor& t = s->vars[i]->Get();
+  const Tensor* tp = InputTensor(slot, i);
+  if (tp == nullptr) return nullptr;
+  const Tensor& t = *tp;
   return t.has_shape() ? &t : nullptr;
 }
 

@@ -115,6 +115,8 @@ class ExecContext {
 
  private:
   const SlotVars* FindSlot(const std::vector<SlotVars>& slots, std::string_view slot) const;
+  // The tensor of input arg i of `slot` whatever it holds; nullptr when absent or @EMPTY@.
+  const Tensor* InputTensor(std::string_view slot, size_t i) const;
 
   const proto::OpDesc& desc_;
   const AttrMap& attrs_;
