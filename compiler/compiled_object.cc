@@ -2,8 +2,6 @@
 
 #include <sstream>
 
-#include <xbyak/xbyak_util.h>
-
 namespace kiln::jit {
 
 static size_t Mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
@@ -25,16 +23,6 @@ std::string ShapeSignature::ToString() const {
     s += std::string(DataTypeName(inputs[i].dtype)) + DimsToString(inputs[i].dims);
   }
   return s + ")";
-}
-
-const char* IsaName(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "avx2"; }
-
-Isa HostIsa() {
-  static const Isa isa = [] {
-    Xbyak::util::Cpu cpu;
-    return cpu.has(Xbyak::util::Cpu::tAVX512F) ? Isa::kAvx512 : Isa::kAvx2;
-  }();
-  return isa;
 }
 
 size_t CompileOptions::Hash() const {
@@ -67,7 +55,9 @@ std::string CompiledObject::Listing() const {
       case runtime::BufferRole::kInput: os << "input " << info.io_index << (info.donatable ? " (dies here)" : ""); break;
       case runtime::BufferRole::kOutput: os << "output " << info.io_index; break;
       case runtime::BufferRole::kTemp:
-        if (info.region >= 0) {
+        if (info.view_of >= 0) {
+          os << "view of %" << info.view_of;
+        } else if (info.region >= 0) {
           os << "in dying input %" << info.region << " +" << info.offset << " (" << info.bytes() << " bytes)";
         } else {
           os << "arena +" << info.offset << " (" << info.bytes() << " bytes)";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/isa.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 
@@ -27,11 +28,6 @@ struct ShapeSignature {
   // "(f32[64,784], f32[784,128])"
   std::string ToString() const;
 };
-
-enum class Isa { kAvx512, kAvx2 };
-const char* IsaName(Isa isa);
-// The best ISA of this CPU that kiln generates code for.
-Isa HostIsa();
 
 struct CompileOptions {
   Isa isa = Isa::kAvx512;
@@ -61,6 +57,11 @@ struct CompiledObject {
   // (JitSubgraph::shape_only_outputs).
   std::vector<bool> output_shape_only;
   double compile_ms = 0.0;
+  // What each lowering step matched (compiler/lower.h), for lowering.txt.
+  std::string lowering;
+  // Units that could not be compiled and fell back alone, one line each
+  // (kind, ops, step, reason).
+  std::vector<std::string> unit_fallbacks;
 
   // Instructions with their argument buffers, then the buffer plan.
   std::string Listing() const;

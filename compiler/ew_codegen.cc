@@ -14,22 +14,7 @@
 namespace kiln {
 namespace compiler {
 
-const char* JitIsaName(JitIsa isa) { return isa == JitIsa::kAvx512 ? "avx512" : "avx2"; }
-
-bool JitIsaSupported(JitIsa isa) {
-  static const Xbyak::util::Cpu cpu;
-  using Cpu = Xbyak::util::Cpu;
-  if (isa == JitIsa::kAvx512) return cpu.has(Cpu::tAVX512F);
-  return cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA);
-}
-
-JitIsa BestJitIsa() {
-  if (JitIsaSupported(JitIsa::kAvx512)) return JitIsa::kAvx512;
-  if (JitIsaSupported(JitIsa::kAvx2)) return JitIsa::kAvx2;
-  ThrowUnimplemented("jit: this CPU has neither AVX-512F nor AVX2+FMA");
-}
-
-FusedElementwiseKernel::FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, JitIsa isa)
+FusedElementwiseKernel::FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, Isa isa)
     : name_(std::move(name)), program_(std::move(program)), layout_(std::move(layout)), isa_(isa) {}
 
 FusedElementwiseKernel::~FusedElementwiseKernel() = default;
@@ -37,8 +22,8 @@ FusedElementwiseKernel::~FusedElementwiseKernel() = default;
 void FusedElementwiseKernel::Create() {
   layout_.Validate();
   program_.Validate(static_cast<int>(layout_.inputs.size()), static_cast<int>(layout_.outputs.size()));
-  if (!JitIsaSupported(isa_)) {
-    ThrowUnimplemented("jit kernel '", name_, "': ISA ", JitIsaName(isa_), " is not supported by this CPU");
+  if (!IsaSupported(isa_)) {
+    ThrowUnimplemented("jit kernel '", name_, "': ISA ", IsaName(isa_), " is not supported by this CPU");
   }
   int inner_reductions = 0;
   for (size_t k = 0; k < layout_.outputs.size(); ++k) inner_reductions += layout_.IsInnerReduction(static_cast<int>(k));
@@ -46,7 +31,7 @@ void FusedElementwiseKernel::Create() {
   if (pool < 4) {
     ThrowUnimplemented("jit kernel '", name_, "': ", inner_reductions, " outputs reduced over the inner dim need ",
                        inner_reductions, " accumulator registers; at most ", EwVectorRegs(isa_) - kEwTempRegs - 4,
-                       " fit on ", JitIsaName(isa_));
+                       " fit on ", IsaName(isa_));
   }
   const EwKernelPlan plan = PlanEwKernel(program_, layout_, pool);
   std::unique_ptr<JitKernel> jit = MakeEwGenerator(name_, plan, isa_);
@@ -129,7 +114,7 @@ void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outpu
 
 std::string FusedElementwiseKernel::ToString() const {
   std::ostringstream os;
-  os << "kernel " << name_ << " isa=" << JitIsaName(isa_) << " ops=[";
+  os << "kernel " << name_ << " isa=" << IsaName(isa_) << " ops=[";
   for (size_t i = 0; i < fused_ops_.size(); ++i) os << (i ? "," : "") << fused_ops_[i];
   os << "] code=" << code_size() << "B regs=" << num_vector_regs_ << " spills=" << num_spills_ << "\n";
   os << layout_.ToString() << "\n" << program_.ToString();

@@ -22,18 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_program.h"
+#include "framework/ew/ew_layout.h"
+#include "framework/ew/ew_program.h"
+#include "compiler/isa.h"
 
 namespace kiln {
 namespace compiler {
 
-enum class JitIsa { kAvx2, kAvx512 };
-const char* JitIsaName(JitIsa isa);
-// kAvx512 needs AVX512F; kAvx2 needs AVX2 and FMA (both with OS support).
-bool JitIsaSupported(JitIsa isa);
-// The best ISA of this CPU. Throws kiln::Error (kUnimplemented) when the CPU
-// has neither.
-JitIsa BestJitIsa();
 
 // The generated function's one argument, read with offsetof. It covers
 // iteration dim 0 from `begin` to `end` (all of the inner dims); for a rank-1
@@ -54,7 +49,7 @@ class FusedElementwiseKernel {
   // elements (and gives each thread at least half of it).
   static constexpr int64_t kParallelMinElements = 64 * 1024;
 
-  FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, JitIsa isa = BestJitIsa());
+  FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, Isa isa = HostIsa());
   ~FusedElementwiseKernel();
   FusedElementwiseKernel(const FusedElementwiseKernel&) = delete;
   FusedElementwiseKernel& operator=(const FusedElementwiseKernel&) = delete;
@@ -80,7 +75,7 @@ class FusedElementwiseKernel {
   void Call(const EwKernelArgs& args) const { fn_(&args); }
 
   const std::string& name() const { return name_; }
-  JitIsa isa() const { return isa_; }
+  Isa isa() const { return isa_; }
   const EwProgram& program() const { return program_; }
   const EwLayout& layout() const { return layout_; }
   // The ops of the source graph this kernel computes (for dumps).
@@ -100,7 +95,7 @@ class FusedElementwiseKernel {
   std::string name_;
   EwProgram program_;
   EwLayout layout_;
-  JitIsa isa_;
+  Isa isa_;
   std::vector<std::string> fused_ops_;
   std::unique_ptr<JitKernel> jit_;
   EwKernelFn fn_ = nullptr;

@@ -8,7 +8,7 @@
 namespace kiln {
 namespace compiler {
 
-int EwVectorRegs(JitIsa isa) { return isa == JitIsa::kAvx512 ? 32 : 16; }
+int EwVectorRegs(Isa isa) { return isa == Isa::kAvx512 ? 32 : 16; }
 
 namespace {
 

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "compiler/ew_codegen.h"
-#include "compiler/ew_program.h"
+#include "framework/ew/ew_layout.h"
+#include "framework/ew/ew_program.h"
 
 namespace kiln {
 namespace compiler {
@@ -52,10 +53,10 @@ struct EwKernelPlan {
 EwKernelPlan PlanEwKernel(const EwProgram& program, const EwLayout& layout, int num_regs);
 
 // Vector registers of the ISA (16 ymm / 32 zmm).
-int EwVectorRegs(JitIsa isa);
+int EwVectorRegs(Isa isa);
 
 // The Xbyak generator of a plan (ew_codegen_x86.cc); call Create() on it.
-std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, JitIsa isa);
+std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, Isa isa);
 
 }  // namespace compiler
 }  // namespace kiln

@@ -360,7 +360,7 @@ void EwGenerator<Vmm>::Generate() {
   num_acc_ = static_cast<int>(plan_.inner_reduction_outputs.size());
   acc_of_output_.assign(layout_.outputs.size(), -1);
   for (int a = 0; a < num_acc_; ++a) acc_of_output_[plan_.inner_reduction_outputs[a]] = a;
-  KILN_CHECK(kEwTempRegs + num_acc_ + plan_.num_regs <= EwVectorRegs(kAvx512 ? JitIsa::kAvx512 : JitIsa::kAvx2),
+  KILN_CHECK(kEwTempRegs + num_acc_ + plan_.num_regs <= EwVectorRegs(kAvx512 ? Isa::kAvx512 : Isa::kAvx2),
              "ew kernel: plan uses more vector registers than the ISA has");
   AssignPointers();
   unroll_ = UnrollFactor();
@@ -754,8 +754,8 @@ void EwGenerator<Vmm>::EmitConstTable() {
 
 }  // namespace
 
-std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, JitIsa isa) {
-  if (isa == JitIsa::kAvx512) return std::make_unique<EwGenerator<Xbyak::Zmm>>(name, plan);
+std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, Isa isa) {
+  if (isa == Isa::kAvx512) return std::make_unique<EwGenerator<Xbyak::Zmm>>(name, plan);
   return std::make_unique<EwGenerator<Xbyak::Ymm>>(name, plan);
 }
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "compiler/lowering.h"
+#include "compiler/lower.h"
 
 namespace kiln::jit {
 namespace {
@@ -139,6 +139,7 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
     if (result) {
       ++stats_.compiles;
       ++stats_.compiles_per_key[key];
+      stats_.unit_fallbacks += static_cast<int64_t>(result->unit_fallbacks.size());
       stats_.compile_ms += ms;
       stats_.compile_ms_per_key[key] += ms;
       by_id_[result->id] = result;

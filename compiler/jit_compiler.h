@@ -47,6 +47,7 @@ struct JitStats {
   int64_t hits = 0;
   int64_t evictions = 0;
   int64_t failures = 0;      // compile errors (cluster ran through framework ops)
+  int64_t unit_fallbacks = 0;  // units that could not be compiled and ran framework kernels alone
   int64_t fallback_calls = 0;  // calls answered with nullptr
   double compile_ms = 0.0;
   std::map<std::string, double> compile_ms_per_key;

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "compiler/disasm.h"
-#include "compiler/lowering.h"
+#include "compiler/lower.h"
 #include "framework/file_util.h"
 #include "framework/ir/graph.h"
 #include "framework/op_desc.h"
@@ -84,6 +84,9 @@ std::vector<DumpFile> ClusterDumpFiles(const std::string& cluster_id, const JitS
                                        const CompiledObject& obj, const OpRegistry& registry) {
   std::vector<DumpFile> files;
   files.push_back({"subgraph.txt", SubgraphText(cluster_id, subgraph, obj, registry)});
+  files.push_back({"lowering.txt", "# cluster " + cluster_id + " key=" + obj.key + " " + obj.signature.ToString() +
+                                       ": the lowering steps in order, what each matched, the units\n" +
+                                       obj.lowering});
   files.push_back({"kernels.txt", KernelsText(obj)});
   std::set<std::string> names;
   for (size_t k = 0; k < obj.program.instructions.size(); ++k) {

@@ -1,6 +1,8 @@
 // The per-cluster dump of one compiled object (kiln dump, --jit_dump_dir):
 //   subgraph.txt  the cluster's ops as printed IR (STYLE.md 6) with the
 //                 concrete shapes of this signature
+//   lowering.txt  the lowering steps in order with what each matched, the
+//                 units the ops became, and units that fell back alone
 //   kernels.txt   the instruction list with argument buffers, the buffer
 //                 plan, then each generated kernel's IR and layout
 //   <kernel>.asm  per kernel with generated code: a header (kernel, cluster,

@@ -12,6 +12,7 @@
 
 #include "framework/attribute.h"
 #include "framework/error.h"
+#include "framework/ew/ew_fragment.h"
 #include "framework/op_desc.h"
 #include "framework/scope.h"
 #include "framework/tensor.h"
@@ -173,6 +174,10 @@ struct OpInfo {
   // Input slot -> output slot pairs that may share one buffer.
   std::vector<std::pair<std::string, std::string>> inplace;
   JitLowering jit = JitLowering::kNone;
+  // The op's elementwise meaning for the JIT (ew_fragment.h): the EwProgram
+  // fragments it computes. Set for kElementwise and kOptimizer ops; empty
+  // for every other op.
+  EwLoweringFn elementwise;
   // Inputs through which no gradient flows (labels, learning rate, ...).
   std::vector<std::string> no_grad_inputs;
   // Input slots whose data the kernels never read, only dims and dtype

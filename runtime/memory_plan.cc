@@ -33,123 +33,168 @@ std::optional<size_t> FirstFit(const std::vector<Placed>& placed, int first, int
   return offset;
 }
 
-}  // namespace
+// The planner's state for one plan: live ranges by root buffer, what is
+// placed in the arena and in each dying input.
+class Planner {
+ public:
+  Planner(const std::vector<Instruction>& instructions, BufferPlan* plan)
+      : instructions_(instructions), plan_(*plan), n_(static_cast<int>(plan->buffers.size())) {
+    first_.assign(n_, std::numeric_limits<int>::max());
+    last_.assign(n_, -1);
+    for (int i = 0; i < static_cast<int>(instructions.size()); ++i) {
+      for (int b : instructions[i].args) {
+        const int r = RootBuffer(plan_, b);
+        first_[r] = std::min(first_[r], i);
+        last_[r] = std::max(last_[r], i);
+      }
+    }
+    for (int b = 0; b < n_; ++b) {
+      const BufferInfo& info = plan_.buffers[b];
+      if (info.role == BufferRole::kInput && info.donatable && last_[b] >= 0) donor_ids_.push_back(b);
+    }
+    in_donor_.resize(n_);
+  }
 
-void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, bool reuse) {
-  const int n = static_cast<int>(plan->buffers.size());
-  std::vector<int> first(n, std::numeric_limits<int>::max()), last(n, -1);
-  for (int i = 0; i < static_cast<int>(instructions.size()); ++i) {
-    for (int b : instructions[i].args) {
-      first[b] = std::min(first[b], i);
-      last[b] = std::max(last[b], i);
+  void PlaceAll(bool reuse) {
+    for (int b = 0; b < n_; ++b) {
+      BufferInfo& info = plan_.buffers[b];
+      if (info.role != BufferRole::kTemp || info.view_of >= 0 || last_[b] < 0) continue;
+      const size_t size = AlignUp(std::max<size_t>(info.bytes(), 1));
+      plan_.arena_bytes_no_reuse += size;
+      info.region = -1;
+      if (!reuse) {
+        info.offset = plan_.arena_bytes;
+        plan_.arena_bytes += size;
+        continue;
+      }
+      if (PlaceInPlace(b, size) || PlaceInDonor(b, size)) continue;
+      info.offset = *FirstFit(placed_, first_[b], last_[b], size, std::numeric_limits<size_t>::max());
+      placed_.push_back({info.offset, size, first_[b], last_[b], b});
+      plan_.arena_bytes = std::max(plan_.arena_bytes, info.offset + size);
+    }
+    std::sort(plan_.donors.begin(), plan_.donors.end());
+  }
+
+  // Views take their root's place (a temp root's region and offset).
+  void PlaceViews() {
+    for (int b = 0; b < n_; ++b) {
+      BufferInfo& info = plan_.buffers[b];
+      if (info.view_of < 0 || info.role != BufferRole::kTemp) continue;
+      const BufferInfo& root = plan_.buffers[RootBuffer(plan_, b)];
+      info.region = root.role == BufferRole::kTemp ? root.region : -1;
+      info.offset = root.role == BufferRole::kTemp ? root.offset : 0;
     }
   }
-  plan->arena_bytes = 0;
-  plan->arena_bytes_no_reuse = 0;
-  plan->donors.clear();
-  plan->donated_bytes = 0;
-  std::vector<int> donor_ids;  // donatable inputs that some instruction reads
-  for (int b = 0; b < n; ++b) {
-    const BufferInfo& info = plan->buffers[b];
-    if (info.role == BufferRole::kInput && info.donatable && last[b] >= 0) donor_ids.push_back(b);
-  }
-  std::vector<Placed> placed;                        // in the arena
-  std::vector<std::vector<Placed>> in_donor(n);      // by donor buffer id
-  for (int b = 0; b < n; ++b) {
-    BufferInfo& info = plan->buffers[b];
-    if (info.role != BufferRole::kTemp || last[b] < 0) continue;
-    const size_t size = AlignUp(std::max<size_t>(info.bytes(), 1));
-    plan->arena_bytes_no_reuse += size;
-    info.region = -1;
-    if (!reuse) {
-      info.offset = plan->arena_bytes;
-      plan->arena_bytes += size;
-      continue;
+
+  // When outputs are first written and when each dying input's memory is
+  // last used (its last read or the last use of a temp placed in it).
+  void Schedule() {
+    plan_.alloc_before.assign(instructions_.size(), {});
+    for (int b = 0; b < n_; ++b) {
+      const BufferInfo& info = plan_.buffers[b];
+      if (info.role == BufferRole::kOutput && last_[b] >= 0) plan_.alloc_before[first_[b]].push_back(info.io_index);
     }
-    // In place over an input of its first writer that dies there.
-    bool in_place = false;
-    for (const auto& [ka, kb] : instructions[first[b]].inplace) {
-      const std::vector<int>& args = instructions[first[b]].args;
-      const int d = args[ka];
-      if (args[kb] != b || d == b || last[d] != first[b]) continue;
-      const BufferInfo& dinfo = plan->buffers[d];
+    plan_.free_after.assign(instructions_.size(), {});
+    for (int d : donor_ids_) {
+      int end = last_[d];
+      for (const Placed& p : in_donor_[d]) end = std::max(end, p.last);
+      plan_.free_after[end].push_back(plan_.buffers[d].io_index);
+    }
+  }
+
+ private:
+  void NoteDonor(int region, size_t size) {
+    plan_.donated_bytes += size;
+    if (std::find(plan_.donors.begin(), plan_.donors.end(), region) == plan_.donors.end()) {
+      plan_.donors.push_back(region);
+    }
+  }
+
+  // In place over an input of its first writer that dies there.
+  bool PlaceInPlace(int b, size_t size) {
+    BufferInfo& info = plan_.buffers[b];
+    const Instruction& ins = instructions_[first_[b]];
+    for (const auto& [ka, kb] : ins.inplace) {
+      const int d = RootBuffer(plan_, ins.args[ka]);
+      if (ins.args[kb] != b || d == b || last_[d] != first_[b]) continue;
+      const BufferInfo& dinfo = plan_.buffers[d];
       if (dinfo.bytes() < info.bytes() || dinfo.dtype != info.dtype) continue;
       int region = -1;
       size_t offset = 0;
       if (dinfo.role == BufferRole::kTemp) {
         region = dinfo.region;
         offset = dinfo.offset;
-      } else if (dinfo.role == BufferRole::kInput && std::find(donor_ids.begin(), donor_ids.end(), d) !=
-                                                          donor_ids.end()) {
+      } else if (std::find(donor_ids_.begin(), donor_ids_.end(), d) != donor_ids_.end()) {
         region = d;
       } else {
         continue;
       }
-      std::vector<Placed>& pool = region >= 0 ? in_donor[region] : placed;
+      std::vector<Placed>& pool = region >= 0 ? in_donor_[region] : placed_;
       bool clash = false;
       for (const Placed& p : pool) {
-        const bool live = p.last >= first[b] && p.first <= last[b];
-        const bool is_d = p.id == d;
-        if (live && !is_d && p.offset < offset + size && offset < p.offset + p.size) clash = true;
+        const bool live = p.last >= first_[b] && p.first <= last_[b];
+        if (live && p.id != d && p.offset < offset + size && offset < p.offset + p.size) clash = true;
       }
       if (clash) continue;
       info.region = region;
       info.offset = offset;
-      pool.push_back({offset, size, first[b], last[b], b});
-      if (region >= 0) {
-        plan->donated_bytes += size;
-        if (std::find(plan->donors.begin(), plan->donors.end(), region) == plan->donors.end()) {
-          plan->donors.push_back(region);
-        }
-      }
-      plan->arena_bytes = region >= 0 ? plan->arena_bytes : std::max(plan->arena_bytes, offset + size);
-      in_place = true;
-      break;
+      pool.push_back({offset, size, first_[b], last_[b], b});
+      if (region >= 0) NoteDonor(region, size);
+      if (region < 0) plan_.arena_bytes = std::max(plan_.arena_bytes, offset + size);
+      return true;
     }
-    if (in_place) continue;
-    // A dead donatable input: the smallest one it fits in. Only the temp's
-    // own bytes must fit; its aligned size keeps the next one aligned.
+    return false;
+  }
+
+  // A dead donatable input: the smallest one it fits in. Only the temp's own
+  // bytes must fit; its aligned size keeps the next one aligned.
+  bool PlaceInDonor(int b, size_t size) {
+    BufferInfo& info = plan_.buffers[b];
     int best = -1;
     size_t best_offset = 0;
-    for (int d : donor_ids) {
-      if (last[d] >= first[b]) continue;
-      const size_t limit = plan->buffers[d].bytes();
-      if (best >= 0 && limit >= plan->buffers[best].bytes()) continue;
-      const auto offset = FirstFit(in_donor[d], first[b], last[b], info.bytes(), limit);
+    for (int d : donor_ids_) {
+      if (last_[d] >= first_[b]) continue;
+      const size_t limit = plan_.buffers[d].bytes();
+      if (best >= 0 && limit >= plan_.buffers[best].bytes()) continue;
+      const auto offset = FirstFit(in_donor_[d], first_[b], last_[b], info.bytes(), limit);
       if (offset) {
         best = d;
         best_offset = *offset;
       }
     }
-    if (best >= 0) {
-      info.region = best;
-      info.offset = best_offset;
-      in_donor[best].push_back({best_offset, size, first[b], last[b], b});
-      plan->donated_bytes += size;
-      if (std::find(plan->donors.begin(), plan->donors.end(), best) == plan->donors.end()) {
-        plan->donors.push_back(best);
-      }
-      continue;
-    }
-    const size_t offset = *FirstFit(placed, first[b], last[b], size, std::numeric_limits<size_t>::max());
-    info.offset = offset;
-    placed.push_back({offset, size, first[b], last[b], b});
-    plan->arena_bytes = std::max(plan->arena_bytes, offset + size);
+    if (best < 0) return false;
+    info.region = best;
+    info.offset = best_offset;
+    in_donor_[best].push_back({best_offset, size, first_[b], last_[b], b});
+    NoteDonor(best, size);
+    return true;
   }
-  std::sort(plan->donors.begin(), plan->donors.end());
-  // When each donatable input's memory is last used: its last read or the
-  // last use of a temp placed in it.
-  plan->alloc_before.assign(instructions.size(), {});
-  for (int b = 0; b < n; ++b) {
-    const BufferInfo& info = plan->buffers[b];
-    if (info.role == BufferRole::kOutput && last[b] >= 0) plan->alloc_before[first[b]].push_back(info.io_index);
-  }
-  plan->free_after.assign(instructions.size(), {});
-  for (int d : donor_ids) {
-    int end = last[d];
-    for (const Placed& p : in_donor[d]) end = std::max(end, p.last);
-    plan->free_after[end].push_back(plan->buffers[d].io_index);
-  }
+
+  const std::vector<Instruction>& instructions_;
+  BufferPlan& plan_;
+  const int n_;
+  std::vector<int> first_, last_;          // by root buffer
+  std::vector<int> donor_ids_;             // donatable inputs that some instruction reads
+  std::vector<Placed> placed_;             // in the arena
+  std::vector<std::vector<Placed>> in_donor_;  // by donor buffer id
+};
+
+}  // namespace
+
+int RootBuffer(const BufferPlan& plan, int b) {
+  while (plan.buffers[b].view_of >= 0) b = plan.buffers[b].view_of;
+  return b;
+}
+
+void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, bool reuse) {
+  plan->arena_bytes = 0;
+  plan->arena_bytes_no_reuse = 0;
+  plan->donors.clear();
+  plan->donated_bytes = 0;
+  Planner planner(instructions, plan);
+  planner.PlaceAll(reuse);
+  planner.PlaceViews();
+  planner.Schedule();
 }
 
 }  // namespace kiln::runtime

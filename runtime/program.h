@@ -71,6 +71,11 @@ struct BufferInfo {
   // memory it takes; `offset` is within that region.
   int region = -1;
   size_t offset = 0;
+  // The buffer whose memory this one is, seen with its own dims (a reshape
+  // view), or -1 when it has memory of its own. Following view_of leads to
+  // the root, the buffer that is placed or bound; a view is live whenever
+  // its root is, and the root as long as any of its views.
+  int view_of = -1;
   size_t bytes() const { return static_cast<size_t>(Numel(dims)) * SizeOf(dtype); }
 };
 
@@ -96,8 +101,13 @@ struct Program {
   BufferPlan plan;
 };
 
+// The root of buffer `b` (BufferInfo::view_of followed to the end).
+int RootBuffer(const BufferPlan& plan, int b);
+
 // Assigns arena offsets to the kTemp buffers of `plan` from their live ranges
-// over `instructions` (first writer to last reader). With `reuse`, a temp
+// over `instructions` (first writer to last reader; a root's range covers
+// those of its views, and views are not placed: they take their root's
+// memory). With `reuse`, a temp
 // first takes the memory of an input of its first writer that dies there
 // when the instruction allows it in place (Instruction::inplace) and the
 // sizes match; else it goes into the memory of a donatable input read for the last time

@@ -105,6 +105,13 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
         break;
     }
   }
+  // Views take their root's memory (set again when a root output is made).
+  std::vector<std::pair<int, int>> view_roots;
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    if (plan.buffers[b].view_of < 0) continue;
+    view_roots.emplace_back(static_cast<int>(b), RootBuffer(plan, static_cast<int>(b)));
+    views[b].data = views[view_roots.back().second].data;
+  }
   // Output buffer ids by io index, for outputs made on demand.
   std::vector<int> output_buffer(outputs.size(), -1);
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
@@ -116,7 +123,11 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
     if (allocate_output && i < plan.alloc_before.size()) {
       for (int io : plan.alloc_before[i]) {
         const int b = output_buffer[io];
-        if (b >= 0 && views[b].data == nullptr) views[b].data = allocate_output(io);
+        if (b < 0 || views[b].data != nullptr) continue;
+        views[b].data = allocate_output(io);
+        for (const auto& [v, root] : view_roots) {
+          if (root == b) views[v].data = views[b].data;
+        }
       }
     }
     args.clear();

@@ -1,6 +1,7 @@
 // Generated fused elementwise kernels against the reference interpreter, on
 // the AVX2 and (when the CPU has it) AVX-512 paths.
 #include "compiler/ew_codegen.h"
+#include "framework/ew/ew_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -23,11 +24,11 @@ namespace {
 
 using Buffers = std::vector<std::vector<float>>;
 
-std::vector<JitIsa> Isas() {
-  std::vector<JitIsa> isas;
-  if (JitIsaSupported(JitIsa::kAvx2)) isas.push_back(JitIsa::kAvx2);
-  if (JitIsaSupported(JitIsa::kAvx512)) {
-    isas.push_back(JitIsa::kAvx512);
+std::vector<Isa> Isas() {
+  std::vector<Isa> isas;
+  if (IsaSupported(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  if (IsaSupported(Isa::kAvx512)) {
+    isas.push_back(Isa::kAvx512);
   } else {
     std::printf("[ note ] AVX-512 not supported by this CPU: its path is not tested\n");
   }
@@ -57,7 +58,7 @@ std::vector<const float*> Ptrs(const Buffers& b) {
 }
 
 // Outputs start as NaN so that an element the kernel fails to write shows.
-Buffers RunJit(const EwProgram& p, const EwLayout& l, JitIsa isa, const Buffers& in, int threads = 1) {
+Buffers RunJit(const EwProgram& p, const EwLayout& l, Isa isa, const Buffers& in, int threads = 1) {
   FusedElementwiseKernel k("test_kernel", p, l, isa);
   k.Create();
   Buffers out;
@@ -180,7 +181,7 @@ TEST(EwCodegenTest, EachArithmeticOpIsExactAgainstFloatReference) {
       {"scale", [](EwProgram& p, EwValue a, EwValue, EwValue) { return p.Add(p.Mul(a, p.Const(1.5f)), p.Const(-0.25f)); },
        -3, 3},
   };
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (int64_t n : kSizes) {
       for (const ArithCase& c : cases) {
         EwProgram p;
@@ -188,7 +189,7 @@ TEST(EwCodegenTest, EachArithmeticOpIsExactAgainstFloatReference) {
         const EwLayout l = Flat(n, 3, 1);
         const Buffers in = RandomInputs(l, c.lo, c.hi, static_cast<uint32_t>(n));
         ExpectExact(RunJit(p, l, isa, in), RunRefFloat(p, l, in),
-                    std::string(c.name) + " n=" + std::to_string(n) + " " + JitIsaName(isa));
+                    std::string(c.name) + " n=" + std::to_string(n) + " " + IsaName(isa));
       }
     }
   }
@@ -212,7 +213,7 @@ const std::vector<FnCase>& FnCases() {
 }
 
 TEST(EwCodegenTest, EachFunctionMatchesDoubleReference) {
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (int64_t n : kSizes) {
       for (const FnCase& c : FnCases()) {
         EwProgram p;
@@ -220,7 +221,7 @@ TEST(EwCodegenTest, EachFunctionMatchesDoubleReference) {
         const EwLayout l = Flat(n, 1, 1);
         const Buffers in = RandomInputs(l, c.lo, c.hi, static_cast<uint32_t>(n) + 7);
         ExpectNear(RunJit(p, l, isa, in), RunRef(p, l, in), FnTol,
-                   std::string(c.name) + " n=" + std::to_string(n) + " " + JitIsaName(isa));
+                   std::string(c.name) + " n=" + std::to_string(n) + " " + IsaName(isa));
       }
     }
   }
@@ -266,7 +267,7 @@ TEST(EwCodegenTest, AccuracySweeps) {
     const EwLayout l = Flat(static_cast<int64_t>(in[0].size()), 1, 1);
     const auto ref = RunRef(p, l, in);
     Buffers first;
-    for (JitIsa isa : Isas()) {
+    for (Isa isa : Isas()) {
       const Buffers got = RunJit(p, l, isa, in);
       double max_abs = 0, max_ulp = 0, max_ratio = 0, worst_x = 0;
       for (size_t i = 0; i < got[0].size(); ++i) {
@@ -281,8 +282,8 @@ TEST(EwCodegenTest, AccuracySweeps) {
         }
       }
       std::printf("[ accuracy ] %-8s %-6s n=%zu max_abs=%.3g max_ulp(normal results)=%.3g max_err/tol=%.3f at x=%.9g\n",
-                  name, JitIsaName(isa), got[0].size(), max_abs, max_ulp, max_ratio, worst_x);
-      ExpectNear(got, ref, FnTol, std::string(name) + " sweep " + JitIsaName(isa));
+                  name, IsaName(isa), got[0].size(), max_abs, max_ulp, max_ratio, worst_x);
+      ExpectNear(got, ref, FnTol, std::string(name) + " sweep " + IsaName(isa));
       if (first.empty()) {
         first = got;
       } else {
@@ -303,11 +304,11 @@ TEST(EwCodegenTest, SpecialValuesFollowTheReference) {
   cases.push_back({"relu", [](EwProgram& p, EwValue x) { return p.Relu(x); }, 0, 0});
   cases.push_back({"sqrt", [](EwProgram& p, EwValue x) { return p.Sqrt(x); }, 0, 0});
   cases.push_back({"recip", [](EwProgram& p, EwValue x) { return p.Div(p.Const(1.0f), x); }, 0, 0});
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (const FnCase& c : cases) {
       EwProgram p;
       p.Store(0, c.build(p, p.Load(0)));
-      ExpectNear(RunJit(p, l, isa, in), RunRef(p, l, in), FnTol, std::string(c.name) + " specials " + JitIsaName(isa));
+      ExpectNear(RunJit(p, l, isa, in), RunRef(p, l, in), FnTol, std::string(c.name) + " specials " + IsaName(isa));
     }
   }
 }
@@ -327,7 +328,7 @@ TEST(EwCodegenTest, BroadcastInputsAreExact) {
       {{4099}, {1}},               // scalar [1]
       {{9, 23}, {9, 1}},           // [R,1]: inner broadcast
   };
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (const Shape& s : shapes) {
       for (int swap = 0; swap < 2; ++swap) {
         EwProgram p;
@@ -339,7 +340,7 @@ TEST(EwCodegenTest, BroadcastInputsAreExact) {
         const EwLayout l = CollapseLayout(s.x, {a, b}, {s.x});
         const Buffers in = RandomInputs(l, -2, 2, 3);
         ExpectExact(RunJit(p, l, isa, in), RunRefFloat(p, l, in),
-                    "broadcast " + DimsToString(a) + "," + DimsToString(b) + " " + JitIsaName(isa) + " " + l.ToString());
+                    "broadcast " + DimsToString(a) + "," + DimsToString(b) + " " + IsaName(isa) + " " + l.ToString());
       }
     }
   }
@@ -361,7 +362,7 @@ TEST(EwCodegenTest, ReductionOutputs) {
       {{4099}, {1}},             // full sum, rank 1
       {{1}, {1}},                // one element
   };
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (const Shape& s : shapes) {
       EwProgram p;
       const EwValue dout = p.Load(0);
@@ -373,7 +374,7 @@ TEST(EwCodegenTest, ReductionOutputs) {
       const Buffers in = RandomInputs(l, 0.5f, 1.5f, 11);
       const auto ref = RunRef(p, l, in);
       const Buffers got = RunJit(p, l, isa, in);
-      const std::string what = "reduce " + DimsToString(s.x) + "->" + DimsToString(s.y) + " " + JitIsaName(isa);
+      const std::string what = "reduce " + DimsToString(s.x) + "->" + DimsToString(s.y) + " " + IsaName(isa);
       ExpectExact({got[0]}, {RunRefFloat(p, l, in)[0]}, what);
       ExpectNear({got[1], got[2]}, {ref[1], ref[2]}, [](double r) { return 1e-6 + 1e-5 * std::fabs(r); }, what);
     }
@@ -407,9 +408,9 @@ TEST(EwCodegenTest, TwentyOpChain) {
   EXPECT_GE(p.size(), 20u);
   const Buffers in = RandomInputs(l, -3, 3, 5);
   const auto ref = RunRef(p, l, in);
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     ExpectNear(RunJit(p, l, isa, in), ref, [](double r) { return 2e-6 + 2e-6 * std::fabs(r); },
-               std::string("chain ") + JitIsaName(isa));
+               std::string("chain ") + IsaName(isa));
   }
 }
 
@@ -446,7 +447,7 @@ TEST(EwCodegenTest, GeluForwardAndGradFromPrimitives) {
       ASSERT_NEAR(ref[0][i], fwd, 1e-12 + rel * std::fabs(fwd)) << "x=" << xv;
       ASSERT_NEAR(ref[1][i], grad, 1e-12 + rel * std::fabs(grad) + 1e-15) << "x=" << xv;
     }
-    for (JitIsa isa : Isas()) {
+    for (Isa isa : Isas()) {
       const Buffers got = RunJit(p, l, isa, in);
       for (int o = 0; o < 2; ++o) {
         double max_abs = 0, max_rel = 0;
@@ -456,10 +457,10 @@ TEST(EwCodegenTest, GeluForwardAndGradFromPrimitives) {
           if (std::fabs(ref[o][i]) > 1e-3) max_rel = std::max(max_rel, err / std::fabs(ref[o][i]));
         }
         std::printf("[ accuracy ] %s%s %-6s x in [-12,12]: max_abs=%.3g max_rel(|ref|>1e-3)=%.3g\n",
-                    approximate ? "gelu_tanh" : "gelu", o ? "_grad" : "", JitIsaName(isa), max_abs, max_rel);
+                    approximate ? "gelu_tanh" : "gelu", o ? "_grad" : "", IsaName(isa), max_abs, max_rel);
       }
       ExpectNear(got, ref, [](double r) { return 3e-7 + 1e-6 * std::fabs(r); },
-                 std::string(approximate ? "gelu_tanh " : "gelu ") + JitIsaName(isa));
+                 std::string(approximate ? "gelu_tanh " : "gelu ") + IsaName(isa));
     }
   }
 }
@@ -484,7 +485,7 @@ TEST(EwCodegenTest, AdamUpdateInPlaceIsExact) {
   p.Store(0, p.Sub(param, p.Div(p.Mul(lr_t, m_new), denom)));
   p.Store(1, m_new);
   p.Store(2, v_new);
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (int64_t n : kSizes) {
       const Dims d = {n};
       const EwLayout l = CollapseLayout(d, {d, d, d, d, {1}, {1}, {1}}, {d, d, d});
@@ -496,7 +497,7 @@ TEST(EwCodegenTest, AdamUpdateInPlaceIsExact) {
       k.Create();
       // ParamOut is Param, Moment1Out is Moment1, Moment2Out is Moment2.
       k.Run(Ptrs(in), {in[0].data(), in[2].data(), in[3].data()}, 1);
-      ExpectExact({in[0], in[2], in[3]}, want, "adam n=" + std::to_string(n) + " " + JitIsaName(isa));
+      ExpectExact({in[0], in[2], in[3]}, want, "adam n=" + std::to_string(n) + " " + IsaName(isa));
     }
   }
 }
@@ -514,7 +515,7 @@ TEST(EwCodegenTest, SpillsAndManyOperandsStayExact) {
   p.Store(0, acc);
   p.Store(1, vals[3]);
   p.Store(2, p.Tanh(vals[kInputs]));
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (int64_t n : {int64_t{17}, int64_t{1000}}) {
       const Dims d = {3, n};
       std::vector<Dims> ins(kInputs, d);
@@ -524,15 +525,15 @@ TEST(EwCodegenTest, SpillsAndManyOperandsStayExact) {
       const Buffers in = RandomInputs(l, -1, 1, 21);
       FusedElementwiseKernel k("spill", p, l, isa);
       k.Create();
-      if (isa == JitIsa::kAvx2) {
+      if (isa == Isa::kAvx2) {
         EXPECT_GT(k.num_spills(), 0);
       }
-      std::printf("[ spills ] %s: %d values spilled, %d pool registers\n", JitIsaName(isa), k.num_spills(),
+      std::printf("[ spills ] %s: %d values spilled, %d pool registers\n", IsaName(isa), k.num_spills(),
                   k.num_vector_regs());
       const Buffers got = RunJit(p, l, isa, in);
       const Buffers want = RunRefFloat(p, l, in);
-      ExpectExact({got[0], got[1]}, {want[0], want[1]}, std::string("spill ") + JitIsaName(isa));
-      ExpectNear({got[2]}, {RunRef(p, l, in)[2]}, FnTol, std::string("spill tanh ") + JitIsaName(isa));
+      ExpectExact({got[0], got[1]}, {want[0], want[1]}, std::string("spill ") + IsaName(isa));
+      ExpectNear({got[2]}, {RunRef(p, l, in)[2]}, FnTol, std::string("spill tanh ") + IsaName(isa));
     }
   }
 }
@@ -548,7 +549,7 @@ TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
       {{64, 32, 1000}, {1, 32, 1}},  // channel sums
       {{4000, 300}, {4000, 1}},      // row sums
   };
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (const Shape& s : shapes) {
       EwProgram p;
       const EwValue x = p.Load(0);
@@ -560,7 +561,7 @@ TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
       const Buffers in = RandomInputs(l, 0.1f, 1.0f, 17);
       const Buffers one = RunJit(p, l, isa, in, 1);
       const Buffers two = RunJit(p, l, isa, in, 2);
-      const std::string what = "mt " + DimsToString(s.x) + " " + JitIsaName(isa);
+      const std::string what = "mt " + DimsToString(s.x) + " " + IsaName(isa);
       ExpectExact({two[0]}, {one[0]}, what);
       std::vector<std::vector<double>> one_d(1, std::vector<double>(one[1].begin(), one[1].end()));
       if (l.IsReduction(1)) {
@@ -575,7 +576,7 @@ TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
 }
 
 TEST(EwCodegenTest, PartialRangeCallsTouchOnlyTheirRows) {
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     EwProgram p;
     p.Store(0, p.Add(p.Load(0), p.Const(1.0f)));
     const Dims d = {6, 5, 19};
@@ -590,7 +591,7 @@ TEST(EwCodegenTest, PartialRangeCallsTouchOnlyTheirRows) {
     k.Call({ip, op, 33, 301});
     for (int64_t i = 0; i < l.numel(); ++i) {
       const float want = (i >= 33 && i < 301) ? in[0][i] + 1.0f : -7.0f;
-      ASSERT_EQ(out[i], want) << i << " " << JitIsaName(isa);
+      ASSERT_EQ(out[i], want) << i << " " << IsaName(isa);
     }
     // A rank-3 layout (channel broadcast): range over dim 0.
     const EwLayout l3 = CollapseLayout(d, {d, {1, 5, 1}}, {d});
@@ -605,7 +606,7 @@ TEST(EwCodegenTest, PartialRangeCallsTouchOnlyTheirRows) {
     for (int64_t i = 0; i < l3.numel(); ++i) {
       const int64_t n = i / 95, c = i / 19 % 5;
       const float want = (n >= 2 && n < 4) ? in3[0][i] * in3[1][c] : -7.0f;
-      ASSERT_EQ(out[i], want) << i << " " << JitIsaName(isa);
+      ASSERT_EQ(out[i], want) << i << " " << IsaName(isa);
     }
   }
 }
@@ -615,7 +616,7 @@ TEST(EwCodegenTest, ErrorsNameTheKernelAndProblem) {
   const EwValue x = p.Load(0);
   p.Store(0, x);
   p.Store(0, x);
-  FusedElementwiseKernel k("bad", p, Flat(8, 1, 1), BestJitIsa());
+  FusedElementwiseKernel k("bad", p, Flat(8, 1, 1), HostIsa());
   try {
     k.Create();
     FAIL() << "expected an error";
@@ -626,14 +627,14 @@ TEST(EwCodegenTest, ErrorsNameTheKernelAndProblem) {
   EXPECT_FALSE(k.created());
   EwProgram q;
   q.Store(0, q.Load(3));
-  FusedElementwiseKernel k2("bad2", q, Flat(8, 1, 1), BestJitIsa());
+  FusedElementwiseKernel k2("bad2", q, Flat(8, 1, 1), HostIsa());
   EXPECT_THROW(k2.Create(), Error);
   // Too many inner-reduction outputs for AVX2's 16 registers.
   EwProgram r;
   const EwValue y = r.Load(0);
   for (int o = 0; o < 8; ++o) r.Store(o, r.Mul(y, r.Const(static_cast<float>(o))));
   FusedElementwiseKernel k3("bad3", r, CollapseLayout({4, 40}, {{4, 40}}, std::vector<Dims>(8, Dims{4, 1})),
-                            JitIsa::kAvx2);
+                            Isa::kAvx2);
   try {
     k3.Create();
     FAIL() << "expected an error";
@@ -647,7 +648,7 @@ TEST(EwCodegenTest, DumpShowsNameOpsAndCode) {
   EwProgram p;
   p.Store(0, p.Relu(p.Add(p.Load(0), p.Load(1))));
   const Dims d = {4, 16};
-  FusedElementwiseKernel k("fused_ew_7", p, CollapseLayout(d, {d, {1, 16}}, {d}), BestJitIsa());
+  FusedElementwiseKernel k("fused_ew_7", p, CollapseLayout(d, {d, {1, 16}}, {d}), HostIsa());
   k.set_fused_ops({"elementwise_add", "relu"});
   k.Create();
   ASSERT_TRUE(k.created());
@@ -663,7 +664,7 @@ TEST(EwCodegenTest, DumpShowsNameOpsAndCode) {
 // Not a benchmark (STYLE 14): prints a rough single-thread figure.
 TEST(EwCodegenTest, ReportsThroughput) {
   for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
-  for (JitIsa isa : Isas()) {
+  for (Isa isa : Isas()) {
     for (int chain = 0; chain < 2; ++chain) {
       EwProgram p;
       const EwValue x = p.Load(0);
@@ -687,7 +688,7 @@ TEST(EwCodegenTest, ReportsThroughput) {
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       std::printf("[ throughput ] %-6s %s, %5lldK floats, 1 thread: %7.3f ms, %5.1f GB/s (2 reads + 1 write)\n",
-                  JitIsaName(isa), chain ? "5-op chain" : "add       ", static_cast<long long>(n >> 10), best * 1e3,
+                  IsaName(isa), chain ? "5-op chain" : "add       ", static_cast<long long>(n >> 10), best * 1e3,
                   12.0 * static_cast<double>(n) / 1e9 / best);
     }
   }

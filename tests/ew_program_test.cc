@@ -1,6 +1,6 @@
 // The fused elementwise kernel IR: layout collapsing, printing, validation and
 // the reference interpreter.
-#include "compiler/ew_program.h"
+#include "framework/ew/ew_reference.h"
 
 #include <gtest/gtest.h>
 

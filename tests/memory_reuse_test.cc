@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "compiler/jit_compiler.h"
-#include "compiler/lowering.h"
+#include "compiler/lower.h"
 #include "framework/allocator.h"
 #include "framework/data/synthetic.h"
 #include "framework/executor.h"
@@ -829,7 +829,7 @@ TEST(RunnerDonationTest, TempsInADonatedInputGiveTheSameResults) {
   for (bool onednn : {false, true}) {
     SCOPED_TRACE(onednn ? "oneDNN anchors" : "reference anchors");
     jit::CompileOptions o;
-    o.isa = jit::HostIsa();
+    o.isa = HostIsa();
     o.use_onednn = onednn;
     auto obj = jit::Lower(JitSubgraphFingerprint(sg), sg, sig, o);
     const runtime::BufferPlan& plan = obj->program.plan;

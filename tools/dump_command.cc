@@ -7,7 +7,7 @@
 
 #include "compiler/jit_compiler.h"
 #include "compiler/jit_dump.h"
-#include "compiler/lowering.h"
+#include "compiler/lower.h"
 #include "framework/backward.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
@@ -148,7 +148,7 @@ int DumpCommand() {
   for (const auto& e : report.excluded) excluded.push_back({"", e});
   const std::string preamble =
       "Dump of " + source + " for batch size " + std::to_string(FLAGS_batch_size) + ": ISA " +
-      jit::IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
+      IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
       OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
       std::to_string(options.min_cluster_size) + ".\n\n" +
       "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after build_jit_pass), "

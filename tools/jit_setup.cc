@@ -46,7 +46,7 @@ void DumpCompile(const std::string& dir, const jit::CompiledObject& obj, const J
     RunRecord& r = Record();
     std::lock_guard<std::mutex> lock(r.mu);
     auto& sigs = r.signatures[obj.key];
-    const std::string sig = obj.signature.ToString() + " " + jit::IsaName(obj.options.isa);
+    const std::string sig = obj.signature.ToString() + " " + IsaName(obj.options.isa);
     n = std::find(sigs.begin(), sigs.end(), sig) - sigs.begin();
     if (n == sigs.size()) sigs.push_back(sig);
   }
@@ -83,10 +83,10 @@ void ConfigureJitFromFlags() {
   o.cache_capacity = static_cast<size_t>(FLAGS_jit_cache_capacity);
   o.recompile_limit = FLAGS_jit_recompile_limit;
   if (FLAGS_jit_isa.empty()) {
-    o.compile.isa = jit::HostIsa();
+    o.compile.isa = HostIsa();
   } else if (FLAGS_jit_isa == "avx512" || FLAGS_jit_isa == "avx2") {
-    o.compile.isa = FLAGS_jit_isa == "avx512" ? jit::Isa::kAvx512 : jit::Isa::kAvx2;
-    if (o.compile.isa == jit::Isa::kAvx512 && jit::HostIsa() != jit::Isa::kAvx512) {
+    o.compile.isa = FLAGS_jit_isa == "avx512" ? Isa::kAvx512 : Isa::kAvx2;
+    if (o.compile.isa == Isa::kAvx512 && HostIsa() != Isa::kAvx512) {
       ThrowInvalidArgument("--jit_isa avx512: this CPU has no AVX-512");
     }
   } else {

@@ -12,11 +12,14 @@
 namespace kiln {
 namespace {
 
-// Each activation: constructed from the op's attrs; Fwd(x) is the op, Grad(v, dout)
-// the input gradient where v is the value of the slot kGradReads names.
+// Each activation: constructed from the op's attrs (an ExecContext, or the
+// JIT's EwOpView); Fwd(x) is the op, Grad(v, dout) the input gradient where v
+// is the value of the slot kGradReads names. Ew and EwGrad are the same for
+// the JIT, as EwProgram.
 struct Relu {
   static constexpr const char* kGradReads = "Out";
-  explicit Relu(const ExecContext&) {}
+  template <typename Ctx>
+  explicit Relu(const Ctx&) {}
   template <typename T>
   T Fwd(T x) const {
     return x > T(0) ? x : T(0);
@@ -25,11 +28,14 @@ struct Relu {
   T Grad(T out, T dout) const {
     return out > T(0) ? dout : T(0);
   }
+  EwValue Ew(EwProgram& p, EwValue x) const { return p.Relu(x); }
+  EwValue EwGrad(EwProgram& p, EwValue v, EwValue g) const { return p.SelectGtZero(v, g); }
 };
 
 struct Tanh {
   static constexpr const char* kGradReads = "Out";
-  explicit Tanh(const ExecContext&) {}
+  template <typename Ctx>
+  explicit Tanh(const Ctx&) {}
   template <typename T>
   T Fwd(T x) const {
     return std::tanh(x);
@@ -38,11 +44,16 @@ struct Tanh {
   T Grad(T out, T dout) const {
     return dout * (T(1) - out * out);
   }
+  EwValue Ew(EwProgram& p, EwValue x) const { return p.Tanh(x); }
+  EwValue EwGrad(EwProgram& p, EwValue v, EwValue g) const {
+    return p.Mul(g, p.Sub(p.Const(1.f), p.Mul(v, v)));
+  }
 };
 
 struct Sigmoid {
   static constexpr const char* kGradReads = "Out";
-  explicit Sigmoid(const ExecContext&) {}
+  template <typename Ctx>
+  explicit Sigmoid(const Ctx&) {}
   // Two branches so that exp never overflows.
   template <typename T>
   T Fwd(T x) const {
@@ -54,11 +65,16 @@ struct Sigmoid {
   T Grad(T out, T dout) const {
     return dout * out * (T(1) - out);
   }
+  EwValue Ew(EwProgram& p, EwValue x) const { return p.Sigmoid(x); }
+  EwValue EwGrad(EwProgram& p, EwValue v, EwValue g) const {
+    return p.Mul(p.Mul(g, v), p.Sub(p.Const(1.f), v));
+  }
 };
 
 struct Exp {
   static constexpr const char* kGradReads = "Out";
-  explicit Exp(const ExecContext&) {}
+  template <typename Ctx>
+  explicit Exp(const Ctx&) {}
   template <typename T>
   T Fwd(T x) const {
     return std::exp(x);
@@ -67,6 +83,8 @@ struct Exp {
   T Grad(T out, T dout) const {
     return dout * out;
   }
+  EwValue Ew(EwProgram& p, EwValue x) const { return p.Exp(x); }
+  EwValue EwGrad(EwProgram& p, EwValue v, EwValue g) const { return p.Mul(g, v); }
 };
 
 // erf form: x * Phi(x). approximate: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -76,7 +94,8 @@ struct Gelu {
   static constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
   static constexpr double kSqrt2OverPi = 0.79788456080286535588;
   static constexpr double kCubic = 0.044715;
-  explicit Gelu(const ExecContext& ctx) : approximate(ctx.Attr<bool>("approximate")) {}
+  template <typename Ctx>
+  explicit Gelu(const Ctx& ctx) : approximate(ctx.template Attr<bool>("approximate")) {}
   template <typename T>
   T Fwd(T x) const {
     if (approximate) {
@@ -98,12 +117,19 @@ struct Gelu {
     return dout * (cdf + x * pdf);
   }
   bool approximate;
+  EwValue Ew(EwProgram& p, EwValue x) const { return approximate ? p.GeluTanh(x) : p.Gelu(x); }
+  EwValue EwGrad(EwProgram& p, EwValue x, EwValue g) const {
+    return approximate ? p.GeluTanhGrad(x, g) : p.GeluGrad(x, g);
+  }
 };
 
 struct Scale {
   static constexpr const char* kGradReads = nullptr;  // only Out@GRAD
-  explicit Scale(const ExecContext& ctx)
-      : scale(ctx.Attr<float>("scale")), bias(ctx.Attr<float>("bias")), after(ctx.Attr<bool>("bias_after_scale")) {}
+  template <typename Ctx>
+  explicit Scale(const Ctx& ctx)
+      : scale(ctx.template Attr<float>("scale")),
+        bias(ctx.template Attr<float>("bias")),
+        after(ctx.template Attr<bool>("bias_after_scale")) {}
   template <typename T>
   T Fwd(T x) const {
     return after ? T(scale) * x + T(bias) : T(scale) * (x + T(bias));
@@ -115,6 +141,10 @@ struct Scale {
   float scale;
   float bias;
   bool after;
+  EwValue Ew(EwProgram& p, EwValue x) const {
+    return after ? p.Fma(x, p.Const(scale), p.Const(bias)) : p.Mul(p.Add(x, p.Const(bias)), p.Const(scale));
+  }
+  EwValue EwGrad(EwProgram& p, EwValue, EwValue g) const { return p.Mul(g, p.Const(scale)); }
 };
 
 template <typename Act>
@@ -180,6 +210,41 @@ void ActivationGradKernel(ExecContext& ctx) {
   });
 }
 
+// The JIT's form: one fragment over X's (dOut's) dims.
+template <typename Act>
+std::vector<EwFragment> EwForward(const EwOpView& v) {
+  const std::string x = v.In("X"), out = v.Out("Out");
+  if (x.empty() || out.empty()) return {};
+  EwFragment f;
+  f.iter = v.DimsOf(x);
+  f.reads = {v.Full(x)};
+  f.writes = {v.Full(out)};
+  const Act act(v);
+  f.emit = [act](EwProgram& p, const std::vector<EwValue>& in) { return std::vector<EwValue>{act.Ew(p, in[0])}; };
+  return {f};
+}
+
+template <typename Act>
+std::vector<EwFragment> EwBackward(const EwOpView& v) {
+  const std::string dout = v.In(GradVarName("Out")), dx = v.Out(GradVarName("X"));
+  std::string src;
+  if constexpr (Act::kGradReads != nullptr) {
+    src = v.In(Act::kGradReads);
+    if (src.empty()) return {};
+  }
+  if (dout.empty() || dx.empty()) return {};
+  EwFragment f;
+  f.iter = v.DimsOf(dout);
+  f.reads = {v.Full(dout)};
+  if (!src.empty()) f.reads.push_back(v.Full(src));
+  f.writes = {v.Full(dx)};
+  const Act act(v);
+  f.emit = [act](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{act.EwGrad(p, in.size() > 1 ? in[1] : -1, in[0])};
+  };
+  return {f};
+}
+
 template <typename Act>
 void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc, std::vector<AttrDef> attrs) {
   OpInfo fwd;
@@ -198,6 +263,7 @@ void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc,
   };
   fwd.inplace = {{"X", "Out"}};
   fwd.jit = JitLowering::kElementwise;
+  fwd.elementwise = EwForward<Act>;
   r.Add(std::move(fwd));
 
   OpInfo grad;
@@ -210,6 +276,7 @@ void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc,
   grad.infer_shape = InferActivationGrad<Act>;
   grad.reference_kernel = ActivationGradKernel<Act>;
   grad.jit = JitLowering::kElementwise;
+  grad.elementwise = EwBackward<Act>;
   r.Add(std::move(grad));
 }
 

@@ -15,8 +15,13 @@ using ops_a::BroadcastLoops;
 using ops_a::ForEachBroadcast;
 using ops_a::MakeBroadcastLoops;
 
-// Per-op scalar maths. dx/dy are d(out)/dx and d(out)/dy at (x, y).
+// Per-op scalar maths. dx/dy are d(out)/dx and d(out)/dy at (x, y). Ew* give
+// the same for the JIT (EwProgram): the forward, and dOut's contribution to
+// dX and dY (x and y are -1 for add/sub, whose grads read neither).
 struct AddFn {
+  static EwValue Ew(EwProgram& p, EwValue x, EwValue y) { return p.Add(x, y); }
+  static EwValue EwDx(EwProgram&, EwValue g, EwValue, EwValue) { return g; }
+  static EwValue EwDy(EwProgram&, EwValue g, EwValue, EwValue) { return g; }
   template <typename T>
   static T Fwd(T x, T y) {
     return x + y;
@@ -31,6 +36,9 @@ struct AddFn {
   }
 };
 struct SubFn {
+  static EwValue Ew(EwProgram& p, EwValue x, EwValue y) { return p.Sub(x, y); }
+  static EwValue EwDx(EwProgram&, EwValue g, EwValue, EwValue) { return g; }
+  static EwValue EwDy(EwProgram& p, EwValue g, EwValue, EwValue) { return p.Neg(g); }
   template <typename T>
   static T Fwd(T x, T y) {
     return x - y;
@@ -45,6 +53,9 @@ struct SubFn {
   }
 };
 struct MulFn {
+  static EwValue Ew(EwProgram& p, EwValue x, EwValue y) { return p.Mul(x, y); }
+  static EwValue EwDx(EwProgram& p, EwValue g, EwValue, EwValue y) { return p.Mul(g, y); }
+  static EwValue EwDy(EwProgram& p, EwValue g, EwValue x, EwValue) { return p.Mul(g, x); }
   template <typename T>
   static T Fwd(T x, T y) {
     return x * y;
@@ -59,6 +70,12 @@ struct MulFn {
   }
 };
 struct DivFn {
+  static EwValue Ew(EwProgram& p, EwValue x, EwValue y) { return p.Div(x, y); }
+  static EwValue EwDx(EwProgram& p, EwValue g, EwValue, EwValue y) { return p.Div(g, y); }
+  // d(x/y)/dy = -x/y^2
+  static EwValue EwDy(EwProgram& p, EwValue g, EwValue x, EwValue y) {
+    return p.Neg(p.Div(p.Mul(g, x), p.Mul(y, y)));
+  }
   template <typename T>
   static T Fwd(T x, T y) {
     return x / y;
@@ -151,6 +168,48 @@ void ElementwiseGradKernel(ExecContext& ctx, bool reads_x) {
   });
 }
 
+// The JIT's form: one fragment over X's (dOut's) dims, Y read (and its
+// gradient summed) along its broadcast dims.
+template <typename Op>
+std::vector<EwFragment> EwForward(const EwOpView& v) {
+  const std::string x = v.In("X"), y = v.In("Y"), out = v.Out("Out");
+  if (x.empty() || y.empty() || out.empty()) return {};
+  EwFragment f;
+  f.iter = v.DimsOf(x);
+  f.reads = {v.Full(x), {y, BroadcastYDims(f.iter, v.DimsOf(y), v.Attr<int64_t>("axis"), v.op().type())}};
+  f.writes = {v.Full(out)};
+  f.emit = [](EwProgram& p, const std::vector<EwValue>& in) { return std::vector<EwValue>{Op::Ew(p, in[0], in[1])}; };
+  return {f};
+}
+
+template <typename Op>
+std::vector<EwFragment> EwBackward(const EwOpView& v, bool reads_x) {
+  const std::string dout = v.In(GradVarName("Out")), x = v.In("X"), y = v.In("Y");
+  const std::string dx = v.Out(GradVarName("X")), dy = v.Out(GradVarName("Y"));
+  if (dout.empty() || y.empty() || (dx.empty() && dy.empty()) || (reads_x && x.empty())) return {};
+  EwFragment f;
+  f.iter = v.DimsOf(dout);
+  const Dims yd = BroadcastYDims(f.iter, v.DimsOf(y), v.Attr<int64_t>("axis"), v.op().type());
+  // add/sub need only dOut: not reading X keeps it (often a matmul output)
+  // from having to exist at all.
+  f.reads = {v.Full(dout)};
+  if (reads_x) f.reads.insert(f.reads.end(), {v.Full(x), {y, yd}});
+  if (!dx.empty()) f.writes.push_back(v.Full(dx));
+  if (!dy.empty()) f.writes.push_back({dy, yd});
+  const bool want_dx = !dx.empty(), want_dy = !dy.empty();
+  f.emit = [want_dx, want_dy, reads_x](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue g = in[0], xv = reads_x ? in[1] : -1, yv = reads_x ? in[2] : -1;
+    std::vector<EwValue> out;
+    // Both values first, then the list: the order the program has always had.
+    const EwValue gx = Op::EwDx(p, g, xv, yv);
+    const EwValue gy = Op::EwDy(p, g, xv, yv);
+    if (want_dx) out.push_back(gx);
+    if (want_dy) out.push_back(gy);
+    return out;
+  };
+  return {f};
+}
+
 template <typename Op>
 void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc, bool grad_reads_x) {
   const AttrDef axis{"axis", AttrKind::kInt, Attribute(int64_t{-1})};
@@ -170,6 +229,7 @@ void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc,
   };
   fwd.inplace = {{"X", "Out"}};
   fwd.jit = JitLowering::kElementwise;
+  fwd.elementwise = EwForward<Op>;
   r.Add(std::move(fwd));
 
   OpInfo grad;
@@ -183,6 +243,7 @@ void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc,
   grad.reference_kernel = [grad_reads_x](ExecContext& ctx) { ElementwiseGradKernel<Op>(ctx, grad_reads_x); };
   if (!grad_reads_x) grad.no_need_buffer = {"Y"};
   grad.jit = JitLowering::kElementwise;
+  grad.elementwise = [grad_reads_x](const EwOpView& v) { return EwBackward<Op>(v, grad_reads_x); };
   r.Add(std::move(grad));
 }
 

@@ -167,6 +167,67 @@ OpInfo OptimizerInfo(const std::string& type, const std::string& doc, const std:
   return op;
 }
 
+// The JIT's form of the updates (EwProgram fragments over Param's dims; the
+// [1] learning rate and beta powers are read at every point).
+std::vector<EwFragment> EwSgd(const EwOpView& v) {
+  EwFragment f;
+  f.iter = v.DimsOf(v.In("Param"));
+  f.reads = {v.Full(v.In("Param")), v.Full(v.In("Grad")), EwOpView::Scalar(v.In("LearningRate"), f.iter.size())};
+  f.writes = {v.Full(v.Out("ParamOut"))};
+  f.emit = [](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[2], in[1]))};
+  };
+  return {f};
+}
+
+std::vector<EwFragment> EwMomentum(const EwOpView& v) {
+  EwFragment f;
+  f.iter = v.DimsOf(v.In("Param"));
+  f.reads = {v.Full(v.In("Param")), v.Full(v.In("Grad")), v.Full(v.In("Velocity")),
+             EwOpView::Scalar(v.In("LearningRate"), f.iter.size())};
+  f.writes = {v.Full(v.Out("ParamOut")), v.Full(v.Out("VelocityOut"))};
+  const float mu = v.Attr<float>("mu");
+  const bool nesterov = v.Attr<bool>("use_nesterov");
+  f.emit = [mu, nesterov](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue vel = p.Fma(p.Const(mu), in[2], in[1]);
+    const EwValue step = nesterov ? p.Fma(p.Const(mu), vel, in[1]) : vel;
+    return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[3], step)), vel};
+  };
+  return {f};
+}
+
+// Two fragments: the parameter-sized update, and the [1]-sized advance of the
+// beta powers (which the JIT runs after every update of the cluster, so that
+// those of all parameters share one kernel).
+std::vector<EwFragment> EwAdam(const EwOpView& v) {
+  EwFragment f;
+  f.iter = v.DimsOf(v.In("Param"));
+  const size_t r = f.iter.size();
+  const std::string b1p = v.In("Beta1Pow"), b2p = v.In("Beta2Pow");
+  f.reads = {v.Full(v.In("Param")),           v.Full(v.In("Grad")),         v.Full(v.In("Moment1")),
+             v.Full(v.In("Moment2")),         EwOpView::Scalar(v.In("LearningRate"), r),
+             EwOpView::Scalar(b1p, r),        EwOpView::Scalar(b2p, r)};
+  f.writes = {v.Full(v.Out("ParamOut")), v.Full(v.Out("Moment1Out")), v.Full(v.Out("Moment2Out"))};
+  const float beta1 = v.Attr<float>("beta1"), beta2 = v.Attr<float>("beta2"), eps = v.Attr<float>("epsilon");
+  f.emit = [beta1, beta2, eps](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue g = in[1];
+    const EwValue m = p.Fma(p.Const(beta1), in[2], p.Mul(p.Const(1.f - beta1), g));
+    const EwValue vv = p.Fma(p.Const(beta2), in[3], p.Mul(p.Const(1.f - beta2), p.Mul(g, g)));
+    const EwValue c2 = p.Sqrt(p.Sub(p.Const(1.f), in[6]));  // sqrt(1 - beta2^t)
+    const EwValue lr_t = p.Div(p.Mul(in[4], c2), p.Sub(p.Const(1.f), in[5]));
+    const EwValue denom = p.Fma(p.Const(eps), c2, p.Sqrt(vv));
+    return std::vector<EwValue>{p.Sub(in[0], p.Div(p.Mul(lr_t, m), denom)), m, vv};
+  };
+  EwFragment pows;
+  pows.iter = v.DimsOf(b1p);
+  pows.reads = {v.Full(b1p), v.Full(b2p)};
+  pows.writes = {v.Full(v.Out("Beta1PowOut")), v.Full(v.Out("Beta2PowOut"))};
+  pows.emit = [beta1, beta2](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{p.Mul(in[0], p.Const(beta1)), p.Mul(in[1], p.Const(beta2))};
+  };
+  return {f, pows};
+}
+
 }  // namespace
 
 void RegisterOptimizerOps(OpRegistry& r) {
@@ -175,6 +236,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
                               {"ParamOut"}, {{"Param", "ParamOut"}});
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad"}, {"LearningRate"}); };
     op.reference_kernel = SgdKernel;
+    op.elementwise = EwSgd;
     r.Add(std::move(op));
   }
   {
@@ -184,6 +246,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.attrs = {{"mu", AttrKind::kFloat, Attribute(0.9f)}, {"use_nesterov", AttrKind::kBool, Attribute(false)}};
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad", "Velocity"}, {"LearningRate"}); };
     op.reference_kernel = MomentumKernel;
+    op.elementwise = EwMomentum;
     r.Add(std::move(op));
   }
   {
@@ -200,6 +263,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
                 {"epsilon", AttrKind::kFloat, Attribute(1e-8f)}};
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamKernel;
+    op.elementwise = EwAdam;
     r.Add(std::move(op));
   }
 }

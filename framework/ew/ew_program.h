@@ -1,11 +1,11 @@
-// The kernel IR of fused elementwise kernels: an iteration space of up to
-// kEwMaxRank collapsed dims, strided operands (stride 0 = broadcast for an
-// input, = sum reduction for an output) and a straight-line SSA program that
+// The kernel IR of fused elementwise kernels: a straight-line SSA program that
 // computes the outputs of one iteration point from its inputs.
 //
-// The lowering builds an EwProgram and an EwLayout (usually with
-// CollapseLayout); ew_codegen.h turns both into machine code. RunReference is
-// the oracle the generated code is tested against.
+// Ops give their elementwise meaning as fragments of such programs in their
+// registry entries (ew_fragment.h); the JIT groups them, lays the group out
+// (ew_layout.h) and generates machine code (compiler/ew_codegen.h).
+// RunReference (ew_reference.h) is the oracle the generated code is tested
+// against.
 #pragma once
 
 #include <array>
@@ -13,56 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/tensor.h"
-
 namespace kiln {
-namespace compiler {
-
-constexpr int kEwMaxRank = 4;
-
-// Strides in elements, one per iteration dim (only the first `rank` are used).
-// Input: stride 0 on a dim broadcasts the input along it. Output: stride 0 on a
-// dim of size > 1 makes the output the SUM over that dim (a reduction output).
-// The innermost stride is 0 or 1.
-struct EwOperand {
-  std::array<int64_t, kEwMaxRank> strides{};
-};
-using EwInput = EwOperand;
-using EwOutput = EwOperand;
-
-// The iteration space (row-major, innermost dim last) and the operands.
-struct EwLayout {
-  int rank = 1;
-  std::array<int64_t, kEwMaxRank> dims{{1, 1, 1, 1}};
-  std::vector<EwInput> inputs;
-  std::vector<EwOutput> outputs;
-
-  int64_t numel() const;
-  // True when output k has stride 0 on a dim of size > 1.
-  bool IsReduction(int output) const;
-  // True when output k is summed over the innermost dim (its inner stride is 0
-  // and the inner dim has size > 1).
-  bool IsInnerReduction(int output) const;
-  // Elements an operand spans: 1 + sum over dims of (size-1)*stride; 0 when the
-  // space is empty along a dim the operand is not broadcast/reduced over.
-  int64_t InputExtent(int input) const;
-  int64_t OutputExtent(int output) const;
-  // "dims=[64,512] in0=[512,1] in1=[0,1] out0=[0,1]+"; "+" marks reductions.
-  std::string ToString() const;
-  // Throws kiln::Error (InvalidArgument) naming the bad field.
-  void Validate() const;
-};
-
-// Builds the collapsed layout of an elementwise group. iter_dims are the
-// iteration (= largest operand) dims; each operand's dims are padded with 1s to
-// the same rank (Y of elementwise_* per OPS.md: see BroadcastYDims), each dim
-// equal to the iteration dim or 1 (1 = broadcast input / reduced output).
-// Dims of size 1 are dropped and adjacent dims with the same broadcast pattern
-// across all operands are merged. Throws kiln::Error with code kUnimplemented
-// when more than kEwMaxRank dims remain (the lowering then splits the group),
-// and InvalidArgument when an operand does not fit the iteration dims.
-EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,
-                        const std::vector<Dims>& output_dims);
 
 // Instructions. Semantics (also those of the generated code):
 //   max(a, b) = a > b ? a : b   and   min(a, b) = a < b ? a : b  (x86 maxps/minps:
@@ -164,17 +115,4 @@ class EwProgram {
   std::vector<EwInstr> instrs_;
 };
 
-// The scalar oracle: runs the program at every iteration point in double
-// precision (inputs widened from float). Outputs are assigned (reductions are
-// summed from zero in double); output k must hold OutputExtent(k) elements.
-void RunReference(const EwProgram& program, const EwLayout& layout, const std::vector<const float*>& inputs,
-                  const std::vector<double*>& outputs);
-// The same in float arithmetic, one rounding per instruction (fma rounds once;
-// exp/tanh/erf/erfc use the float libm; sigmoid computes 1/(1+exp(-x)) in float).
-// Matches the generated code exactly for programs without transcendental ops
-// or reductions.
-void RunReferenceFloat(const EwProgram& program, const EwLayout& layout, const std::vector<const float*>& inputs,
-                       const std::vector<float*>& outputs);
-
-}  // namespace compiler
 }  // namespace kiln

@@ -1,12 +1,18 @@
-// Lowering of one cluster for one shape signature: shape inference with the
-// concrete input shapes, partition of the ops into kernels (generated
-// elementwise kernels, framework/oneDNN kernels for anchors), buffer
-// assignment and the arena plan.
+// Lowering of one cluster for one shape signature, in the shape of Halide's
+// Lower(): the cluster's ops with concrete shapes (lowering/cluster.h) go
+// through a flat, ordered list of steps (lowering/*.h, listed in lower.cc),
+// each turning ops into typed units (lowering/unit.h); the units become
+// kernels, a unit that cannot be compiled falls back alone to framework
+// kernels, and the kernels become a program with an arena plan
+// (lowering/buffers.h). What each step matched is kept as the compiled
+// object's lowering trace (kiln dump's lowering.txt).
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "compiler/compiled_object.h"
+#include "compiler/lowering/cluster.h"
 #include "framework/jit_subgraph.h"
 #include "framework/op_registry.h"
 
@@ -17,9 +23,5 @@ namespace kiln::jit {
 std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph& subgraph,
                                       const ShapeSignature& signature, const CompileOptions& options,
                                       const OpRegistry& registry = OpRegistry::Global());
-
-// The subgraph's block with every var's dims made concrete for `signature`.
-proto::BlockDesc InferConcreteShapes(const JitSubgraph& subgraph, const ShapeSignature& signature,
-                                     const OpRegistry& registry = OpRegistry::Global());
 
 }  // namespace kiln::jit

@@ -1,0 +1,126 @@
+#include "compiler/lower.h"
+
+#include <chrono>
+#include <unordered_map>
+
+#include "compiler/lowering/batch_one.h"
+#include "compiler/lowering/buffers.h"
+#include "compiler/lowering/elementwise_groups.h"
+#include "compiler/lowering/framework_fallback.h"
+#include "compiler/lowering/layout_ops.h"
+#include "compiler/lowering/matmul_epilogue.h"
+#include "compiler/lowering/max_pool_grad.h"
+#include "compiler/lowering/onednn_anchors.h"
+#include "compiler/lowering/sgd_before_dx.h"
+#include "compiler/lowering/trace.h"
+#include "compiler/lowering/weight_grad_fold.h"
+
+namespace kiln::jit {
+namespace {
+
+// The pipeline. Every op starts pending; each step claims what it matches.
+Units RunSteps(const Cluster& c, LoweringTrace& t) {
+  Units units;
+  for (int i = 0; i < c.num_ops(); ++i) units.push_back(std::make_unique<PendingOp>(c, i));
+  units = FuseMatmulEpilogue(c, std::move(units),
+                             t.Step("matmul_epilogue", "first: it takes bias adds and activations that "
+                                                       "elementwise grouping would otherwise claim"));
+  units = FoldWeightGradIntoSgd(c, std::move(units),
+                                t.Step("weight_grad_fold", "before grouping, which would take the sgd step"));
+  units = UseGemvAtBatchOne(c, std::move(units),
+                            t.Step("batch_one", "after the matmul steps: it rewrites their units for one row"));
+  units = RunSgdBeforeDx(c, std::move(units),
+                         t.Step("sgd_before_dx", "after batch_one: a one-row fold does dX and the step in one "
+                                                 "pass over W instead"));
+  units = LowerMaxPoolGrad(c, std::move(units),
+                           t.Step("max_pool_grad", "before the oneDNN anchors, which would take pool2d_grad"));
+  units = LowerLayoutOps(c, std::move(units),
+                         t.Step("layout_ops", "before the fallback, which would run the reference kernels"));
+  units = GroupElementwise(c, std::move(units),
+                           t.Step("elementwise_groups", "after every pattern step: it groups the elementwise "
+                                                        "ops no pattern took"));
+  units = ClaimOneDnnAnchors(c, std::move(units),
+                             t.Step("onednn_anchors", "the ops left that have a oneDNN kernel"));
+  units = FallBackToFramework(c, std::move(units),
+                              t.Step("framework_fallback", "last: every op left runs its reference kernel"));
+  return units;
+}
+
+// For each var, the units that read it.
+std::unordered_map<std::string, std::vector<int>> ReadersOf(const Units& units) {
+  std::unordered_map<std::string, std::vector<int>> readers;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const auto& r : units[u]->reads()) readers[r].push_back(static_cast<int>(u));
+  }
+  return readers;
+}
+
+// Emits every unit's kernels. Returns false after the first unit that cannot
+// be compiled: its ops are then kept out of the step that made it (the
+// caller runs the steps again) and the trace says why.
+bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<EmittedKernel>* out) {
+  const auto readers = ReadersOf(units);
+  int current = -1;
+  EmitContext ctx(c, [&](const std::string& var) {
+    if (c.IsOutput(var)) return true;
+    auto it = readers.find(var);
+    if (it == readers.end()) return false;
+    for (int u : it->second) {
+      if (u != current) return true;
+    }
+    return false;
+  });
+  for (current = 0; current < static_cast<int>(units.size()); ++current) {
+    const Unit& unit = *units[current];
+    try {
+      for (auto& k : unit.Emit(ctx)) out->push_back(std::move(k));
+    } catch (const Error& e) {
+      bool excluded_any = false;
+      for (int op : unit.ops()) {
+        excluded_any = excluded_any || (!unit.step().empty() && !c.Excluded(unit.step(), op));
+        c.Exclude(unit.step(), op);
+      }
+      // A framework kernel that cannot be made: nothing smaller to fall back to.
+      if (!excluded_any || unit.step() == "framework_fallback") throw;
+      trace.AddFallback(std::string(unit.kind()) + " of " + OpList(c, unit.ops()) + " (step " + unit.step() +
+                        ") could not be compiled: " + e.what() + "; its ops are lowered without that step");
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph& sg, const ShapeSignature& signature,
+                                      const CompileOptions& options, const OpRegistry& registry) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto obj = std::make_unique<CompiledObject>();
+  obj->key = key;
+  obj->signature = signature;
+  obj->options = options;
+  obj->input_names = sg.inputs;
+  obj->output_names = sg.outputs;
+  Cluster cluster(sg, signature, options, registry);
+  LoweringTrace trace;
+  std::vector<EmittedKernel> kernels;
+  Units units;
+  for (;;) {
+    trace.ClearSteps();
+    kernels.clear();
+    units = RunSteps(cluster, trace);
+    if (EmitAll(cluster, units, trace, &kernels)) break;
+  }
+  std::vector<std::string> lines;
+  for (const auto& u : units) {
+    lines.push_back(OpList(cluster, u->ops()) + " -> " + u->kind() + ": " + u->Describe(cluster));
+  }
+  trace.SetUnits(std::move(lines));
+  obj->unit_fallbacks = trace.fallbacks();
+  obj->lowering = trace.ToString();
+  BuildProgram(cluster, kernels, obj.get());
+  obj->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return obj;
+}
+
+}  // namespace kiln::jit

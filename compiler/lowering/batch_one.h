@@ -1,0 +1,44 @@
+// Lowering step: with one row (batch 1), the matmuls of the earlier steps run
+// as kiln matrix-vector kernels (compiler/gemv.h) instead of oneDNN, which
+// would repack W for a single row: the forward matmul with bias and ReLU,
+// and the weight-gradient fold together with dX in one pass over W.
+#pragma once
+
+#include "compiler/lowering/trace.h"
+#include "compiler/lowering/unit.h"
+
+namespace kiln::jit {
+
+// Out[1,N] = X[1,K] W[K,N] (+ bias) (relu). Args: X, W[, bias] -> Out.
+class GemvMatmulUnit final : public Unit {
+ public:
+  GemvMatmulUnit(const std::string& step, std::vector<int> ops, int64_t k, int64_t n, bool relu,
+                 std::vector<std::string> args);
+  const char* kind() const override { return "gemv_matmul"; }
+  std::string Describe(const Cluster& c) const override;
+  std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+
+ private:
+  int64_t k_, n_;
+  bool relu_;
+  std::vector<std::string> args_;
+};
+
+// dX = dY W^T (when wanted) and W -= lr X^T dY in one pass over W.
+// Args: X, dY, lr, W -> [dX,] W.
+class GemvGradSgdUnit final : public Unit {
+ public:
+  GemvGradSgdUnit(const std::string& step, std::vector<int> ops, std::vector<std::string> args, int64_t k,
+                  int64_t n);
+  const char* kind() const override { return "gemv_grad_sgd"; }
+  std::string Describe(const Cluster& c) const override;
+  std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+
+ private:
+  std::vector<std::string> args_;
+  int64_t k_, n_;
+};
+
+Units UseGemvAtBatchOne(const Cluster& c, Units units, StepTrace& trace);
+
+}  // namespace kiln::jit

@@ -1,0 +1,22 @@
+// After the steps: the emitted kernels become the compiled object's program.
+// One buffer per var: the cluster's inputs and outputs are bound by the
+// launch, everything else is a temp in the arena plan. A var that is both an
+// input and an output (an in-place update) is one output buffer: the launch
+// binds the input's memory (donated) or a protected copy of it there. A
+// reshape's output is made a view of its input where nothing rewrites
+// either (BufferInfo::view_of).
+#pragma once
+
+#include <vector>
+
+#include "compiler/compiled_object.h"
+#include "compiler/lowering/cluster.h"
+#include "compiler/lowering/unit.h"
+
+namespace kiln::jit {
+
+// Fills obj->program (instructions and the arena plan) and the output facts
+// (output_alias, output_dims, ...). `kernels` in execution order.
+void BuildProgram(const Cluster& c, const std::vector<EmittedKernel>& kernels, CompiledObject* obj);
+
+}  // namespace kiln::jit

@@ -1,0 +1,83 @@
+#include "compiler/lowering/layout_ops.h"
+
+#include "compiler/copy_kernels.h"
+#include "framework/op_desc.h"
+
+namespace kiln::jit {
+
+ReshapeViewUnit::ReshapeViewUnit(const std::string& step, int op, std::string in, std::string out)
+    : Unit(step, {op}, {in}, {out}), in_(std::move(in)), out_(std::move(out)) {}
+
+std::string ReshapeViewUnit::Describe(const Cluster& c) const {
+  return "view of " + in_ + " as " + DimsToString(c.dims(out_));
+}
+
+std::vector<EmittedKernel> ReshapeViewUnit::Emit(EmitContext& ctx) const {
+  const Cluster& c = ctx.cluster();
+  EmittedKernel k;
+  k.kernel = MakeViewKernel(c.dims(out_), FromProto(c.var(out_).dtype()), ctx.KernelName("view"));
+  k.args = {in_, out_};
+  k.num_inputs = 1;
+  k.views = {{0, 0}};
+  return {k};
+}
+
+TransposeCopyUnit::TransposeCopyUnit(const std::string& step, int op, std::string in, std::string out,
+                                     std::vector<int64_t> perm)
+    : Unit(step, {op}, {in}, {out}), in_(std::move(in)), out_(std::move(out)), perm_(std::move(perm)) {}
+
+std::string TransposeCopyUnit::Describe(const Cluster&) const {
+  return "copy with dims permuted by " + DimsToString(perm_);
+}
+
+std::vector<EmittedKernel> TransposeCopyUnit::Emit(EmitContext& ctx) const {
+  const Cluster& c = ctx.cluster();
+  EmittedKernel k;
+  k.kernel = MakeTransposeKernel(c.dims(in_), perm_, FromProto(c.var(in_).dtype()), c.options().isa,
+                                 ctx.KernelName("transpose"), c.type(ops().front()));
+  k.args = {in_, out_};
+  k.num_inputs = 1;
+  return {k};
+}
+
+namespace {
+
+constexpr const char* kStep = "layout_ops";
+
+std::unique_ptr<Unit> Lower(const Cluster& c, int i) {
+  const std::string& t = c.type(i);
+  if (t == "reshape2") return std::make_unique<ReshapeViewUnit>(kStep, i, c.In(i, "X"), c.Out(i, "Out"));
+  if (t == "reshape2_grad") {
+    const std::string dout = c.In(i, GradVarName("Out")), dx = c.Out(i, GradVarName("X"));
+    if (dout.empty() || dx.empty()) return nullptr;
+    return std::make_unique<ReshapeViewUnit>(kStep, i, dout, dx);
+  }
+  if (t != "transpose2" && t != "transpose2_grad") return nullptr;
+  const auto& axis = c.Attr<std::vector<int64_t>>(i, "axis");
+  if (t == "transpose2") return std::make_unique<TransposeCopyUnit>(kStep, i, c.In(i, "X"), c.Out(i, "Out"), axis);
+  if (t == "transpose2_grad") {
+    const std::string dout = c.In(i, GradVarName("Out")), dx = c.Out(i, GradVarName("X"));
+    if (dout.empty() || dx.empty()) return nullptr;
+    std::vector<int64_t> inverse(axis.size());
+    for (size_t k = 0; k < axis.size(); ++k) inverse[axis[k]] = static_cast<int64_t>(k);
+    return std::make_unique<TransposeCopyUnit>(kStep, i, dout, dx, inverse);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Units LowerLayoutOps(const Cluster& c, Units units, StepTrace& trace) {
+  if (!c.options().fuse_elementwise) return units;
+  for (auto& unit : units) {
+    const int i = PendingOpOf(*unit);
+    if (i < 0 || c.info(i).jit != JitLowering::kLayout || c.Excluded(kStep, i)) continue;
+    std::unique_ptr<Unit> lowered = Lower(c, i);
+    if (!lowered) continue;
+    trace.Match(OpList(c, {i}) + " -> " + lowered->Describe(c));
+    unit = std::move(lowered);
+  }
+  return units;
+}
+
+}  // namespace kiln::jit

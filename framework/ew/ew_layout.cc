@@ -1,0 +1,166 @@
+#include "framework/ew/ew_layout.h"
+
+#include <sstream>
+
+#include "framework/error.h"
+
+namespace kiln {
+
+int64_t EwLayout::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < rank; ++d) n *= dims[d];
+  return n;
+}
+
+bool EwLayout::IsReduction(int output) const {
+  const EwOutput& o = outputs[output];
+  for (int d = 0; d < rank; ++d) {
+    if (dims[d] > 1 && o.strides[d] == 0) return true;
+  }
+  return false;
+}
+
+bool EwLayout::IsInnerReduction(int output) const {
+  return dims[rank - 1] > 1 && outputs[output].strides[rank - 1] == 0;
+}
+
+namespace {
+
+int64_t Extent(const EwLayout& layout, const EwOperand& op) {
+  int64_t extent = 1;
+  for (int d = 0; d < layout.rank; ++d) {
+    if (layout.dims[d] == 0) {
+      if (op.strides[d] != 0) return 0;
+      continue;
+    }
+    extent += (layout.dims[d] - 1) * op.strides[d];
+  }
+  return extent;
+}
+
+std::string StridesToString(const EwLayout& layout, const EwOperand& op) {
+  std::ostringstream os;
+  os << "[";
+  for (int d = 0; d < layout.rank; ++d) os << (d ? "," : "") << op.strides[d];
+  os << "]";
+  return os.str();
+}
+
+}  // namespace
+
+int64_t EwLayout::InputExtent(int input) const { return Extent(*this, inputs[input]); }
+int64_t EwLayout::OutputExtent(int output) const { return Extent(*this, outputs[output]); }
+
+std::string EwLayout::ToString() const {
+  std::ostringstream os;
+  os << "dims=[";
+  for (int d = 0; d < rank; ++d) os << (d ? "," : "") << dims[d];
+  os << "]";
+  for (size_t k = 0; k < inputs.size(); ++k) os << " in" << k << "=" << StridesToString(*this, inputs[k]);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    os << " out" << k << "=" << StridesToString(*this, outputs[k]) << (IsReduction(static_cast<int>(k)) ? "+" : "");
+  }
+  return os.str();
+}
+
+void EwLayout::Validate() const {
+  if (rank < 1 || rank > kEwMaxRank) ThrowInvalidArgument("ew layout: rank must be in [1,", kEwMaxRank, "], got ", rank);
+  for (int d = 0; d < rank; ++d) {
+    if (dims[d] < 0) ThrowInvalidArgument("ew layout: dim ", d, " is negative: ", ToString());
+  }
+  if (outputs.empty()) ThrowInvalidArgument("ew layout: no outputs: ", ToString());
+  auto check = [&](const EwOperand& op, const char* kind, size_t k) {
+    for (int d = 0; d < rank; ++d) {
+      if (op.strides[d] < 0) ThrowInvalidArgument("ew layout: ", kind, k, " has a negative stride: ", ToString());
+    }
+    if (op.strides[rank - 1] > 1) {
+      ThrowInvalidArgument("ew layout: ", kind, k, " inner stride must be 0 or 1: ", ToString());
+    }
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) check(inputs[k], "in", k);
+  for (size_t k = 0; k < outputs.size(); ++k) check(outputs[k], "out", k);
+}
+
+EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,
+                        const std::vector<Dims>& output_dims) {
+  const size_t rank = iter_dims.size();
+  std::vector<const Dims*> operands;
+  for (const Dims& d : input_dims) operands.push_back(&d);
+  for (const Dims& d : output_dims) operands.push_back(&d);
+  for (size_t k = 0; k < operands.size(); ++k) {
+    const bool is_input = k < input_dims.size();
+    const size_t idx = is_input ? k : k - input_dims.size();
+    const Dims& od = *operands[k];
+    if (od.size() != rank) {
+      ThrowInvalidArgument("ew layout: ", is_input ? "input " : "output ", idx, " dims ", DimsToString(od),
+                           " must have the iteration rank ", rank, " (iteration dims ", DimsToString(iter_dims),
+                           ")");
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      if (od[d] != iter_dims[d] && od[d] != 1) {
+        ThrowInvalidArgument("ew layout: ", is_input ? "input " : "output ", idx, " dims ", DimsToString(od),
+                             " do not broadcast to iteration dims ", DimsToString(iter_dims));
+      }
+    }
+  }
+  int64_t numel = 1;
+  for (int64_t d : iter_dims) {
+    if (d < 0) ThrowInvalidArgument("ew layout: iteration dims must be known, got ", DimsToString(iter_dims));
+    numel *= d;
+  }
+
+  // Per kept dim: its size and every operand's element stride (0 where the
+  // operand has size 1 there).
+  struct Dim {
+    int64_t size;
+    std::vector<int64_t> strides;
+  };
+  std::vector<Dim> kept;
+  for (size_t d = 0; d < rank; ++d) {
+    if (iter_dims[d] == 1) continue;
+    Dim dim{iter_dims[d], {}};
+    for (const Dims* od : operands) {
+      int64_t stride = 1;
+      for (size_t e = d + 1; e < rank; ++e) stride *= (*od)[e];
+      dim.strides.push_back((*od)[d] == 1 ? 0 : stride);
+    }
+    kept.push_back(std::move(dim));
+  }
+  // Merge d into d+1 when every operand walks both as one dim. A size-0 dim
+  // never merges (the extents of reduction outputs must survive).
+  std::vector<Dim> merged;
+  for (Dim& dim : kept) {
+    if (!merged.empty() && numel != 0) {
+      Dim& prev = merged.back();
+      bool same = true;
+      for (size_t k = 0; k < operands.size(); ++k) same &= prev.strides[k] == dim.strides[k] * dim.size;
+      if (same) {
+        prev.size *= dim.size;
+        prev.strides = dim.strides;
+        continue;
+      }
+    }
+    merged.push_back(std::move(dim));
+  }
+  if (merged.size() > static_cast<size_t>(kEwMaxRank)) {
+    std::ostringstream os;
+    for (size_t k = 0; k < operands.size(); ++k) os << " " << DimsToString(*operands[k]);
+    ThrowUnimplemented("ew layout: iteration dims ", DimsToString(iter_dims), " with operands", os.str(),
+                       " collapse to ", merged.size(), " dims, more than ", kEwMaxRank);
+  }
+  EwLayout layout;
+  layout.inputs.resize(input_dims.size());
+  layout.outputs.resize(output_dims.size());
+  if (merged.empty()) return layout;  // one point: rank 1, dims [1], strides 0
+  layout.rank = static_cast<int>(merged.size());
+  for (size_t d = 0; d < merged.size(); ++d) {
+    layout.dims[d] = merged[d].size;
+    for (size_t k = 0; k < operands.size(); ++k) {
+      EwOperand& op = k < input_dims.size() ? layout.inputs[k] : layout.outputs[k - input_dims.size()];
+      op.strides[d] = merged[d].strides[k];
+    }
+  }
+  return layout;
+}
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+// The iteration layout of fused elementwise kernels: an iteration space of up
+// to kEwMaxRank collapsed dims and strided operands (stride 0 = broadcast for
+// an input, = sum reduction for an output). With an EwProgram (ew_program.h)
+// it is what the JIT's code generator turns into machine code.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace kiln {
+
+constexpr int kEwMaxRank = 4;
+
+// Strides in elements, one per iteration dim (only the first `rank` are used).
+// Input: stride 0 on a dim broadcasts the input along it. Output: stride 0 on a
+// dim of size > 1 makes the output the SUM over that dim (a reduction output).
+// The innermost stride is 0 or 1.
+struct EwOperand {
+  std::array<int64_t, kEwMaxRank> strides{};
+};
+using EwInput = EwOperand;
+using EwOutput = EwOperand;
+
+// The iteration space (row-major, innermost dim last) and the operands.
+struct EwLayout {
+  int rank = 1;
+  std::array<int64_t, kEwMaxRank> dims{{1, 1, 1, 1}};
+  std::vector<EwInput> inputs;
+  std::vector<EwOutput> outputs;
+
+  int64_t numel() const;
+  // True when output k has stride 0 on a dim of size > 1.
+  bool IsReduction(int output) const;
+  // True when output k is summed over the innermost dim (its inner stride is 0
+  // and the inner dim has size > 1).
+  bool IsInnerReduction(int output) const;
+  // Elements an operand spans: 1 + sum over dims of (size-1)*stride; 0 when the
+  // space is empty along a dim the operand is not broadcast/reduced over.
+  int64_t InputExtent(int input) const;
+  int64_t OutputExtent(int output) const;
+  // "dims=[64,512] in0=[512,1] in1=[0,1] out0=[0,1]+"; "+" marks reductions.
+  std::string ToString() const;
+  // Throws kiln::Error (InvalidArgument) naming the bad field.
+  void Validate() const;
+};
+
+// Builds the collapsed layout of an elementwise group. iter_dims are the
+// iteration (= largest operand) dims; each operand's dims are padded with 1s to
+// the same rank (Y of elementwise_* per OPS.md: see BroadcastYDims), each dim
+// equal to the iteration dim or 1 (1 = broadcast input / reduced output).
+// Dims of size 1 are dropped and adjacent dims with the same broadcast pattern
+// across all operands are merged. Throws kiln::Error with code kUnimplemented
+// when more than kEwMaxRank dims remain (the lowering then splits the group),
+// and InvalidArgument when an operand does not fit the iteration dims.
+EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,
+                        const std::vector<Dims>& output_dims);
+}  // namespace kiln
