@@ -1,0 +1,51 @@
+// Lowering step elementwise_groups (compiler/lowering/elementwise_groups.h).
+// Every op and its parity on both ISAs is in jit_ops_test; here, where the
+// grouping puts fragments.
+#include <gtest/gtest.h>
+
+#include "tests/lowering_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+// relu -> add of a broadcast row -> its grad; a matmul (another space) in
+// between does not split the group of the ops around it that it does not
+// depend on.
+LoweringCase Chain(const std::string& name) {
+  LoweringCase c;
+  c.name = name;
+  c.ops = {OpBuilder("relu").In("X", {"x"}).Out("Out", {"r"}).Build(),
+           OpBuilder("matmul").In("X", {"r"}).In("Y", {"w"}).Out("Out", {"m"}).Build(),
+           OpBuilder("elementwise_add").In("X", {"r"}).In("Y", {"b"}).Out("Out", {"s"}).Build(),
+           OpBuilder("elementwise_add_grad")
+               .In("Y", {"b"})
+               .In("Out@GRAD", {"s"})
+               .Out("X@GRAD", {"dx"})
+               .Out("Y@GRAD", {"db"})
+               .Build()};
+  c.inputs = {{"x", {9, 17}}, {"w", {17, 3}}, {"b", {17}}};
+  c.outputs = {"m", "dx", "db"};
+  c.options.use_onednn = false;
+  return c;
+}
+
+TEST(ElementwiseGroupsTest, FragmentsOfOneSpaceShareAKernel) {
+  const LoweringCase c = Chain("elementwise_groups");
+  CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-5);
+  EXPECT_TRUE(StepMatched(*obj, "elementwise_groups")) << obj->lowering;
+  int generated = 0;
+  for (const auto& ins : obj->program.instructions) generated += ins.kernel->name().rfind("ew_", 0) == 0;
+  EXPECT_EQ(generated, 1) << obj->Listing();
+}
+
+TEST(ElementwiseGroupsTest, DoesNotFireWithoutFusion) {
+  LoweringCase c = Chain("elementwise_groups_not_fired");
+  c.options.fuse_elementwise = false;
+  CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-5);
+  EXPECT_FALSE(StepMatched(*obj, "elementwise_groups")) << obj->lowering;
+}
+
+}  // namespace
+}  // namespace kiln::test

@@ -1,0 +1,143 @@
+#include "tests/lowering_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "framework/file_util.h"
+#include "framework/ir/graph.h"
+#include "runtime/runner.h"
+#include "tests/op_test_util.h"
+
+namespace kiln::test {
+
+jit::CompileOptions LoweringCase::DefaultOptions() {
+  jit::CompileOptions o;
+  o.isa = HostIsa();
+  return o;
+}
+
+JitSubgraph MakeSubgraph(const LoweringCase& c) {
+  JitSubgraph sg;
+  sg.block.set_idx(0);
+  sg.block.set_parent_idx(-1);
+  for (const auto& [name, dims] : c.inputs) {
+    proto::VarDesc* v = sg.block.add_vars();
+    v->set_name(name);
+    v->set_dtype(proto::FP32);
+    for (int64_t d : dims) v->add_dims(d);
+    sg.inputs.push_back(name);
+  }
+  for (const auto& op : c.ops) *sg.block.add_ops() = op;
+  sg.outputs = c.outputs;
+  sg.donatable_inputs = c.donatable;
+  return sg;
+}
+
+namespace {
+
+jit::ShapeSignature SignatureOf(const LoweringCase& c) {
+  jit::ShapeSignature sig;
+  for (const auto& [name, dims] : c.inputs) sig.inputs.push_back({DataType::kFP32, dims});
+  return sig;
+}
+
+bool UpdateGolden() {
+  const char* e = std::getenv("KILN_UPDATE_GOLDEN");
+  return e != nullptr && std::string(e) == "1";
+}
+
+}  // namespace
+
+std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c) {
+  const JitSubgraph sg = MakeSubgraph(c);
+  return jit::Lower(JitSubgraphFingerprint(sg), sg, SignatureOf(c), c.options);
+}
+
+std::string LoweringGolden(const LoweringCase& c) {
+  const JitSubgraph sg = MakeSubgraph(c);
+  const auto obj = LowerCase(c);
+  std::string out = "# " + c.name + ": lowering golden (regenerate with KILN_UPDATE_GOLDEN=1)\n## cluster\n";
+  out += ir::Graph::FromBlock(jit::InferConcreteShapes(sg, SignatureOf(c))).Print();
+  out += "## lowering\n" + obj->lowering;
+  const std::string listing = obj->Listing();
+  out += "## buffers\n" + listing.substr(listing.find("# buffers\n") + 10);
+  return out;
+}
+
+void CheckLoweringGolden(const LoweringCase& c) {
+  const std::string path = std::string(KILN_SOURCE_DIR) + "/tests/golden/lowering/" + c.name + ".golden";
+  const std::string text = LoweringGolden(c);
+  if (UpdateGolden()) {
+    WriteFileAtomic(path, text);
+    return;
+  }
+  EXPECT_EQ(ReadFile(path), text) << "golden " << path << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and "
+                                     "review the diff";
+}
+
+std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol, double rtol,
+                                                           unsigned seed) {
+  std::mt19937 rng(seed);
+  std::map<std::string, Tensor> inputs;
+  for (const auto& [name, dims] : c.inputs) inputs[name] = RandomTensor(dims, DataType::kFP32, rng, -2.0, 2.0);
+  std::unique_ptr<Scope> reference = RunOps(c.ops, inputs, /*use_onednn=*/false);
+  auto obj = LowerCase(c);
+  std::vector<Tensor> bound, outs;
+  std::vector<void*> in_ptrs, out_ptrs;
+  for (const auto& name : obj->input_names) {
+    bound.emplace_back();
+    bound.back().CopyFrom(inputs.at(name));
+    in_ptrs.push_back(bound.back().raw_data());
+  }
+  for (size_t o = 0; o < obj->output_names.size(); ++o) {
+    Tensor t;
+    if (obj->output_alias[o] >= 0) {
+      t.CopyFrom(bound[obj->output_alias[o]]);
+    } else {
+      t = Tensor(obj->output_dtypes[o], obj->output_dims[o]);
+      float* p = t.mutable_data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+    out_ptrs.push_back(t.raw_data());
+    outs.push_back(std::move(t));
+  }
+  runtime::Runner::Run(obj->program, in_ptrs, out_ptrs);
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const std::string& name = obj->output_names[o];
+    EXPECT_EQ(CompareTensors(outs[o], reference->GetVar(name)->Get(), atol, rtol), "")
+        << c.name << " output " << name << "\n" << obj->Listing();
+  }
+  return obj;
+}
+
+LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx) {
+  LoweringCase c;
+  c.name = name;
+  OpBuilder g("matmul_grad");
+  g.In("X", {"x"}).In("Y", {"w"}).In("Out@GRAD", {"dy"}).Out("Y@GRAD", {"dw"});
+  g.Out("X@GRAD", {want_dx ? "dx" : kEmptyVarName});
+  c.ops = {g.Build(), OpBuilder("sgd")
+                          .In("Param", {"w"})
+                          .In("Grad", {"dw"})
+                          .In("LearningRate", {"lr"})
+                          .Out("ParamOut", {"w"})
+                          .Build()};
+  c.inputs = {{"x", {m, k}}, {"w", {k, n}}, {"dy", {m, n}}, {"lr", {1}}};
+  c.outputs = {"w"};
+  if (want_dx) c.outputs.insert(c.outputs.begin(), "dx");
+  return c;
+}
+
+bool StepMatched(const jit::CompiledObject& obj, const std::string& step) {
+  const size_t at = obj.lowering.find(". " + step + ": ");
+  if (at == std::string::npos) return false;
+  const size_t line_end = obj.lowering.find('\n', at);
+  return obj.lowering.compare(line_end + 1, 11, "   matched ") == 0;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,54 @@
+// Helpers for the lowering-step tests (tests/lowering_*_test.cc): a small
+// cluster built in code, lowered for concrete input shapes; its lowering
+// trace compared with a golden file under tests/golden/lowering/
+// (regenerated with KILN_UPDATE_GOLDEN=1), and its compiled program run on
+// random inputs against the reference kernels.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/lower.h"
+#include "framework/op_desc.h"
+
+namespace kiln::test {
+
+struct LoweringCase {
+  std::string name;  // the golden file's name
+  std::vector<proto::OpDesc> ops;
+  // Vars (f32) read before any op writes them, with their dims, in order of
+  // first read.
+  std::vector<std::pair<std::string, Dims>> inputs;
+  std::vector<std::string> outputs;    // needed after the cluster
+  std::vector<std::string> donatable;  // inputs that die in the cluster
+  jit::CompileOptions options = DefaultOptions();
+
+  static jit::CompileOptions DefaultOptions();
+};
+
+// The subgraph build_jit_pass would make of the case.
+JitSubgraph MakeSubgraph(const LoweringCase& c);
+std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c);
+
+// The golden text: the cluster's ops with concrete shapes, the lowering
+// trace and the buffer plan (no timings, no oneDNN implementation names).
+std::string LoweringGolden(const LoweringCase& c);
+// EXPECTs the golden text to equal tests/golden/lowering/<name>.golden.
+void CheckLoweringGolden(const LoweringCase& c);
+// Runs the compiled program (zero-copy, as jit_launch binds it) and the ops
+// on the reference kernels on the same random inputs; EXPECTs every output
+// to agree within atol + rtol*|ref|. Returns the compiled object.
+std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol = 1e-5,
+                                                           double rtol = 1e-5, unsigned seed = 1);
+
+// matmul_grad of x[m,k] and w[k,n] with dY [m,n] (dX wanted or not), whose
+// weight gradient dw feeds sgd(w, lr): the weight-gradient fold's pattern.
+LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx);
+
+// A line of the lowering trace: "matched #0 matmul, ..." for step `step`.
+bool StepMatched(const jit::CompiledObject& obj, const std::string& step);
+
+}  // namespace kiln::test

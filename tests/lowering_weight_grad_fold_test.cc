@@ -1,0 +1,31 @@
+// Lowering step weight_grad_fold (compiler/lowering/weight_grad_fold.h).
+#include <gtest/gtest.h>
+
+#include "tests/lowering_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+TEST(WeightGradFoldTest, GradientAndSgdBecomeOneMatmul) {
+  const LoweringCase c = GradAndSgd("weight_grad_fold", 6, 5, 7, true);
+  CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-4);
+  EXPECT_TRUE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
+  EXPECT_NE(obj->Listing().find("W -= lr * X^T dY"), std::string::npos) << obj->Listing();
+  EXPECT_EQ(obj->Listing().find("dw"), std::string::npos) << "the weight gradient must not exist\n"
+                                                          << obj->Listing();
+  const auto no_dx = CheckLoweringNumerics(GradAndSgd("no_dx", 6, 5, 7, false), 1e-5, 1e-4);
+  EXPECT_EQ(no_dx->program.instructions.size(), 1u) << no_dx->Listing();
+}
+
+TEST(WeightGradFoldTest, DoesNotFireWhenTheGradientIsReadElsewhere) {
+  LoweringCase c = GradAndSgd("weight_grad_fold_not_fired", 6, 5, 7, true);
+  c.ops.push_back(OpBuilder("scale").In("X", {"dw"}).Out("Out", {"dw2"}).Build());
+  c.outputs.push_back("dw2");
+  CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-4);
+  EXPECT_FALSE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
+}
+
+}  // namespace
+}  // namespace kiln::test
