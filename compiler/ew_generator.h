@@ -1,0 +1,180 @@
+// Internal to the fused elementwise code generator: the Xbyak generator
+// class, shared by ew_codegen_x86.cc (loops, loads, stores, the instruction
+// selection) and ew_codegen_math.cc (the inline vector math). Only those two
+// files include it (Xbyak is heavy to include).
+//
+// Loop structure (rank r, inner dim n = dims[r-1], W = 16 zmm / 8 ymm lanes):
+//   for each row (odometer over dims 0..r-2, dim 0 in [begin, end)):
+//     zero inner-reduction accumulators
+//     for j in blocks of U*W: body x U      (U = 4/2/1 by body size)
+//     for j in blocks of W:   body
+//     tail (n % W lanes):     body, masked (k1 / vmaskmovps)
+//     add accumulator sums to their outputs
+//   A rank-1 layout is one row of end-begin elements, counted at run time.
+// Every operand has a row pointer (in a GPR, or a stack slot when more than 12
+// are live); rows advance by constant per-level deltas.
+//
+// Vector registers: T0..T5 scratch (vmm0-5), then one accumulator per
+// inner-reduction output, then the allocator's pool.
+#pragma once
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "compiler/ew_codegen_plan.h"
+#include "compiler/jit_kernel.h"
+
+namespace kiln {
+namespace compiler {
+namespace ew_x86 {
+
+using Xbyak::Address;
+using Xbyak::Operand;
+using Xbyak::Reg64;
+
+constexpr uint32_t kSignBit = 0x80000000u;
+constexpr uint32_t kAbsMask = 0x7fffffffu;
+constexpr int kCmpLtOq = 0x11;
+constexpr int kCmpGtOq = 0x1e;
+
+// Stack frame (bytes from rsp).
+constexpr int kFrameIdx = 0;        // outer indices, 8 bytes each
+constexpr int kFrameEnd = 32;       // dim-0 end
+constexpr int kFrameBoundU = 40;    // rank 1: bytes covered by the unrolled loop
+constexpr int kFrameBound1 = 48;    // rank 1: bytes covered by full vectors
+constexpr int kFrameRem = 56;       // rank 1: tail lanes
+constexpr int kFrameArgs = 64;      // the EwKernelArgs pointer
+constexpr int kFrameMask = 96;      // AVX2: current tail mask (32 bytes)
+constexpr int kFrameMaskTab = 128;  // AVX2 rank 1: 8 x ~0 then 8 x 0
+constexpr int kFramePtrs = 192;     // row pointers that did not get a GPR
+
+template <typename Vmm>
+class EwGenerator : public JitKernel {
+ public:
+  static constexpr bool kAvx512 = std::is_same<Vmm, Xbyak::Zmm>::value;
+  static constexpr int kW = kAvx512 ? 16 : 8;
+  static constexpr int kVecBytes = kW * 4;
+
+  EwGenerator(const std::string& name, const EwKernelPlan& plan)
+      : JitKernel(name), plan_(plan), layout_(plan.layout) {}
+
+ protected:
+  void Generate() override;
+
+ private:
+  struct PtrLoc {
+    bool used = false;
+    bool in_reg = false;
+    Reg64 reg = Reg64(0);
+    int off = 0;
+  };
+
+  Vmm T(int i) const { return Vmm(i); }
+  Vmm Acc(int a) const { return Vmm(kEwTempRegs + a); }
+  Vmm Pool(int r) const { return Vmm(kEwTempRegs + num_acc_ + r); }
+
+  // Constants live in a table after the code, one 64-byte line each.
+  Address C(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    return CI(bits);
+  }
+  Address CI(uint32_t bits) {
+    auto it = const_index_.find(bits);
+    int idx;
+    if (it == const_index_.end()) {
+      idx = static_cast<int>(consts_.size());
+      consts_.push_back(bits);
+      const_index_.emplace(bits, idx);
+    } else {
+      idx = it->second;
+    }
+    return ptr[rip + l_consts_ + idx * 64];
+  }
+
+  bool InnerContiguous(const EwOperand& op) const {
+    return op.strides[layout_.rank - 1] == 1 || layout_.dims[layout_.rank - 1] == 1;
+  }
+  const PtrLoc& InPtr(int k) const { return ptrs_[k]; }
+  const PtrLoc& OutPtr(int k) const { return ptrs_[layout_.inputs.size() + k]; }
+  // The register holding an operand's row pointer (rax for spilled pointers).
+  Reg64 PtrReg(const PtrLoc& p) {
+    if (p.in_reg) return p.reg;
+    mov(rax, qword[rsp + p.off]);
+    return rax;
+  }
+
+  void AssignPointers();
+  void LoadPointers();
+  void AddPtrDeltas(int level);
+  void AddImm(const Operand& dst, int64_t v);
+  void SetTailMaskConst(int rem);
+  void SetTailMaskRuntime();  // rem in rax (1..W-1)
+  void InnerLoop();
+  void Body(int off, bool masked);
+  void Compute(const EwStep& s, int off, bool masked);
+  void LoadInput(const Vmm& d, int input, int off, bool masked);
+  void StoreOutput(const Vmm& s, int output, int off, bool masked);
+  void Epilogue();
+  void EmitConstTable();
+  int UnrollFactor() const;
+
+  // ISA-neutral helpers.
+  void And(const Vmm& d, const Vmm& a, const Operand& b) {
+    if constexpr (kAvx512) vpandd(d, a, b); else vandps(d, a, b);
+  }
+  void Or(const Vmm& d, const Vmm& a, const Operand& b) {
+    if constexpr (kAvx512) vpord(d, a, b); else vorps(d, a, b);
+  }
+  void Xor(const Vmm& d, const Vmm& a, const Operand& b) {
+    if constexpr (kAvx512) vpxord(d, a, b); else vxorps(d, a, b);
+  }
+  // cond = a < b (ordered); AVX-512 keeps it in k2, AVX2 in `tmp`.
+  void CmpLt(const Vmm& a, const Operand& b, const Vmm& tmp) {
+    if constexpr (kAvx512) vcmpps(k2, a, b, kCmpLtOq); else vcmpps(tmp, a, b, kCmpLtOq);
+  }
+  // d = cond ? if_true : if_false.
+  void Select(const Vmm& d, const Vmm& cond_tmp, const Vmm& if_true, const Vmm& if_false) {
+    if constexpr (kAvx512) {
+      (void)cond_tmp;
+      vblendmps(d | k2, if_false, if_true);
+    } else {
+      vblendvps(d, if_false, if_true, cond_tmp);
+    }
+  }
+  void Horner(const Vmm& acc, const Vmm& x, const float* coef, int n) {
+    vmovups(acc, C(coef[0]));
+    for (int i = 1; i < n; ++i) vfmadd213ps(acc, x, C(coef[i]));
+  }
+
+  // Math expansions. d may alias x; x must not be a scratch register except
+  // where noted. Scratch used: Exp T0-T2, Sigmoid T0-T3, Tanh T0-T4,
+  // ErfcTail/Erf/Erfc T0-T5.
+  void Exp(const Vmm& d, const Vmm& x);
+  void Sigmoid(const Vmm& d, const Vmm& x);
+  void Tanh(const Vmm& d, const Vmm& x);
+  void ErfcTail();  // T4 = erfc(T5) for T5 = |x|
+  void Erf(const Vmm& d, const Vmm& x);
+  void Erfc(const Vmm& d, const Vmm& x);
+  void Fma(const Vmm& d, const Vmm& a, const Vmm& b, const Vmm& c);
+
+  const EwKernelPlan& plan_;
+  const EwLayout& layout_;
+  int num_acc_ = 0;
+  std::vector<int> acc_of_output_;
+  std::vector<PtrLoc> ptrs_;
+  int frame_bytes_ = 0;
+  int unroll_ = 1;
+  int spill_off_ = 0;
+  Xbyak::Label l_consts_;
+  std::vector<uint32_t> consts_;
+  std::map<uint32_t, int> const_index_;
+};
+
+
+}  // namespace ew_x86
+}  // namespace compiler
+}  // namespace kiln
