@@ -73,4 +73,11 @@ std::string CompiledObject::Listing() const {
   return os.str();
 }
 
+std::shared_ptr<const CompiledObjectAttachment> CompiledObject::Attachment(
+    const std::function<std::shared_ptr<const CompiledObjectAttachment>()>& make) const {
+  std::lock_guard<std::mutex> lock(attachment_mu_);
+  if (!attachment_) attachment_ = make();
+  return attachment_;
+}
+
 }  // namespace kiln::jit

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,14 @@ struct CompileOptions {
   size_t Hash() const;
 };
 
+// Something a layer above the compiler builds from a compiled object and keeps
+// with it (the executor launch mode's program of jit_kernel ops): it lives
+// and dies with the object, so the cache's bound covers it too.
+class CompiledObjectAttachment {
+ public:
+  virtual ~CompiledObjectAttachment() = default;
+};
+
 struct CompiledObject {
   uint64_t id = 0;  // unique in the process
   std::string key;
@@ -65,6 +75,14 @@ struct CompiledObject {
 
   // Instructions with their argument buffers, then the buffer plan.
   std::string Listing() const;
+
+  // The attachment, made by `make` on the first call (thread-safe).
+  std::shared_ptr<const CompiledObjectAttachment> Attachment(
+      const std::function<std::shared_ptr<const CompiledObjectAttachment>()>& make) const;
+
+ private:
+  mutable std::mutex attachment_mu_;
+  mutable std::shared_ptr<const CompiledObjectAttachment> attachment_;
 };
 
 }  // namespace kiln::jit

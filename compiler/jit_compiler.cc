@@ -123,8 +123,10 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
   double ms = 0;
   try {
     std::unique_ptr<CompiledObject> obj = Lower(key, *subgraph, signature, ck.options);
-    static std::atomic<uint64_t> next_id{1};
-    obj->id = next_id++;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      obj->id = next_id_++;
+    }
     ms = obj->compile_ms;
     result = std::move(obj);
   } catch (const Error& e) {
@@ -181,8 +183,28 @@ std::vector<std::shared_ptr<const CompiledObject>> JitCompiler::CachedObjects() 
 }
 
 JitStats JitCompiler::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  JitStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  auto count = [this](LaunchEvent e) { return launch_counts_[static_cast<size_t>(e)].load(); };
+  s.launch = {count(LaunchEvent::kLaunch),           count(LaunchEvent::kDonated),
+              count(LaunchEvent::kCopyProtected),    count(LaunchEvent::kFrameworkFallback),
+              count(LaunchEvent::kInputDonated),     count(LaunchEvent::kInputKept)};
+  return s;
+}
+
+void JitCompiler::ResetStats() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = JitStats();
+  }
+  ResetLaunchStats();
+}
+
+void JitCompiler::ResetLaunchStats() {
+  for (auto& c : launch_counts_) c = 0;
 }
 
 void JitCompiler::ClearCache() {
@@ -194,6 +216,7 @@ void JitCompiler::ClearCache() {
   given_up_.clear();
   by_id_.clear();
   stats_ = JitStats();
+  for (auto& c : launch_counts_) c = 0;
 }
 
 }  // namespace kiln::jit

@@ -9,6 +9,8 @@
 // cluster that fails to compile (Compile returns nullptr).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -42,6 +44,16 @@ struct JitCompilerOptions {
   std::function<void(const CompiledObject&, const JitSubgraph&)> on_compile;
 };
 
+// What the launches of a compiler's clusters did (counted by launch_op/).
+struct LaunchStats {
+  int64_t launches = 0;
+  int64_t donated = 0;              // in-place updates on the input's own buffer
+  int64_t copy_protected = 0;       // in-place updates that copied a shared buffer first
+  int64_t framework_fallbacks = 0;  // launches run through the subgraph's framework ops
+  int64_t inputs_donated = 0;       // dying inputs whose memory held the cluster's temps
+  int64_t inputs_kept = 0;          // dying inputs shared elsewhere: their temps got a block of their own
+};
+
 struct JitStats {
   int64_t compiles = 0;
   int64_t hits = 0;
@@ -52,7 +64,10 @@ struct JitStats {
   double compile_ms = 0.0;
   std::map<std::string, double> compile_ms_per_key;
   std::map<std::string, int64_t> compiles_per_key;
+  LaunchStats launch;
 };
+
+enum class LaunchEvent { kLaunch, kDonated, kCopyProtected, kFrameworkFallback, kInputDonated, kInputKept };
 
 class JitCompiler {
  public:
@@ -79,6 +94,12 @@ class JitCompiler {
   std::vector<std::shared_ptr<const CompiledObject>> CachedObjects() const;
 
   JitStats stats() const;
+  // Counts one launch event (thread-safe, lock-free).
+  void Count(LaunchEvent event) { launch_counts_[static_cast<size_t>(event)].fetch_add(1, std::memory_order_relaxed); }
+  // Zeroes the statistics (ResetLaunchStats: only the launch counters);
+  // compiled objects stay.
+  void ResetStats();
+  void ResetLaunchStats();
   // Drops compiled objects and statistics (subgraphs stay).
   void ClearCache();
 
@@ -112,6 +133,8 @@ class JitCompiler {
   std::set<std::string> given_up_;  // keys past the recompile limit
   std::unordered_map<uint64_t, std::weak_ptr<const CompiledObject>> by_id_;
   JitStats stats_;
+  uint64_t next_id_ = 1;  // CompiledObject::id, unique in this compiler
+  std::array<std::atomic<int64_t>, 6> launch_counts_{};
 };
 
 }  // namespace kiln::jit

@@ -50,10 +50,14 @@ size_t ExecContext::InputCount(std::string_view slot) const {
   return s ? s->vars.size() : 0;
 }
 
-const Tensor* ExecContext::InputTensor(std::string_view slot, size_t i) const {
+Variable* ExecContext::InputVar(std::string_view slot, size_t i) const {
   const SlotVars* s = FindSlot(inputs_, slot);
-  if (s == nullptr || i >= s->vars.size() || s->vars[i] == nullptr) return nullptr;
-  return &s->vars[i]->Get();
+  return s == nullptr || i >= s->vars.size() ? nullptr : s->vars[i];
+}
+
+const Tensor* ExecContext::InputTensor(std::string_view slot, size_t i) const {
+  const Variable* v = InputVar(slot, i);
+  return v == nullptr ? nullptr : &v->Get();
 }
 
 const Tensor* ExecContext::InputOrNull(std::string_view slot, size_t i) const {

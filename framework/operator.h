@@ -94,6 +94,10 @@ class ExecContext {
   // nullptr when the slot is absent, the arg is @EMPTY@, or it has no shape.
   const Tensor* InputMetaOrNull(std::string_view slot, size_t i = 0) const;
   std::vector<const Tensor*> MultiInput(std::string_view slot) const;
+  // The variable of input arg i (for ops that take over an input's buffer,
+  // as jit_launch does with inputs that die in it); nullptr when the slot is
+  // absent or the arg @EMPTY@.
+  Variable* InputVar(std::string_view slot, size_t i = 0) const;
   const std::string& InputName(std::string_view slot, size_t i = 0) const;
 
   size_t OutputCount(std::string_view slot) const;

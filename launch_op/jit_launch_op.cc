@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <unordered_map>
+#include <mutex>
 
 #include "compiler/jit_compiler.h"
 #include "framework/executor.h"
@@ -13,7 +13,6 @@ namespace kiln::jit {
 namespace {
 
 std::atomic<int> g_mode{static_cast<int>(LaunchMode::kRuntime)};
-std::atomic<int64_t> g_launches{0}, g_donated{0}, g_copied{0}, g_fallbacks{0}, g_inputs_donated{0}, g_inputs_kept{0};
 
 // The cluster's own framework ops over a local scope whose inputs share the
 // caller's buffers; outputs are shared back.
@@ -26,18 +25,22 @@ void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
   auto plan = exec.Prepare(program, 0, std::set<std::string>(sg.outputs.begin(), sg.outputs.end()));
   exec.Run(*plan, local);
   for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local.GetVar(sg.outputs[o])->Get();
-  ++g_fallbacks;
+  JitCompiler::Instance().Count(LaunchEvent::kFrameworkFallback);
 }
 
-// Executor launch mode: the instruction list as a program of jit_kernel ops.
-struct ExecutorModeProgram {
+// Executor launch mode: the instruction list as a program of jit_kernel ops,
+// kept with its compiled object (so the cache bounds it). A prepared plan
+// binds the vars of one scope, so launches of one object through it take
+// turns on its scope.
+struct ExecutorModeProgram : CompiledObjectAttachment {
   proto::ProgramDesc program;
   std::unique_ptr<ExecutionPlan> plan;
-  Scope scope;
+  mutable std::mutex mu;
+  mutable Scope scope;
 };
 
-std::unique_ptr<ExecutorModeProgram> BuildExecutorProgram(const CompiledObject& obj) {
-  auto p = std::make_unique<ExecutorModeProgram>();
+std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const CompiledObject& obj) {
+  auto p = std::make_shared<ExecutorModeProgram>();
   proto::BlockDesc* block = p->program.add_blocks();
   block->set_idx(0);
   block->set_parent_idx(-1);
@@ -68,9 +71,9 @@ std::unique_ptr<ExecutorModeProgram> BuildExecutorProgram(const CompiledObject& 
 }
 
 void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins, const std::vector<void*>& outs) {
-  thread_local std::unordered_map<uint64_t, std::unique_ptr<ExecutorModeProgram>> programs;
-  auto& p = programs[obj.id];
-  if (!p) p = BuildExecutorProgram(obj);
+  const auto p = std::static_pointer_cast<const ExecutorModeProgram>(
+      obj.Attachment([&obj] { return BuildExecutorProgram(obj); }));
+  std::lock_guard<std::mutex> lock(p->mu);
   for (const auto& b : obj.program.plan.buffers) {
     if (b.role == runtime::BufferRole::kTemp) continue;
     void* data = b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
@@ -97,10 +100,35 @@ void JitKernelKernel(ExecContext& ctx) {
   runtime::Runner::RunInstruction(obj->program, i, data);
 }
 
+// A dying input (the plan's donors) is donated when this var alone owns its
+// buffer; otherwise the runner gives its temps a block of their own. The
+// launch takes over the buffer of every input that dies in it and that its
+// var alone holds: the var keeps its dims (shape-only) and the runner frees
+// the buffer after its last use inside the launch.
+void TakeDyingInputs(ExecContext& ctx, const runtime::BufferPlan& plan, JitCompiler& compiler,
+                     std::vector<bool>* donate, std::vector<std::shared_ptr<Allocation>>* owned) {
+  const size_t n_in = ctx.InputCount("X");
+  donate->assign(n_in, false);
+  owned->assign(n_in, nullptr);
+  for (const auto& b : plan.buffers) {
+    if (b.role != runtime::BufferRole::kInput || !b.donatable) continue;
+    const size_t i = static_cast<size_t>(b.io_index);
+    Variable* var = ctx.InputVar("X", i);
+    Tensor* t = var == nullptr ? nullptr : var->GetMutable();
+    const bool take = t != nullptr && t->initialized() && t->use_count() == 1 && t->allocation()->owned();
+    (*donate)[i] = take;
+    if (take) {
+      (*owned)[i] = t->allocation();
+      t->ReleaseBuffer();
+    }
+    compiler.Count(take ? LaunchEvent::kInputDonated : LaunchEvent::kInputKept);
+  }
+}
+
 void JitLaunchKernel(ExecContext& ctx) {
-  ++g_launches;
-  const std::string& key = ctx.Attr<std::string>("compilation_key");
   JitCompiler& compiler = JitCompiler::Instance();
+  compiler.Count(LaunchEvent::kLaunch);
+  const std::string& key = ctx.Attr<std::string>("compilation_key");
   ShapeSignature sig;
   const size_t n_in = ctx.InputCount("X");
   std::vector<void*> ins(n_in);
@@ -136,9 +164,9 @@ void JitLaunchKernel(ExecContext& ctx) {
         Tensor fresh;
         fresh.CopyFrom(*t);
         *t = fresh;
-        ++g_copied;
+        compiler.Count(LaunchEvent::kCopyProtected);
       } else {
-        ++g_donated;
+        compiler.Count(LaunchEvent::kDonated);
       }
       outs[o] = t->raw_data();
       continue;
@@ -155,29 +183,9 @@ void JitLaunchKernel(ExecContext& ctx) {
   if (GetLaunchMode() == LaunchMode::kExecutor) {
     RunThroughExecutor(*obj, ins, outs);
   } else {
-    // A dying input (the plan's donors) is donated when this var alone owns
-    // its buffer; otherwise the runner gives its temps a block of their own.
-    // The launch takes over the buffer of every input that dies in it and
-    // that its var alone holds: the var keeps its dims (shape-only) and the
-    // runner frees the buffer after its last use inside the launch.
-    const runtime::BufferPlan& plan = obj->program.plan;
-    std::vector<bool> donate(n_in, false);
-    std::vector<std::shared_ptr<Allocation>> owned(n_in);
-    const SlotVars* x_slot = nullptr;
-    for (const auto& slot : ctx.input_slots()) {
-      if (slot.name == "X") x_slot = &slot;
-    }
-    for (const auto& b : plan.buffers) {
-      if (b.role != runtime::BufferRole::kInput || !b.donatable || x_slot == nullptr) continue;
-      const size_t i = static_cast<size_t>(b.io_index);
-      Tensor* t = x_slot->vars[i] == nullptr ? nullptr : x_slot->vars[i]->GetMutable();
-      donate[i] = t != nullptr && t->initialized() && t->use_count() == 1 && t->allocation()->owned();
-      if (donate[i]) {
-        owned[i] = t->allocation();
-        t->ReleaseBuffer();
-      }
-      ++(donate[i] ? g_inputs_donated : g_inputs_kept);
-    }
+    std::vector<bool> donate;
+    std::vector<std::shared_ptr<Allocation>> owned;
+    TakeDyingInputs(ctx, obj->program.plan, compiler, &donate, &owned);
     runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output);
     // An output no instruction writes (none today) still gets its buffer.
     for (size_t o = 0; o < n_out; ++o) {
@@ -197,8 +205,8 @@ LaunchMode ParseLaunchMode(const std::string& name) {
 void SetLaunchMode(LaunchMode mode) { g_mode = static_cast<int>(mode); }
 LaunchMode GetLaunchMode() { return static_cast<LaunchMode>(g_mode.load()); }
 
-LaunchStats GetLaunchStats() { return {g_launches, g_donated, g_copied, g_fallbacks, g_inputs_donated, g_inputs_kept}; }
-void ResetLaunchStats() { g_launches = g_donated = g_copied = g_fallbacks = g_inputs_donated = g_inputs_kept = 0; }
+LaunchStats GetLaunchStats() { return JitCompiler::Instance().stats().launch; }
+void ResetLaunchStats() { JitCompiler::Instance().ResetLaunchStats(); }
 
 void RegisterJitOps(OpRegistry& registry) {
   if (registry.Find("jit_launch") != nullptr) return;

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include "compiler/jit_compiler.h"
+
 namespace kiln {
 class OpRegistry;
 }
@@ -31,14 +33,8 @@ LaunchMode ParseLaunchMode(const std::string& name);
 void SetLaunchMode(LaunchMode mode);
 LaunchMode GetLaunchMode();
 
-struct LaunchStats {
-  int64_t launches = 0;
-  int64_t donated = 0;          // in-place updates on the input's own buffer
-  int64_t copy_protected = 0;   // in-place updates that copied a shared buffer first
-  int64_t framework_fallbacks = 0;  // launches run through the subgraph's framework ops
-  int64_t inputs_donated = 0;   // dying inputs whose memory held the cluster's temps
-  int64_t inputs_kept = 0;      // dying inputs shared elsewhere: their temps got a block of their own
-};
+// The launch counters of JitCompiler::Instance() (its stats().launch), which
+// the jit_launch op counts into.
 LaunchStats GetLaunchStats();
 void ResetLaunchStats();
 
