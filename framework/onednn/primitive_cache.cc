@@ -1,8 +1,8 @@
 #include "framework/onednn/primitive_cache.h"
 
-#include <cstring>
 #include <sstream>
 
+#include "framework/hash.h"
 #include "oneapi/dnnl/dnnl_debug.h"
 
 namespace kiln::onednn {
@@ -30,28 +30,6 @@ const char* PrimitiveKindName(PrimitiveKind kind) {
 
 namespace {
 
-// Floats compare by bit pattern: a key must equal itself even when it holds a
-// NaN, and hashing must agree with ==.
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-void HashCombine(size_t& seed, uint64_t v) {
-  // 64-bit mix (splitmix64 finaliser) folded into the running seed.
-  v += 0x9e3779b97f4a7c15ull;
-  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-  v ^= v >> 31;
-  seed ^= static_cast<size_t>(v) + 0x9e3779b9 + (seed << 6) + (seed >> 2);
-}
-
-void HashDims(size_t& seed, const Dims& d) {
-  HashCombine(seed, d.size());
-  for (int64_t x : d) HashCombine(seed, static_cast<uint64_t>(x));
-}
-
 void PrintDims(std::ostream& os, const char* name, const Dims& d) {
   if (!d.empty()) os << ' ' << name << '=' << DimsToString(d);
 }
@@ -71,19 +49,19 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, static_cast<uint64_t>(kind));
   HashCombine(seed, static_cast<uint64_t>(dtype));
   HashCombine(seed, dims.size());
-  for (const Dims& d : dims) HashDims(seed, d);
+  for (const Dims& d : dims) HashCombineDims(seed, d);
   HashCombine(seed, static_cast<uint64_t>(algorithm));
   HashCombine(seed, (transpose_a ? 1u : 0u) | (transpose_b ? 2u : 0u));
   HashCombine(seed, static_cast<uint64_t>(axis));
   HashCombine(seed, static_cast<uint64_t>(groups));
-  HashDims(seed, kernel);
-  HashDims(seed, strides);
-  HashDims(seed, dilations);
-  HashDims(seed, padding_l);
-  HashDims(seed, padding_r);
-  HashCombine(seed, FloatBits(alpha));
-  HashCombine(seed, FloatBits(beta));
-  HashCombine(seed, FloatBits(epsilon));
+  HashCombineDims(seed, kernel);
+  HashCombineDims(seed, strides);
+  HashCombineDims(seed, dilations);
+  HashCombineDims(seed, padding_l);
+  HashCombineDims(seed, padding_r);
+  HashCombineFloat(seed, alpha);
+  HashCombineFloat(seed, beta);
+  HashCombineFloat(seed, epsilon);
   HashCombine(seed, flags);
   return seed;
 }
@@ -111,7 +89,7 @@ std::string PrimitiveKey::ToString() const {
 
 // ---- PrimitiveCache -------------------------------------------------------------
 
-PrimitiveCache::PrimitiveCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+PrimitiveCache::PrimitiveCache(size_t capacity) : lru_(capacity) {}
 
 PrimitiveCache& PrimitiveCache::Global() {
   // Leaked on purpose: kernels may run from threads that outlive static
@@ -122,14 +100,13 @@ PrimitiveCache& PrimitiveCache::Global() {
 
 std::shared_ptr<const PrimitiveEntry> PrimitiveCache::Find(const PrimitiveKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it == index_.end()) {
+  const auto* found = lru_.Find(key);
+  if (found == nullptr) {
     ++misses_;
     return nullptr;
   }
   ++hits_;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  return *found;
 }
 
 std::shared_ptr<const PrimitiveEntry> PrimitiveCache::GetOrCreate(const PrimitiveKey& key, const CreateFn& create) {
@@ -139,51 +116,24 @@ std::shared_ptr<const PrimitiveEntry> PrimitiveCache::GetOrCreate(const Primitiv
   std::shared_ptr<const PrimitiveEntry> created = create();
   KILN_CHECK(created != nullptr, "primitive creation returned null for ", key.ToString());
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
-  }
-  InsertLocked(key, created);
+  if (const auto* first = lru_.Find(key)) return *first;
+  evictions_ += static_cast<int64_t>(lru_.Insert(key, created));
   return created;
 }
 
 void PrimitiveCache::Insert(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    it->second->second = std::move(entry);
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return;
-  }
-  InsertLocked(key, std::move(entry));
-}
-
-void PrimitiveCache::InsertLocked(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry) {
-  lru_.emplace_front(key, std::move(entry));
-  index_[key] = lru_.begin();
-  EvictLocked();
-}
-
-void PrimitiveCache::EvictLocked() {
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-    ++evictions_;
-  }
+  evictions_ += static_cast<int64_t>(lru_.Insert(key, std::move(entry)));
 }
 
 std::vector<PrimitiveKey> PrimitiveCache::Keys() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<PrimitiveKey> keys;
-  keys.reserve(lru_.size());
-  for (const Item& item : lru_) keys.push_back(item.first);
-  return keys;
+  return lru_.Keys();
 }
 
 bool PrimitiveCache::Contains(const PrimitiveKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return index_.count(key) != 0;
+  return lru_.Contains(key);
 }
 
 PrimitiveCacheStats PrimitiveCache::stats() const {
@@ -193,20 +143,18 @@ PrimitiveCacheStats PrimitiveCache::stats() const {
   s.misses = misses_;
   s.evictions = evictions_;
   s.size = lru_.size();
-  s.capacity = capacity_;
+  s.capacity = lru_.capacity();
   return s;
 }
 
 void PrimitiveCache::set_capacity(size_t capacity) {
   std::lock_guard<std::mutex> lock(mu_);
-  capacity_ = capacity == 0 ? 1 : capacity;
-  EvictLocked();
+  evictions_ += static_cast<int64_t>(lru_.set_capacity(capacity));
 }
 
 void PrimitiveCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
-  lru_.clear();
-  index_.clear();
+  lru_.Clear();
   hits_ = misses_ = evictions_ = 0;
 }
 

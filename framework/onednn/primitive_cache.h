@@ -10,15 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "dnnl.hpp"
 #include "framework/data_type.h"
+#include "framework/lru_cache.h"
 #include "framework/tensor.h"
 
 namespace kiln::onednn {
@@ -154,14 +153,8 @@ class PrimitiveCache {
   void Clear();
 
  private:
-  using Item = std::pair<PrimitiveKey, std::shared_ptr<const PrimitiveEntry>>;
-  void InsertLocked(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry);
-  void EvictLocked();
-
   mutable std::mutex mu_;
-  size_t capacity_;
-  std::list<Item> lru_;  // front: most recently used
-  std::unordered_map<PrimitiveKey, std::list<Item>::iterator, PrimitiveKeyHash> index_;
+  LruCache<PrimitiveKey, std::shared_ptr<const PrimitiveEntry>, PrimitiveKeyHash> lru_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
   int64_t evictions_ = 0;
