@@ -34,14 +34,64 @@ void PrintDims(std::ostream& os, const char* name, const Dims& d) {
   if (!d.empty()) os << ' ' << name << '=' << DimsToString(d);
 }
 
+// "eltwise_gelu_tanh" -> "gelu_tanh".
+std::string AlgorithmName(int algorithm) {
+  std::string s = dnnl_alg_kind2str(static_cast<dnnl_alg_kind_t>(algorithm));
+  const std::string prefix = "eltwise_";
+  return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
+}
+
 }  // namespace
+
+// ---- PostOp ----------------------------------------------------------------------
+
+PostOp PostOp::Eltwise(dnnl::algorithm algorithm, float alpha, float beta) {
+  PostOp p;
+  p.kind = Kind::kEltwise;
+  p.algorithm = static_cast<int>(algorithm);
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+
+PostOp PostOp::Sum(float scale) {
+  PostOp p;
+  p.kind = Kind::kSum;
+  p.scale = scale;
+  return p;
+}
+
+bool PostOp::operator==(const PostOp& o) const {
+  return kind == o.kind && algorithm == o.algorithm && FloatBits(scale) == FloatBits(o.scale) &&
+         FloatBits(alpha) == FloatBits(o.alpha) && FloatBits(beta) == FloatBits(o.beta);
+}
+
+std::string PostOp::ToString() const {
+  std::ostringstream os;
+  os << '+' << (kind == Kind::kSum ? std::string("sum") : AlgorithmName(algorithm));
+  std::vector<std::string> params;
+  auto param = [&](const char* name, float v) {
+    std::ostringstream p;
+    p << name << '=' << v;
+    params.push_back(p.str());
+  };
+  if (scale != 1.0f) param("scale", scale);
+  if (alpha != 0.0f) param("alpha", alpha);
+  if (beta != 0.0f) param("beta", beta);
+  for (size_t i = 0; i < params.size(); ++i) os << (i ? "," : "(") << params[i];
+  if (!params.empty()) os << ')';
+  return os.str();
+}
+
+// ---- PrimitiveKey ----------------------------------------------------------------
 
 bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
   return kind == o.kind && dtype == o.dtype && dims == o.dims && algorithm == o.algorithm &&
          transpose_a == o.transpose_a && transpose_b == o.transpose_b && axis == o.axis && groups == o.groups &&
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
          padding_r == o.padding_r && FloatBits(alpha) == FloatBits(o.alpha) &&
-         FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags;
+         FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags &&
+         FloatBits(output_scale) == FloatBits(o.output_scale) && bias == o.bias && post_ops == o.post_ops;
 }
 
 size_t PrimitiveKey::Hash() const {
@@ -51,7 +101,7 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, dims.size());
   for (const Dims& d : dims) HashCombineDims(seed, d);
   HashCombine(seed, static_cast<uint64_t>(algorithm));
-  HashCombine(seed, (transpose_a ? 1u : 0u) | (transpose_b ? 2u : 0u));
+  HashCombine(seed, (transpose_a ? 1u : 0u) | (transpose_b ? 2u : 0u) | (bias ? 4u : 0u));
   HashCombine(seed, static_cast<uint64_t>(axis));
   HashCombine(seed, static_cast<uint64_t>(groups));
   HashCombineDims(seed, kernel);
@@ -63,6 +113,14 @@ size_t PrimitiveKey::Hash() const {
   HashCombineFloat(seed, beta);
   HashCombineFloat(seed, epsilon);
   HashCombine(seed, flags);
+  HashCombineFloat(seed, output_scale);
+  HashCombine(seed, post_ops.size());
+  for (const PostOp& p : post_ops) {
+    HashCombine(seed, (static_cast<uint64_t>(p.kind) << 32) | static_cast<uint32_t>(p.algorithm));
+    HashCombineFloat(seed, p.scale);
+    HashCombineFloat(seed, p.alpha);
+    HashCombineFloat(seed, p.beta);
+  }
   return seed;
 }
 
@@ -80,10 +138,14 @@ std::string PrimitiveKey::ToString() const {
   PrintDims(os, "dilations", dilations);
   PrintDims(os, "pad_l", padding_l);
   PrintDims(os, "pad_r", padding_r);
-  if (kind == PrimitiveKind::kMatmul || alpha != 0.0f) os << " alpha=" << alpha;
+  if (alpha != 0.0f) os << " alpha=" << alpha;
   if (beta != 0.0f) os << " beta=" << beta;
   if (epsilon != 0.0f) os << " eps=" << epsilon;
   if (flags != 0) os << " flags=0x" << std::hex << flags << std::dec;
+  // A matmul always shows its scale (its alpha attribute); others when set.
+  if (kind == PrimitiveKind::kMatmul || output_scale != 1.0f) os << " scale=" << output_scale;
+  if (bias) os << " +bias";
+  for (const PostOp& p : post_ops) os << ' ' << p.ToString();
   return os.str();
 }
 
