@@ -86,7 +86,8 @@ std::vector<int> ForwardArgs(const PrimitiveEntry& entry, bool bias) {
 // [..., K] -> [M, K] with M the product of the leading dims.
 Dims FoldRows(const Dims& dims, const char* what) {
   if (dims.empty() || dims.back() <= 0 || Numel(dims) <= 0) {
-    ThrowInvalidArgument("oneDNN matmul: ", what, " ", DimsToString(dims), " has no rows of positive length");
+    ThrowInvalidArgument("oneDNN matmul: expected ", what, " [..., K] with K > 0 and no zero dim, got ",
+                         DimsToString(dims));
   }
   return {Numel(dims) / dims.back(), dims.back()};
 }
@@ -96,7 +97,11 @@ BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec) {
                           spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation));
   const std::string shapes = "x " + DimsToString(spec.x_dims) + " w " + DimsToString(spec.w_dims) +
                              (spec.transpose_w ? " (transposed)" : "");
-  if (!h.valid() || h.dst_dims().size() != 2) ThrowInvalidArgument("oneDNN matmul: ", shapes, " do not multiply");
+  if (!h.valid() || h.dst_dims().size() != 2) {
+    const std::string k = std::to_string(spec.x_dims.back());
+    ThrowInvalidArgument("oneDNN matmul: ", shapes, " do not multiply: expected w ",
+                         spec.transpose_w ? "[N," + k + "]" : "[" + k + ",N]");
+  }
   auto entry = AcquireEntry(h, "matmul for " + shapes);
   return BoundEntry(entry, ForwardArgs(*entry, spec.bias));
 }
@@ -123,7 +128,8 @@ class MatmulSgdKernel final : public runtime::Kernel {
       : name_(std::move(name)), keep_old_(keep_old) {
     const Dims x = FoldRows(x_dims, "x");
     if (w_dims.size() != 2 || w_dims[0] != x[1] || w_dims[1] <= 0) {
-      ThrowInvalidArgument("oneDNN matmul sgd: x ", DimsToString(x_dims), " does not fit w ", DimsToString(w_dims));
+      ThrowInvalidArgument("oneDNN matmul sgd: x ", DimsToString(x_dims), " expects w [", x[1], ",N], got ",
+                           DimsToString(w_dims));
     }
     dy_numel_ = static_cast<size_t>(x[0] * w_dims[1]);
     w_bytes_ = static_cast<size_t>(Numel(w_dims)) * sizeof(float);
@@ -181,7 +187,11 @@ BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
                              DimsToString(spec.filter_dims) + " strides " + DimsToString(spec.strides) +
                              " paddings " + DimsToString(spec.paddings) + " dilations " +
                              DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups);
-  if (!h.valid()) ThrowInvalidArgument("oneDNN convolution: ", shapes, " do not make a 2-D convolution");
+  if (!h.valid()) {
+    ThrowInvalidArgument("oneDNN convolution: ", shapes,
+                         " do not make a 2-D convolution: expected input [N,C,H,W], filter [O,C/groups,KH,KW] with O "
+                         "divisible by groups, 2 strides and dilations >= 1, 2 paddings >= 0, and a window that fits");
+  }
   auto entry = AcquireEntry(h, "convolution for " + shapes);
   return BoundEntry(entry, ForwardArgs(*entry, spec.bias));
 }

@@ -294,11 +294,16 @@ TEST(FusedConvKernelTest, ShapesThatMakeNoConvolutionAreNamed) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("input [1,4,7,9] filter [6,3,3,3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected input [N,C,H,W], filter [O,C/groups,KH,KW]"), std::string::npos);
   }
   FusedMatmulSpec m;
   m.x_dims = Dims{3, 4};
   m.w_dims = Dims{5, 6};
-  EXPECT_NE(test::ErrorOf([&] { MakeFusedMatmulKernel(m, "m"); }).find("x [3,4] w [5,6]"), std::string::npos);
+  const std::string matmul_error = test::ErrorOf([&] { MakeFusedMatmulKernel(m, "m"); });
+  EXPECT_NE(matmul_error.find("x [3,4] w [5,6] do not multiply: expected w [4,N]"), std::string::npos)
+      << matmul_error;
+  EXPECT_NE(test::ErrorOf([&] { MakeMatmulSgdKernel({3, 4}, {5, 6}, "s"); }).find("expects w [4,N], got [5,6]"),
+            std::string::npos);
 }
 
 
