@@ -1,8 +1,16 @@
-// oneDNN anchors of the JIT: a matmul with its bias add (and a ReLU/GELU
-// after it) folded into one oneDNN matmul primitive, created at compile time
-// for the cluster's concrete shapes and run on the bound buffers.
+// oneDNN anchors of the JIT: a matmul or a 2-D convolution with its bias add
+// and activation folded into one oneDNN primitive, and a matmul's weight
+// gradient with its SGD step.
+//
+// One oneDNN stack: the primitives are created at compile time, for the
+// cluster's concrete shapes, through the framework's handlers and cached in
+// onednn::PrimitiveCache::Global() under typed keys (a second kernel of the
+// same shapes is a cache hit). A kernel keeps its cached entry and runs it on
+// the bound buffers with onednn::ExecuteEntry: scratchpads and reorder
+// buffers come from the caching allocator for that one execution.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,26 +30,38 @@ struct FusedMatmulSpec {
   MatmulActivation activation = MatmulActivation::kNone;
 };
 
+// Out = act(alpha * X @ W (+ bias)) as one oneDNN matmul.
+// Arguments at run time: X, W[, bias] -> Out.
+// Throws kiln::Error: kInvalidArgument when the dims do not make a matmul,
+// kUnimplemented when oneDNN has no implementation for the spec.
+std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name);
+
 // W -= lr * X^T @ dY for X [..., K] (leading dims fold into M), dY [..., N],
 // W [K, N]: the weight gradient of a matmul and its SGD step as one oneDNN
-// matmul (scale -lr, sum post-op into W), so the gradient never exists.
+// matmul (scale -1, sum post-op into W), so the gradient never exists.
 // Arguments at run time: X, dY, LearningRate [1], W (read) -> W (written).
 // With `keep_old`: X, dY, LearningRate, W -> W_old, W, where W_old receives
 // W before the step (so dX can be computed after it, from W_old, and X dies
-// here).
+// here). Throws kiln::Error as MakeFusedMatmulKernel.
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const std::string& name, bool keep_old = false);
 
-// The batch-1 form of the above plus the input gradient, in one pass over W
-// (compiler/gemv.h): X [1,K], dY [1,N], lr [1], W [K,N] -> dX [1,K] (when
-// `with_dx`), W. Arguments: X, dY, LearningRate, W | [dX,] W.
-std::shared_ptr<const runtime::Kernel> MakeGemvGradSgdKernel(int64_t k, int64_t n, bool with_dx,
-                                                             const std::string& name);
+// kiln's conv2d (strides, symmetric paddings, dilations with 1 = dense,
+// groups), then elementwise_add of a [O] bias at axis 1 and the activation.
+struct FusedConvSpec {
+  Dims input_dims, filter_dims;  // [N,C,H,W], [O,C/groups,KH,KW]
+  Dims strides, paddings, dilations;  // 2 entries each
+  int64_t groups = 1;
+  bool bias = false;
+  MatmulActivation activation = MatmulActivation::kNone;
+};
 
-// Throws kiln::Error when oneDNN has no implementation for the spec.
-// A one-row X without transposes, alpha or GELU runs as a kiln matrix-vector
-// kernel instead (no weight repacking).
-// Arguments at run time: X, W[, bias] -> Out.
-std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name);
+// One oneDNN convolution with the bias and activation fused. Arguments at run
+// time, all plain NCHW/OIHW buffers: Input, Filter[, Bias] -> Output
+// [N,O,OH,OW]; the cached entry's reorders move them to and from the
+// primitive's blocked layouts. Throws kiln::Error: kInvalidArgument when the
+// dims do not make a convolution, kUnimplemented when oneDNN has no
+// implementation.
+std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const std::string& name);
 
 }  // namespace kiln::jit

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -19,7 +20,6 @@ PrimitiveKey MatmulKey(const Dims& a, const Dims& b) {
   PrimitiveKey k;
   k.kind = PrimitiveKind::kMatmul;
   k.dims = {a, b};
-  k.alpha = 1.0f;
   return k;
 }
 
@@ -82,6 +82,21 @@ TEST(PrimitiveKeyTest, EqualityAndHashCoverEveryField) {
   vary([](PrimitiveKey& k) { k.beta = 0.5f; });
   vary([](PrimitiveKey& k) { k.epsilon = 1e-5f; });
   vary([](PrimitiveKey& k) { k.flags = 3; });
+  vary([](PrimitiveKey& k) { k.output_scale = -1.0f; });
+  vary([](PrimitiveKey& k) { k.bias = true; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_gelu_tanh)}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu, 0.1f)}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_linear, 0.0f, 1.0f)}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Sum()}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Sum(0.5f)}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Sum(), PostOp::Eltwise(dnnl::algorithm::eltwise_relu)}; });
+  vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu), PostOp::Sum()}; });
+  vary([](PrimitiveKey& k) {
+    PostOp scaled = PostOp::Eltwise(dnnl::algorithm::eltwise_relu);
+    scaled.scale = 2.0f;
+    k.post_ops = {scaled};
+  });
   std::unordered_set<size_t> hashes = {base.Hash()};
   for (size_t i = 0; i < variants.size(); ++i) {
     EXPECT_NE(variants[i], base) << "variant " << i << ": " << variants[i].ToString();
@@ -95,7 +110,7 @@ TEST(PrimitiveKeyTest, EqualityAndHashCoverEveryField) {
 TEST(PrimitiveKeyTest, ToStringIsReadable) {
   PrimitiveKey k = MatmulKey({64, 784}, {784, 10});
   k.transpose_b = true;
-  EXPECT_EQ(k.ToString(), "matmul f32 [64,784]x[784,10] trans_b alpha=1");
+  EXPECT_EQ(k.ToString(), "matmul f32 [64,784]x[784,10] trans_b scale=1");
   PrimitiveKey c;
   c.kind = PrimitiveKind::kConvForward;
   c.dims = {{2, 3, 7, 7}, {4, 3, 3, 3}};
@@ -110,6 +125,27 @@ TEST(PrimitiveKeyTest, ToStringIsReadable) {
   e.dims = {{33}};
   e.algorithm = static_cast<int>(dnnl::algorithm::eltwise_relu);
   EXPECT_EQ(e.ToString(), "eltwise_fwd f32 [33] alg=eltwise_relu");
+}
+
+TEST(PrimitiveKeyTest, ToStringShowsTheFusion) {
+  PrimitiveKey k = MatmulKey({64, 784}, {784, 10});
+  k.bias = true;
+  k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)};
+  EXPECT_EQ(k.ToString(), "matmul f32 [64,784]x[784,10] scale=1 +bias +relu");
+  k.bias = false;
+  k.output_scale = -1.0f;
+  k.post_ops = {PostOp::Sum(), PostOp::Eltwise(dnnl::algorithm::eltwise_gelu_erf)};
+  EXPECT_EQ(k.ToString(), "matmul f32 [64,784]x[784,10] scale=-1 +sum +gelu_erf");
+  k.post_ops = {PostOp::Sum(0.5f), PostOp::Eltwise(dnnl::algorithm::eltwise_linear, 2.0f, 1.0f)};
+  EXPECT_EQ(k.ToString(), "matmul f32 [64,784]x[784,10] scale=-1 +sum(scale=0.5) +linear(alpha=2,beta=1)");
+  PrimitiveKey c;
+  c.kind = PrimitiveKind::kConvForward;
+  c.dims = {{1, 3, 5, 5}, {4, 3, 3, 3}};
+  c.bias = true;
+  c.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)};
+  EXPECT_EQ(c.ToString(), "conv_fwd f32 [1,3,5,5]x[4,3,3,3] +bias +relu");
+  c.output_scale = 0.25f;
+  EXPECT_EQ(c.ToString(), "conv_fwd f32 [1,3,5,5]x[4,3,3,3] scale=0.25 +bias +relu");
 }
 
 TEST(PrimitiveCacheTest, HitOnSameShapeMissOnNewShape) {
@@ -191,7 +227,75 @@ TEST(OneDnnHandlerTest, MatmulHandlerUsesItsCache) {
   }
   EXPECT_EQ(cache.stats().misses, 1);
   EXPECT_EQ(cache.stats().hits, 2);
-  EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [7,17]x[17,33] alpha=1");
+  EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [7,17]x[17,33] scale=1");
+}
+
+// Fused forwards through the Tensor API: the JIT runs the same entries on raw
+// buffers (onednn_jit_kernels_test).
+TEST(OneDnnHandlerTest, MatmulHandlerFusesBiasReluAndScale) {
+  PrimitiveCache cache(16);
+  std::mt19937 rng(3);
+  const Tensor a = test::RandomTensor({5, 9}, DataType::kFP32, rng);
+  const Tensor b = test::RandomTensor({9, 6}, DataType::kFP32, rng);
+  const Tensor bias = test::RandomTensor({6}, DataType::kFP32, rng);
+  FusedOps fused;
+  fused.bias = true;
+  fused.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)};
+  MatmulHandler h(cache, a.dims(), false, b.dims(), false, 0.5f, fused);
+  ASSERT_TRUE(h.valid());
+  Tensor c(DataType::kFP32, h.dst_dims());
+  EXPECT_FALSE(h.Run(a, b, &c));  // the fused bias is required
+  ASSERT_TRUE(h.Run(a, b, &bias, &c));
+  Tensor want = NaiveMatmul(a, b);
+  float* w = want.mutable_data<float>();
+  for (int64_t i = 0; i < want.numel(); ++i) w[i] = std::max(0.0f, 0.5f * w[i] + bias.data<float>()[i % 6]);
+  EXPECT_EQ(test::CompareTensors(c, want, 1e-5, 1e-4), "");
+  EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [5,9]x[9,6] scale=0.5 +bias +relu");
+  // The plain product of the same shapes is another entry.
+  MatmulHandler plain(cache, a.dims(), false, b.dims(), false, 0.5f);
+  ASSERT_TRUE(plain.Run(a, b, &c));
+  EXPECT_EQ(cache.stats().size, 2u);
+}
+
+TEST(OneDnnHandlerTest, MatmulHandlerSumPostOpAddsToDst) {
+  PrimitiveCache cache(4);
+  std::mt19937 rng(4);
+  const Tensor a = test::RandomTensor({3, 4}, DataType::kFP32, rng);
+  const Tensor b = test::RandomTensor({4, 2}, DataType::kFP32, rng);
+  Tensor c = test::RandomTensor({3, 2}, DataType::kFP32, rng);
+  Tensor want = NaiveMatmul(a, b);
+  for (int64_t i = 0; i < want.numel(); ++i) want.mutable_data<float>()[i] = c.data<float>()[i] - want.data<float>()[i];
+  FusedOps fused;
+  fused.post_ops = {PostOp::Sum()};
+  MatmulHandler h(cache, a.dims(), false, b.dims(), false, -1.0f, fused);
+  ASSERT_TRUE(h.Run(a, b, &c));
+  EXPECT_EQ(test::CompareTensors(c, want, 1e-5, 1e-4), "");
+}
+
+TEST(OneDnnHandlerTest, ConvHandlerFusedForwardMatchesPlainPlusBiasRelu) {
+  PrimitiveCache cache(8);
+  std::mt19937 rng(5);
+  const Tensor x = test::RandomTensor({2, 4, 7, 6}, DataType::kFP32, rng);
+  const Tensor f = test::RandomTensor({6, 2, 3, 3}, DataType::kFP32, rng);
+  const Tensor bias = test::RandomTensor({6}, DataType::kFP32, rng);
+  FusedOps fused;
+  fused.bias = true;
+  fused.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)};
+  ConvHandler h(cache, x.dims(), f.dims(), {2, 1}, {1, 1}, {1, 1}, 2, fused);
+  ConvHandler plain(cache, x.dims(), f.dims(), {2, 1}, {1, 1}, {1, 1}, 2);
+  ASSERT_TRUE(h.valid() && plain.valid());
+  Tensor out(DataType::kFP32, h.output_dims()), want(DataType::kFP32, plain.output_dims());
+  ASSERT_TRUE(h.RunForward(x, f, &bias, &out));
+  ASSERT_TRUE(plain.RunForward(x, f, &want));
+  const int64_t plane = want.dim(2) * want.dim(3);
+  float* w = want.mutable_data<float>();
+  for (int64_t i = 0; i < want.numel(); ++i) w[i] = std::max(0.0f, w[i] + bias.data<float>()[(i / plane) % 6]);
+  EXPECT_EQ(test::CompareTensors(out, want, 1e-5, 1e-4), "");
+  EXPECT_EQ(h.forward_key().ToString(),
+            "conv_fwd f32 [2,4,7,6]x[6,2,3,3] groups=2 strides=[2,1] dilations=[0,0] pad_l=[1,1] pad_r=[1,1] "
+            "+bias +relu");
+  // The fused handler's backward keys are the plain convolution's.
+  EXPECT_EQ(h.backward_key(), plain.backward_key());
 }
 
 TEST(OneDnnHandlerTest, InPlaceRunUsesOneMemoryForSrcAndDst) {

@@ -6,7 +6,9 @@
 // kernel. Tensors are FP32, dense row-major; outputs must already have their
 // dims (their buffers are allocated here).
 //
-// Used by the oneDNN kernels (onednn_kernels.cc) and reusable by the compiler.
+// Used by the oneDNN kernels (onednn_kernels.cc) and by the compiler, which
+// keeps the entries of fused forward primitives and runs them on its own
+// buffers (acquired_entry(), ExecuteEntry).
 #pragma once
 
 #include <vector>
@@ -15,20 +17,32 @@
 
 namespace kiln::onednn {
 
-// dst = alpha * op(a) @ op(b). `a_dims`/`b_dims` are the stored dims (rank
-// >= 2); with trans_a the stored a is [..., K, M]. Batch dims are padded with
-// leading 1s to a common rank and broadcast where one side is 1. When b has no
-// batch (all 1) and a is not transposed, a's batch dims fold into M (one 2-D
-// product). Key dims: {a, b} as the primitive sees them.
+// What a forward primitive fuses after its main computation, in oneDNN's
+// order: dst = post_ops(result + bias). Part of the key
+// (PrimitiveKey::bias, post_ops). A sum post-op adds dst's old contents.
+struct FusedOps {
+  bool bias = false;
+  std::vector<PostOp> post_ops;
+};
+
+// dst = alpha * op(a) @ op(b) [+ bias], then the post-ops. `a_dims`/`b_dims`
+// are the stored dims (rank >= 2); with trans_a the stored a is [..., K, M].
+// Batch dims are padded with leading 1s to a common rank and broadcast where
+// one side is 1. When b has no batch (all 1) and a is not transposed, a's
+// batch dims fold into M (one 2-D product). Key dims: {a, b} as the primitive
+// sees them; alpha is the key's output_scale. The bias is [N] (a row added to
+// every row of dst).
 class MatmulHandler : public OneDnnHandler {
  public:
   MatmulHandler(PrimitiveCache& cache, const Dims& a_dims, bool trans_a, const Dims& b_dims, bool trans_b,
-                float alpha);
+                float alpha, const FusedOps& fused = {});
   // False when the dims do not make a matmul oneDNN can express.
   bool valid() const { return valid_; }
   // Dims of dst (batch dims broadcast, at the common rank).
   const Dims& dst_dims() const { return dst_dims_; }
   bool Run(const Tensor& a, const Tensor& b, Tensor* dst);
+  // `bias` is required when the handler fuses one (false otherwise).
+  bool Run(const Tensor& a, const Tensor& b, const Tensor* bias, Tensor* dst);
 
  protected:
   PrimitiveEntry CreateForward() const override;
@@ -43,13 +57,17 @@ class MatmulHandler : public OneDnnHandler {
 // `dilations` (kiln convention: 1 = dense) and symmetric `paddings` have 2
 // entries. Key dims: {input, filter}. The primitives work in the layouts they
 // prefer; the cached entry holds the reorders from and to the plain tensors.
+// The forward may fuse a bias [O] and post-ops (e.g. relu); the backward
+// passes are always those of the plain convolution.
 class ConvHandler : public OneDnnHandler {
  public:
   ConvHandler(PrimitiveCache& cache, const Dims& input_dims, const Dims& filter_dims, const Dims& strides,
-              const Dims& paddings, const Dims& dilations, int64_t groups);
+              const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused = {});
   bool valid() const { return valid_; }
   const Dims& output_dims() const { return output_dims_; }
   bool RunForward(const Tensor& input, const Tensor& filter, Tensor* output);
+  // `bias` is required when the handler fuses one (false otherwise).
+  bool RunForward(const Tensor& input, const Tensor& filter, const Tensor* bias, Tensor* output);
   bool RunBackwardData(const Tensor& filter, const Tensor& d_output, Tensor* d_input);
   bool RunBackwardWeights(const Tensor& input, const Tensor& d_output, Tensor* d_filter);
 
@@ -58,8 +76,9 @@ class ConvHandler : public OneDnnHandler {
   PrimitiveEntry CreateBackward() const override;  // bwd_key_.kind picks data or weights
 
  private:
+  // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint);
   // `any`: let the primitive pick the layouts.
-  dnnl::convolution_forward::primitive_desc ForwardPd(bool any) const;
+  dnnl::convolution_forward::primitive_desc ForwardPd(const PrimitiveKey& key, bool any) const;
   dnnl::memory::desc FilterDesc(bool any) const;
 
   bool valid_ = false;

@@ -67,14 +67,6 @@ dnnl::primitive_attr OneDnnHandler::DefaultAttr() {
   return attr;
 }
 
-namespace {
-
-// Scratchpads and reordered arguments live for one primitive execution: they
-// come from the caching allocator (its free lists serve them again on the
-// next step, so steady-state execution takes nothing from the system) and go
-// back to it right after, so they count as live only while an op runs.
-}  // namespace
-
 // ---- Primitives ------------------------------------------------------------------------
 
 PrimitiveEntry OneDnnHandler::CreateForward() const {
@@ -144,22 +136,26 @@ dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, Tensor* 
 
 // ---- Execution ---------------------------------------------------------------------------
 
-void OneDnnHandler::Run(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args) {
+// Scratchpads and reordered arguments live for one primitive execution: they
+// come from the caching allocator (its free lists serve them again on the
+// next step, so steady-state execution takes nothing from the system) and go
+// back to it right after, so they count as live only while an op runs.
+void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args) {
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
   std::unique_ptr<Allocation> scratch;
   if (scratch_md.get_size() > 0) {
     scratch = std::make_unique<Allocation>(scratch_md.get_size());
-    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, Engine(), scratch->ptr());
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, OneDnnHandler::Engine(), scratch->ptr());
   }
-  dnnl::stream& stream = ThreadStream();
+  dnnl::stream& stream = OneDnnHandler::ThreadStream();
   p.execute(stream, args);
   stream.wait();
 }
 
-void OneDnnHandler::Execute(ExecArgs args) {
-  const PrimitiveEntry& e = entry();
-  // Outputs are reordered back into the tensors after the primitive ran:
-  // (index into e.reorders, the tensor's memory).
+void ExecuteEntry(const PrimitiveEntry& e, ExecArgs args) {
+  KILN_CHECK(e.primitive, "executing a primitive cache entry without primitive");
+  // Outputs are reordered back into the user's buffers after the primitive
+  // ran: (index into e.reorders, the user's memory).
   std::vector<std::pair<size_t, dnnl::memory>> outputs;
   std::vector<std::unique_ptr<Allocation>> held;  // the reordered arguments, for this execution
   for (size_t i = 0; i < e.reorders.size(); ++i) {
@@ -167,28 +163,31 @@ void OneDnnHandler::Execute(ExecArgs args) {
     auto it = args.find(r.arg);
     KILN_CHECK(it != args.end(), "argument ", r.arg, " of ", e.impl, " is not bound");
     held.push_back(std::make_unique<Allocation>(r.prim_md.get_size()));
-    dnnl::memory internal(r.prim_md, Engine(), held.back()->ptr());
+    dnnl::memory internal(r.prim_md, OneDnnHandler::Engine(), held.back()->ptr());
     if (r.output) {
       outputs.emplace_back(i, it->second);
     } else {
-      Run(r.reorder, r.pd, {{DNNL_ARG_FROM, it->second}, {DNNL_ARG_TO, internal}});
+      ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, it->second}, {DNNL_ARG_TO, internal}});
     }
     it->second = internal;
   }
-  Run(e.primitive, e.pd, args);
+  ExecutePrimitive(e.primitive, e.pd, args);
   for (const auto& [i, user] : outputs) {
     const ArgReorder& r = e.reorders[i];
-    Run(r.reorder, r.pd, {{DNNL_ARG_FROM, args.at(r.arg)}, {DNNL_ARG_TO, user}});
+    ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, args.at(r.arg)}, {DNNL_ARG_TO, user}});
   }
 }
 
-dnnl::memory::desc OneDnnHandler::UserDesc(int arg) const {
-  const PrimitiveEntry& e = entry();
+dnnl::memory::desc UserDesc(const PrimitiveEntry& e, int arg) {
   for (const ArgReorder& r : e.reorders) {
     if (r.arg == arg) return r.user_md;
   }
   return e.pd.query_md(dnnl::query::exec_arg_md, arg);
 }
+
+void OneDnnHandler::Execute(ExecArgs args) { ExecuteEntry(entry(), std::move(args)); }
+
+dnnl::memory::desc OneDnnHandler::UserDesc(int arg) const { return onednn::UserDesc(entry(), arg); }
 
 void OneDnnHandler::AddReorder(PrimitiveEntry* entry, int arg, bool output, const dnnl::memory::desc& user_md,
                                const dnnl::memory::desc& prim_md) {
@@ -208,7 +207,7 @@ void OneDnnHandler::AddReorder(PrimitiveEntry* entry, int arg, bool output, cons
 
 void OneDnnHandler::ExecuteAux(size_t i, ExecArgs args) {
   KILN_CHECK(i < entry().aux.size(), "aux primitive ", i, " of ", entry().aux.size());
-  Run(entry().aux[i], entry().aux_pds[i], std::move(args));
+  ExecutePrimitive(entry().aux[i], entry().aux_pds[i], std::move(args));
 }
 
 }  // namespace kiln::onednn

@@ -52,6 +52,23 @@ bool AllFp32(std::initializer_list<const Tensor*> tensors);
 
 using ExecArgs = std::unordered_map<int, dnnl::memory>;
 
+// The descriptor a buffer bound to `arg` of `entry` must have: the plain side
+// of the argument's reorder, else the primitive's own descriptor.
+dnnl::memory::desc UserDesc(const PrimitiveEntry& entry, int arg);
+
+// Runs a cached entry on buffers someone else binds (compiled code holds raw
+// pointers, not Tensors): the input reorders, the main primitive, then the
+// output reorders, with `args` bound to the user side of each argument (see
+// UserDesc). The scratchpad and the reordered arguments are taken from the
+// caching allocator for this one execution and returned right after, so
+// they show in its statistics while the primitive runs and in no buffer
+// afterwards. Runs on the calling thread's stream and waits. Thread-safe: one
+// entry may run on several threads at once.
+void ExecuteEntry(const PrimitiveEntry& entry, ExecArgs args);
+// One primitive of an entry (an aux primitive, a reorder) with a scratchpad
+// held for this execution.
+void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args);
+
 class OneDnnHandler {
  public:
   virtual ~OneDnnHandler() = default;
@@ -77,6 +94,10 @@ class OneDnnHandler {
   bool AcquireForwardPrimitive();
   bool AcquireBackwardPrimitive();
   const PrimitiveEntry& entry() const;
+  // The entry the last Acquire*Primitive call looked up, shared with the
+  // cache: without primitive when oneDNN has none, slow ones included. For
+  // code that keeps it and runs it later (ExecuteEntry).
+  const std::shared_ptr<const PrimitiveEntry>& acquired_entry() const { return entry_; }
 
   // Memory objects over tensor buffers, with the current primitive's
   // descriptors (the plain side of an argument the primitive reorders).
@@ -100,9 +121,8 @@ class OneDnnHandler {
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md, const Tensor& t);
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md, Tensor* t);
 
-  // Runs the current primitive (or its aux primitive `i`) with `args` and a
-  // scratchpad held for this execution, and waits for it. Execute also runs
-  // the entry's reorders, through buffers held for this execution.
+  // Runs the current primitive (or its aux primitive `i`) with `args`, as
+  // ExecuteEntry (ExecutePrimitive) does.
   void Execute(ExecArgs args);
   void ExecuteAux(size_t i, ExecArgs args);
 
@@ -124,7 +144,6 @@ class OneDnnHandler {
 
  private:
   bool Acquire(const PrimitiveKey& key, bool forward);
-  void Run(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args);
 
   PrimitiveCache& cache_;
   std::shared_ptr<const PrimitiveEntry> entry_;

@@ -1,8 +1,8 @@
 #include "framework/onednn/primitive_cache.h"
 
-#include <cstring>
 #include <sstream>
 
+#include "framework/hash.h"
 #include "oneapi/dnnl/dnnl_debug.h"
 
 namespace kiln::onednn {
@@ -30,40 +30,68 @@ const char* PrimitiveKindName(PrimitiveKind kind) {
 
 namespace {
 
-// Floats compare by bit pattern: a key must equal itself even when it holds a
-// NaN, and hashing must agree with ==.
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-void HashCombine(size_t& seed, uint64_t v) {
-  // 64-bit mix (splitmix64 finaliser) folded into the running seed.
-  v += 0x9e3779b97f4a7c15ull;
-  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-  v ^= v >> 31;
-  seed ^= static_cast<size_t>(v) + 0x9e3779b9 + (seed << 6) + (seed >> 2);
-}
-
-void HashDims(size_t& seed, const Dims& d) {
-  HashCombine(seed, d.size());
-  for (int64_t x : d) HashCombine(seed, static_cast<uint64_t>(x));
-}
-
 void PrintDims(std::ostream& os, const char* name, const Dims& d) {
   if (!d.empty()) os << ' ' << name << '=' << DimsToString(d);
 }
 
+// "eltwise_gelu_tanh" -> "gelu_tanh".
+std::string AlgorithmName(int algorithm) {
+  std::string s = dnnl_alg_kind2str(static_cast<dnnl_alg_kind_t>(algorithm));
+  const std::string prefix = "eltwise_";
+  return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
+}
+
 }  // namespace
+
+// ---- PostOp ----------------------------------------------------------------------
+
+PostOp PostOp::Eltwise(dnnl::algorithm algorithm, float alpha, float beta) {
+  PostOp p;
+  p.kind = Kind::kEltwise;
+  p.algorithm = static_cast<int>(algorithm);
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+
+PostOp PostOp::Sum(float scale) {
+  PostOp p;
+  p.kind = Kind::kSum;
+  p.scale = scale;
+  return p;
+}
+
+bool PostOp::operator==(const PostOp& o) const {
+  return kind == o.kind && algorithm == o.algorithm && FloatBits(scale) == FloatBits(o.scale) &&
+         FloatBits(alpha) == FloatBits(o.alpha) && FloatBits(beta) == FloatBits(o.beta);
+}
+
+std::string PostOp::ToString() const {
+  std::ostringstream os;
+  os << '+' << (kind == Kind::kSum ? std::string("sum") : AlgorithmName(algorithm));
+  std::vector<std::string> params;
+  auto param = [&](const char* name, float v) {
+    std::ostringstream p;
+    p << name << '=' << v;
+    params.push_back(p.str());
+  };
+  if (scale != 1.0f) param("scale", scale);
+  if (alpha != 0.0f) param("alpha", alpha);
+  if (beta != 0.0f) param("beta", beta);
+  for (size_t i = 0; i < params.size(); ++i) os << (i ? "," : "(") << params[i];
+  if (!params.empty()) os << ')';
+  return os.str();
+}
+
+// ---- PrimitiveKey ----------------------------------------------------------------
 
 bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
   return kind == o.kind && dtype == o.dtype && dims == o.dims && algorithm == o.algorithm &&
          transpose_a == o.transpose_a && transpose_b == o.transpose_b && axis == o.axis && groups == o.groups &&
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
          padding_r == o.padding_r && FloatBits(alpha) == FloatBits(o.alpha) &&
-         FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags;
+         FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags &&
+         FloatBits(output_scale) == FloatBits(o.output_scale) && bias == o.bias && post_ops == o.post_ops;
 }
 
 size_t PrimitiveKey::Hash() const {
@@ -71,20 +99,28 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, static_cast<uint64_t>(kind));
   HashCombine(seed, static_cast<uint64_t>(dtype));
   HashCombine(seed, dims.size());
-  for (const Dims& d : dims) HashDims(seed, d);
+  for (const Dims& d : dims) HashCombineDims(seed, d);
   HashCombine(seed, static_cast<uint64_t>(algorithm));
-  HashCombine(seed, (transpose_a ? 1u : 0u) | (transpose_b ? 2u : 0u));
+  HashCombine(seed, (transpose_a ? 1u : 0u) | (transpose_b ? 2u : 0u) | (bias ? 4u : 0u));
   HashCombine(seed, static_cast<uint64_t>(axis));
   HashCombine(seed, static_cast<uint64_t>(groups));
-  HashDims(seed, kernel);
-  HashDims(seed, strides);
-  HashDims(seed, dilations);
-  HashDims(seed, padding_l);
-  HashDims(seed, padding_r);
-  HashCombine(seed, FloatBits(alpha));
-  HashCombine(seed, FloatBits(beta));
-  HashCombine(seed, FloatBits(epsilon));
+  HashCombineDims(seed, kernel);
+  HashCombineDims(seed, strides);
+  HashCombineDims(seed, dilations);
+  HashCombineDims(seed, padding_l);
+  HashCombineDims(seed, padding_r);
+  HashCombineFloat(seed, alpha);
+  HashCombineFloat(seed, beta);
+  HashCombineFloat(seed, epsilon);
   HashCombine(seed, flags);
+  HashCombineFloat(seed, output_scale);
+  HashCombine(seed, post_ops.size());
+  for (const PostOp& p : post_ops) {
+    HashCombine(seed, (static_cast<uint64_t>(p.kind) << 32) | static_cast<uint32_t>(p.algorithm));
+    HashCombineFloat(seed, p.scale);
+    HashCombineFloat(seed, p.alpha);
+    HashCombineFloat(seed, p.beta);
+  }
   return seed;
 }
 
@@ -102,16 +138,20 @@ std::string PrimitiveKey::ToString() const {
   PrintDims(os, "dilations", dilations);
   PrintDims(os, "pad_l", padding_l);
   PrintDims(os, "pad_r", padding_r);
-  if (kind == PrimitiveKind::kMatmul || alpha != 0.0f) os << " alpha=" << alpha;
+  if (alpha != 0.0f) os << " alpha=" << alpha;
   if (beta != 0.0f) os << " beta=" << beta;
   if (epsilon != 0.0f) os << " eps=" << epsilon;
   if (flags != 0) os << " flags=0x" << std::hex << flags << std::dec;
+  // A matmul always shows its scale (its alpha attribute); others when set.
+  if (kind == PrimitiveKind::kMatmul || output_scale != 1.0f) os << " scale=" << output_scale;
+  if (bias) os << " +bias";
+  for (const PostOp& p : post_ops) os << ' ' << p.ToString();
   return os.str();
 }
 
 // ---- PrimitiveCache -------------------------------------------------------------
 
-PrimitiveCache::PrimitiveCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+PrimitiveCache::PrimitiveCache(size_t capacity) : lru_(capacity) {}
 
 PrimitiveCache& PrimitiveCache::Global() {
   // Leaked on purpose: kernels may run from threads that outlive static
@@ -122,14 +162,13 @@ PrimitiveCache& PrimitiveCache::Global() {
 
 std::shared_ptr<const PrimitiveEntry> PrimitiveCache::Find(const PrimitiveKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it == index_.end()) {
+  const auto* found = lru_.Find(key);
+  if (found == nullptr) {
     ++misses_;
     return nullptr;
   }
   ++hits_;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  return *found;
 }
 
 std::shared_ptr<const PrimitiveEntry> PrimitiveCache::GetOrCreate(const PrimitiveKey& key, const CreateFn& create) {
@@ -139,51 +178,24 @@ std::shared_ptr<const PrimitiveEntry> PrimitiveCache::GetOrCreate(const Primitiv
   std::shared_ptr<const PrimitiveEntry> created = create();
   KILN_CHECK(created != nullptr, "primitive creation returned null for ", key.ToString());
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
-  }
-  InsertLocked(key, created);
+  if (const auto* first = lru_.Find(key)) return *first;
+  evictions_ += static_cast<int64_t>(lru_.Insert(key, created));
   return created;
 }
 
 void PrimitiveCache::Insert(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    it->second->second = std::move(entry);
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return;
-  }
-  InsertLocked(key, std::move(entry));
-}
-
-void PrimitiveCache::InsertLocked(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry) {
-  lru_.emplace_front(key, std::move(entry));
-  index_[key] = lru_.begin();
-  EvictLocked();
-}
-
-void PrimitiveCache::EvictLocked() {
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-    ++evictions_;
-  }
+  evictions_ += static_cast<int64_t>(lru_.Insert(key, std::move(entry)));
 }
 
 std::vector<PrimitiveKey> PrimitiveCache::Keys() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<PrimitiveKey> keys;
-  keys.reserve(lru_.size());
-  for (const Item& item : lru_) keys.push_back(item.first);
-  return keys;
+  return lru_.Keys();
 }
 
 bool PrimitiveCache::Contains(const PrimitiveKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return index_.count(key) != 0;
+  return lru_.Contains(key);
 }
 
 PrimitiveCacheStats PrimitiveCache::stats() const {
@@ -193,20 +205,18 @@ PrimitiveCacheStats PrimitiveCache::stats() const {
   s.misses = misses_;
   s.evictions = evictions_;
   s.size = lru_.size();
-  s.capacity = capacity_;
+  s.capacity = lru_.capacity();
   return s;
 }
 
 void PrimitiveCache::set_capacity(size_t capacity) {
   std::lock_guard<std::mutex> lock(mu_);
-  capacity_ = capacity == 0 ? 1 : capacity;
-  EvictLocked();
+  evictions_ += static_cast<int64_t>(lru_.set_capacity(capacity));
 }
 
 void PrimitiveCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
-  lru_.clear();
-  index_.clear();
+  lru_.Clear();
   hits_ = misses_ = evictions_ = 0;
 }
 

@@ -10,15 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "dnnl.hpp"
 #include "framework/data_type.h"
+#include "framework/lru_cache.h"
 #include "framework/tensor.h"
 
 namespace kiln::onednn {
@@ -43,6 +42,25 @@ enum class PrimitiveKind : uint8_t {
 };
 const char* PrimitiveKindName(PrimitiveKind kind);
 
+// One operation oneDNN applies to a primitive's result before it is stored
+// (dnnl::post_ops), in order: an eltwise (dst = scale * eltwise(dst; alpha,
+// beta)) or a sum with the previous contents of dst (dst += scale * old dst).
+struct PostOp {
+  enum class Kind : uint8_t { kEltwise, kSum };
+  Kind kind = Kind::kEltwise;
+  int algorithm = 0;  // eltwise: dnnl::algorithm
+  float scale = 1.0f;
+  float alpha = 0.0f;  // eltwise
+  float beta = 0.0f;   // eltwise
+
+  static PostOp Eltwise(dnnl::algorithm algorithm, float alpha = 0.0f, float beta = 0.0f);
+  static PostOp Sum(float scale = 1.0f);
+  bool operator==(const PostOp& other) const;
+  bool operator!=(const PostOp& other) const { return !(*this == other); }
+  // "+relu", "+gelu_tanh", "+linear(alpha=2,beta=1)", "+sum", "+sum(scale=0.5)".
+  std::string ToString() const;
+};
+
 // Everything that changes the primitive a handler creates. Fields a kind does
 // not use keep their defaults, so they never split entries.
 struct PrimitiveKey {
@@ -59,16 +77,22 @@ struct PrimitiveKey {
   Dims dilations;            // oneDNN convention: 0 = dense
   Dims padding_l;            // top, left
   Dims padding_r;            // bottom, right
-  float alpha = 0.0f;        // matmul scale, eltwise alpha
+  float alpha = 0.0f;        // eltwise alpha
   float beta = 0.0f;         // eltwise beta
   float epsilon = 0.0f;      // layer_norm
   uint32_t flags = 0;        // layer_norm dnnl::normalization_flags
+  // What a fused forward primitive adds (dnnl::primitive_attr and the bias
+  // argument): dst = post_ops(output_scale * (op result) + bias).
+  float output_scale = 1.0f;    // fixed at creation; matmul: its alpha
+  bool bias = false;            // matmul: [N] row; conv: [C_out]
+  std::vector<PostOp> post_ops;
 
   bool operator==(const PrimitiveKey& other) const;
   bool operator!=(const PrimitiveKey& other) const { return !(*this == other); }
   size_t Hash() const;
   // Readable one-line form for logs and dumps, e.g.
-  // "matmul f32 [64,784]x[784,10] alpha=1" (unused fields are left out).
+  // "matmul f32 [64,784]x[784,10] scale=1 +bias +relu" (unused fields are
+  // left out).
   std::string ToString() const;
 };
 
@@ -102,6 +126,9 @@ struct PrimitiveEntry {
   // backward reads).
   std::vector<dnnl::primitive_desc_base> aux_pds;
   std::vector<dnnl::primitive> aux;
+  // Where a fused bias binds: DNNL_ARG_BIAS, or the source of a binary
+  // post-op when the bias has to follow an output scale (handler_util.h).
+  int bias_arg = DNNL_ARG_BIAS;
   // oneDNN's implementation name of the main primitive ("brg:avx512_core"),
   // for logs and dumps; empty when there is no primitive.
   std::string impl;
@@ -154,14 +181,8 @@ class PrimitiveCache {
   void Clear();
 
  private:
-  using Item = std::pair<PrimitiveKey, std::shared_ptr<const PrimitiveEntry>>;
-  void InsertLocked(const PrimitiveKey& key, std::shared_ptr<const PrimitiveEntry> entry);
-  void EvictLocked();
-
   mutable std::mutex mu_;
-  size_t capacity_;
-  std::list<Item> lru_;  // front: most recently used
-  std::unordered_map<PrimitiveKey, std::list<Item>::iterator, PrimitiveKeyHash> index_;
+  LruCache<PrimitiveKey, std::shared_ptr<const PrimitiveEntry>, PrimitiveKeyHash> lru_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
   int64_t evictions_ = 0;
