@@ -2,16 +2,16 @@
 
 #include <sstream>
 
+#include "framework/hash.h"
+
 namespace kiln::jit {
 
-static size_t Mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
-
 size_t ShapeSignature::Hash() const {
-  size_t h = inputs.size();
+  size_t h = 0;
+  HashCombine(h, inputs.size());
   for (const auto& in : inputs) {
-    h = Mix(h, static_cast<size_t>(in.dtype));
-    for (int64_t d : in.dims) h = Mix(h, static_cast<size_t>(d));
-    h = Mix(h, in.dims.size());
+    HashCombine(h, static_cast<uint64_t>(in.dtype));
+    HashCombineDims(h, in.dims);
   }
   return h;
 }
@@ -26,7 +26,10 @@ std::string ShapeSignature::ToString() const {
 }
 
 size_t CompileOptions::Hash() const {
-  return static_cast<size_t>(isa) | (use_onednn << 2) | (fuse_elementwise << 3) | (reuse_buffers << 4);
+  size_t h = 0;
+  HashCombine(h, static_cast<uint64_t>(isa));
+  HashCombine(h, (use_onednn ? 1u : 0u) | (fuse_elementwise ? 2u : 0u) | (reuse_buffers ? 4u : 0u));
+  return h;
 }
 
 std::string CompiledObject::Listing() const {

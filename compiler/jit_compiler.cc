@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "compiler/lower.h"
+#include "framework/hash.h"
 
 namespace kiln::jit {
 namespace {
@@ -35,11 +36,21 @@ JitCompiler& JitCompiler::Instance() {
   return *instance;
 }
 
-JitCompiler::JitCompiler(JitCompilerOptions options) : options_(std::move(options)) {}
+JitCompiler::JitCompiler(JitCompilerOptions options)
+    : options_(std::move(options)), cache_(options_.cache_capacity) {}
+
+size_t JitCompiler::CacheKey::Hash() const {
+  size_t h = 0;
+  HashCombineString(h, key);
+  HashCombine(h, signature.Hash());
+  HashCombine(h, options.Hash());
+  return h;
+}
 
 void JitCompiler::Configure(const JitCompilerOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   options_ = options;
+  stats_.evictions += static_cast<int64_t>(cache_.set_capacity(options.cache_capacity));
 }
 
 JitCompilerOptions JitCompiler::options() const {
@@ -68,100 +79,109 @@ std::vector<std::string> JitCompiler::Keys() const {
   return keys;
 }
 
-std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& key, const ShapeSignature& signature) {
-  std::promise<std::shared_ptr<const CompiledObject>> promise;
-  const JitSubgraph* subgraph = nullptr;
-  CacheKey ck;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto sit = subgraphs_.find(key);
-    if (sit == subgraphs_.end()) ThrowNotFound("jit: no cluster with compilation_key '", key, "'");
-    if (given_up_.count(key)) {
-      ++stats_.fallback_calls;
-      return nullptr;
-    }
-    ck = CacheKey{key, signature, options_.compile};
-    auto it = cache_.find(ck);
-    if (it != cache_.end()) {
-      ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      Future f = it->second.future;
-      // Waits outside the lock for a compile still in flight (single-flight).
-      lock.unlock();
-      auto obj = f.get();
-      lock.lock();
-      if (!obj) ++stats_.fallback_calls;
-      return obj;
-    }
-    auto& seen = signatures_seen_[key];
-    if (static_cast<int>(seen.size()) >= options_.recompile_limit) {
-      given_up_.insert(key);
-      ++stats_.fallback_calls;
-      std::fprintf(stderr,
-                   "kiln jit: cluster %s recompiled for %zu shape signatures (limit %d, --jit_recompile_limit); "
-                   "newest %s; it runs through the framework ops from now on\n",
-                   key.c_str(), seen.size(), options_.recompile_limit, signature.ToString().c_str());
-      return nullptr;
-    }
-    if (options_.verbose >= 1) {
-      auto last = last_signature_.find(key);
-      if (last != last_signature_.end()) {
-        const std::string name = options_.cluster_name ? options_.cluster_name(key) : key;
-        const bool seen_before = seen.count(signature.ToString()) > 0;
-        std::fprintf(stderr, "kiln jit: cluster %s recompiles: %s\n", name.c_str(),
-                     SignatureChange(sit->second, last->second, signature, seen_before).c_str());
-      }
-    }
-    last_signature_[key] = signature;
-    seen.insert(signature.ToString());
-    lru_.push_front(ck);
-    cache_[ck] = Entry{promise.get_future().share(), lru_.begin()};
-    subgraph = &sit->second;
+std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck, const JitSubgraph& subgraph,
+                                                              const Future& mine, bool* give_up) {
+  *give_up = false;
+  if (given_up_.count(ck.key)) {
+    *give_up = true;
+    return std::nullopt;
   }
+  if (const Future* f = cache_.Find(ck)) {
+    ++stats_.hits;
+    return *f;
+  }
+  auto& seen = signatures_seen_[ck.key];
+  if (static_cast<int>(seen.size()) >= options_.recompile_limit) {
+    given_up_.insert(ck.key);
+    *give_up = true;
+    std::fprintf(stderr,
+                 "kiln jit: cluster %s recompiled for %zu shape signatures (limit %d, --jit_recompile_limit); "
+                 "newest %s; it runs through the framework ops from now on\n",
+                 ck.key.c_str(), seen.size(), options_.recompile_limit, ck.signature.ToString().c_str());
+    return std::nullopt;
+  }
+  auto last = last_signature_.find(ck.key);
+  if (options_.verbose >= 1 && last != last_signature_.end()) {
+    const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
+    const bool seen_before = seen.count(ck.signature.ToString()) > 0;
+    std::fprintf(stderr, "kiln jit: cluster %s recompiles: %s\n", name.c_str(),
+                 SignatureChange(subgraph, last->second, ck.signature, seen_before).c_str());
+  }
+  last_signature_[ck.key] = ck.signature;
+  seen.insert(ck.signature.ToString());
+  stats_.evictions += static_cast<int64_t>(cache_.Insert(ck, mine));
+  return std::nullopt;
+}
 
-  std::shared_ptr<const CompiledObject> result;
-  double ms = 0;
+std::shared_ptr<const CompiledObject> JitCompiler::Build(const CacheKey& ck, const JitSubgraph& subgraph) {
   try {
-    std::unique_ptr<CompiledObject> obj = Lower(key, *subgraph, signature, ck.options);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      obj->id = next_id_++;
-    }
-    ms = obj->compile_ms;
-    result = std::move(obj);
+    std::unique_ptr<CompiledObject> obj = Lower(ck.key, subgraph, ck.signature, ck.options);
+    std::lock_guard<std::mutex> lock(mu_);
+    obj->id = next_id_++;
+    return obj;
   } catch (const Error& e) {
     std::fprintf(stderr, "kiln jit: cluster %s cannot be compiled for %s: %s; it runs through the framework ops\n",
-                 key.c_str(), signature.ToString().c_str(), e.what());
+                 ck.key.c_str(), ck.signature.ToString().c_str(), e.what());
+    return nullptr;
   }
-  promise.set_value(result);
+}
 
+void JitCompiler::Finish(const CacheKey& ck, const JitSubgraph& subgraph,
+                         const std::shared_ptr<const CompiledObject>& obj) {
   std::function<void(const CompiledObject&, const JitSubgraph&)> on_compile;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (result) {
-      ++stats_.compiles;
-      ++stats_.compiles_per_key[key];
-      stats_.unit_fallbacks += static_cast<int64_t>(result->unit_fallbacks.size());
-      stats_.compile_ms += ms;
-      stats_.compile_ms_per_key[key] += ms;
-      by_id_[result->id] = result;
-      on_compile = options_.on_compile;
-    } else {
+    if (!obj) {
       ++stats_.failures;
+      return;
     }
-    while (cache_.size() > options_.cache_capacity && !lru_.empty()) {
-      cache_.erase(lru_.back());
-      lru_.pop_back();
-      ++stats_.evictions;
+    ++stats_.compiles;
+    ++stats_.compiles_per_key[ck.key];
+    stats_.compile_ms += obj->compile_ms;
+    stats_.compile_ms_per_key[ck.key] += obj->compile_ms;
+    stats_.unit_fallbacks += static_cast<int64_t>(obj->unit_fallbacks.size());
+    by_id_[obj->id] = obj;
+    on_compile = options_.on_compile;
+  }
+  if (!on_compile) return;
+  try {
+    on_compile(*obj, subgraph);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln jit: after compiling cluster %s: %s\n", ck.key.c_str(), e.what());
+  }
+}
+
+std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& key, const ShapeSignature& signature) {
+  std::promise<std::shared_ptr<const CompiledObject>> promise;
+  const Future mine = promise.get_future().share();
+  const JitSubgraph* subgraph = nullptr;
+  CacheKey ck;
+  std::optional<Future> hit;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto sit = subgraphs_.find(key);
+    if (sit == subgraphs_.end()) ThrowNotFound("jit: no cluster with compilation_key '", key, "'");
+    subgraph = &sit->second;  // entries are never erased
+    ck = CacheKey{key, signature, options_.compile};
+    bool give_up = false;
+    hit = LookupLocked(ck, *subgraph, mine, &give_up);
+    if (give_up) {
+      ++stats_.fallback_calls;
+      return nullptr;
     }
   }
-  if (on_compile) {
-    try {
-      on_compile(*result, *subgraph);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "kiln jit: after compiling cluster %s: %s\n", key.c_str(), e.what());
+  if (hit) {
+    // Waits outside the lock for a compile still in flight (single-flight).
+    auto obj = hit->get();
+    if (!obj) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.fallback_calls;
     }
+    return obj;
   }
+  std::shared_ptr<const CompiledObject> result = Build(ck, *subgraph);
+  promise.set_value(result);
+  Finish(ck, *subgraph, result);
   return result;
 }
 
@@ -174,8 +194,8 @@ std::shared_ptr<const CompiledObject> JitCompiler::FindById(uint64_t id) const {
 std::vector<std::shared_ptr<const CompiledObject>> JitCompiler::CachedObjects() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<const CompiledObject>> out;
-  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-    const Future& f = cache_.at(*it).future;
+  for (auto it = std::make_reverse_iterator(cache_.end()); it != std::make_reverse_iterator(cache_.begin()); ++it) {
+    const Future& f = it->second;
     if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
     if (auto obj = f.get()) out.push_back(obj);
   }
@@ -209,8 +229,7 @@ void JitCompiler::ResetLaunchStats() {
 
 void JitCompiler::ClearCache() {
   std::lock_guard<std::mutex> lock(mu_);
-  cache_.clear();
-  lru_.clear();
+  cache_.Clear();
   signatures_seen_.clear();
   last_signature_.clear();
   given_up_.clear();

@@ -14,16 +14,17 @@
 #include <cstdint>
 #include <functional>
 #include <future>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 
 #include "compiler/compiled_object.h"
 #include "framework/jit_subgraph.h"
+#include "framework/lru_cache.h"
 
 namespace kiln::jit {
 
@@ -111,23 +112,27 @@ class JitCompiler {
     bool operator==(const CacheKey& o) const {
       return key == o.key && signature == o.signature && options == o.options;
     }
+    size_t Hash() const;
   };
   struct CacheKeyHash {
-    size_t operator()(const CacheKey& k) const {
-      return std::hash<std::string>()(k.key) ^ (k.signature.Hash() * 31) ^ (k.options.Hash() << 1);
-    }
+    size_t operator()(const CacheKey& k) const { return k.Hash(); }
   };
   using Future = std::shared_future<std::shared_ptr<const CompiledObject>>;
-  struct Entry {
-    Future future;
-    std::list<CacheKey>::iterator lru;
-  };
+
+  // Under mu_: a cached future for `ck` (a hit), or nullopt after reserving
+  // the entry this caller must fill (a miss); `give_up` set when the cluster
+  // is past its recompile limit.
+  std::optional<Future> LookupLocked(const CacheKey& ck, const JitSubgraph& subgraph, const Future& mine,
+                                     bool* give_up);
+  // Lowers outside the lock; nullptr (and a stderr line) when it fails.
+  std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph);
+  // Counts the compile and calls on_compile.
+  void Finish(const CacheKey& ck, const JitSubgraph& subgraph, const std::shared_ptr<const CompiledObject>& obj);
 
   mutable std::mutex mu_;
   JitCompilerOptions options_;
   std::map<std::string, JitSubgraph> subgraphs_;
-  std::unordered_map<CacheKey, Entry, CacheKeyHash> cache_;
-  std::list<CacheKey> lru_;  // front: most recently used
+  LruCache<CacheKey, Future, CacheKeyHash> cache_;
   std::map<std::string, std::set<std::string>> signatures_seen_;  // key -> signatures compiled
   std::map<std::string, ShapeSignature> last_signature_;  // key -> signature of its latest miss (for logs)
   std::set<std::string> given_up_;  // keys past the recompile limit

@@ -33,6 +33,33 @@ void RunTimed(const Instruction& ins, const BufferView* args) {
   e.ms += ms;
 }
 
+// Every buffer's view: inputs and outputs at the caller's pointers, temps in
+// the arena or the region of the dying input that holds them.
+std::vector<BufferView> BindBuffers(const BufferPlan& plan, const std::vector<void*>& inputs,
+                                    const std::vector<void*>& outputs, char* arena,
+                                    const std::vector<char*>& region_base) {
+  std::vector<BufferView> views(plan.buffers.size());
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    const BufferInfo& info = plan.buffers[b];
+    views[b].dtype = info.dtype;
+    views[b].dims = &info.dims;
+    switch (info.role) {
+      case BufferRole::kInput:
+        KILN_CHECK(info.io_index < static_cast<int>(inputs.size()));
+        views[b].data = inputs[info.io_index];
+        break;
+      case BufferRole::kOutput:
+        KILN_CHECK(info.io_index < static_cast<int>(outputs.size()));
+        views[b].data = outputs[info.io_index];
+        break;
+      case BufferRole::kTemp:
+        views[b].data = (info.region >= 0 ? region_base[info.region] : arena) + info.offset;
+        break;
+    }
+  }
+  return views;
+}
+
 }  // namespace
 
 void SetProfiling(bool on) { g_profiling = on; }
@@ -86,25 +113,7 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
       region_base[d] = static_cast<char*>(spills.back()->ptr());
     }
   }
-  std::vector<BufferView> views(plan.buffers.size());
-  for (size_t b = 0; b < plan.buffers.size(); ++b) {
-    const BufferInfo& info = plan.buffers[b];
-    views[b].dtype = info.dtype;
-    views[b].dims = &info.dims;
-    switch (info.role) {
-      case BufferRole::kInput:
-        KILN_CHECK(info.io_index < static_cast<int>(inputs.size()));
-        views[b].data = inputs[info.io_index];
-        break;
-      case BufferRole::kOutput:
-        KILN_CHECK(info.io_index < static_cast<int>(outputs.size()));
-        views[b].data = outputs[info.io_index];
-        break;
-      case BufferRole::kTemp:
-        views[b].data = (info.region >= 0 ? region_base[info.region] : arena) + info.offset;
-        break;
-    }
-  }
+  std::vector<BufferView> views = BindBuffers(plan, inputs, outputs, arena, region_base);
   // Views take their root's memory (set again when a root output is made).
   std::vector<std::pair<int, int>> view_roots;
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
