@@ -5,6 +5,7 @@
 
 #include "compiler/lowering/batch_one.h"
 #include "compiler/lowering/buffers.h"
+#include "compiler/lowering/conv_epilogue.h"
 #include "compiler/lowering/elementwise_groups.h"
 #include "compiler/lowering/framework_fallback.h"
 #include "compiler/lowering/layout_ops.h"
@@ -25,6 +26,8 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   units = FuseMatmulEpilogue(c, std::move(units),
                              t.Step("matmul_epilogue", "first: it takes bias adds and activations that "
                                                        "elementwise grouping would otherwise claim"));
+  units = FuseConvEpilogue(c, std::move(units),
+                           t.Step("conv_epilogue", "likewise, before grouping takes the bias add and relu"));
   units = FoldWeightGradIntoSgd(c, std::move(units),
                                 t.Step("weight_grad_fold", "before grouping, which would take the sgd step"));
   units = UseGemvAtBatchOne(c, std::move(units),

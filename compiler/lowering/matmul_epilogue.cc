@@ -8,14 +8,6 @@ OneDnnMatmulUnit::OneDnnMatmulUnit(const std::string& step, std::vector<int> ops
       spec_(spec),
       args_(std::move(args)) {}
 
-std::string EpilogueText(bool bias, MatmulActivation activation) {
-  std::string s = bias ? " + bias" : "";
-  if (activation == MatmulActivation::kRelu) s += " + relu";
-  if (activation == MatmulActivation::kGelu) s += " + gelu";
-  if (activation == MatmulActivation::kGeluTanh) s += " + gelu_tanh";
-  return s;
-}
-
 std::string OneDnnMatmulUnit::Describe(const Cluster&) const {
   return "oneDNN matmul" + EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
 }
@@ -38,37 +30,6 @@ struct Match {
   std::vector<std::string> args;  // X, W[, bias], Out
 };
 
-// The bias add after matmul `i` (Out [.., N] + Y [N] on the last axis, Y from
-// outside the cluster), extending `m`; false when there is none.
-bool MatchBias(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i, Match* m) {
-  const std::string out = c.Out(i, "Out");
-  const int j = OnlyPendingConsumer(c, units, unit_of, i, out, kStep, {"elementwise_add"});
-  if (j < 0 || c.In(j, "X") != out) return false;
-  const std::string b = c.In(j, "Y");
-  const int64_t n = m->spec.transpose_w ? m->spec.w_dims[0] : m->spec.w_dims[1];
-  const int64_t axis = c.Attr<int64_t>(j, "axis");
-  const int64_t rank = static_cast<int64_t>(c.dims(out).size());
-  if (b.empty() || !c.IsF32(b) || c.dims(b) != Dims{n} || (axis != -1 && axis != rank - 1)) return false;
-  if (c.Producer(j, b) >= 0) return false;
-  m->spec.bias = true;
-  m->ops.push_back(j);
-  m->args.push_back(b);
-  return true;
-}
-
-// A relu/gelu reading the sum alone, whose grad does not need the sum.
-void MatchActivation(const Cluster& c, const Units& units, const std::vector<int>& unit_of, Match* m,
-                     std::string* result) {
-  const int j = m->ops.back();
-  const int k = OnlyPendingConsumer(c, units, unit_of, j, *result, kStep, {"relu", "gelu"});
-  if (k < 0 || c.In(k, "X") != *result) return;
-  m->spec.activation = c.type(k) == "relu"               ? MatmulActivation::kRelu
-                       : c.Attr<bool>(k, "approximate") ? MatmulActivation::kGeluTanh
-                                                        : MatmulActivation::kGelu;
-  m->ops.push_back(k);
-  *result = c.Out(k, "Out");
-}
-
 bool MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i, Match* m) {
   const std::string x = c.In(i, "X"), w = c.In(i, "Y"), out = c.Out(i, "Out");
   if (x.empty() || w.empty() || out.empty() || !c.IsF32(x) || !c.IsF32(w)) return false;
@@ -79,21 +40,19 @@ bool MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_
   m->spec.w_dims = wd;
   m->spec.transpose_w = c.Attr<bool>(i, "transpose_Y");
   m->spec.alpha = c.Attr<float>(i, "alpha");
+  // A [N] row added on the last axis, then relu or gelu; a bare matmul (or
+  // one with only an activation) stays a oneDNN anchor.
+  const int64_t n = m->spec.transpose_w ? wd[0] : wd[1];
+  const int64_t last = static_cast<int64_t>(c.dims(out).size()) - 1;
+  const EpilogueRule rule{{n}, {-1, last}, /*activation_needs_bias=*/true};
+  const Epilogue e = MatchEpilogue(c, units, unit_of, i, out, kStep, rule, {x, w});
+  if (e.bias.empty()) return false;
+  m->spec.bias = true;
+  m->spec.activation = e.activation;
   m->ops = {i};
-  m->args = {x, w};
-  // A bare matmul stays a framework op.
-  if (!MatchBias(c, units, unit_of, i, m)) return false;
-  std::string result = c.Out(m->ops.back(), "Out");
-  MatchActivation(c, units, unit_of, m, &result);
-  m->args.push_back(result);
-  // Everything between the matmul and the last folded op must leave the
-  // folded vars alone: they all happen at the matmul's place now.
-  std::set<std::string> writes;
-  for (int op : m->ops) writes.insert(c.writes(op).begin(), c.writes(op).end());
-  const std::set<std::string> reads(m->args.begin(), m->args.end() - 1);
-  std::set<int> fused;
-  for (int op : m->ops) fused.insert(unit_of[op]);
-  return NothingBetweenTouches(units, unit_of[i], unit_of[m->ops.back()], reads, writes, fused);
+  m->ops.insert(m->ops.end(), e.ops.begin(), e.ops.end());
+  m->args = {x, w, e.bias, e.result};
+  return true;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // and an eltwise post-op, so the intermediate values never exist.
 #pragma once
 
+#include "compiler/lowering/epilogue.h"
 #include "compiler/lowering/trace.h"
 #include "compiler/lowering/unit.h"
 #include "compiler/onednn_lowering.h"
@@ -24,9 +25,6 @@ class OneDnnMatmulUnit final : public Unit {
   FusedMatmulSpec spec_;
   std::vector<std::string> args_;
 };
-
-// "+ bias + relu": the epilogue a spec fuses.
-std::string EpilogueText(bool bias, MatmulActivation activation);
 
 Units FuseMatmulEpilogue(const Cluster& c, Units units, StepTrace& trace);
 
