@@ -32,9 +32,9 @@
 // 2000-op chain, ~1.5 ms for the 86-op transformer training program; a
 // whole-graph dependency query on ir::Graph would make it linear). Each
 // merge attempt searches only the nodes ranked between the two clusters in
-// a topological order maintained across merges (Pearce-Kelly, as XLA's
-// GraphCycles): O(K + E) log K at worst, one attempt per data edge between
-// candidates.
+// a topological order maintained across merges (passes/cluster_graph.h:
+// Pearce-Kelly, as XLA's GraphCycles): O(K + E) log K at worst, one attempt
+// per data edge between candidates.
 #pragma once
 
 #include <functional>
