@@ -82,19 +82,6 @@ bool Contains(const std::vector<std::string>& list, const std::string& s) {
   return std::find(list.begin(), list.end(), s) != list.end();
 }
 
-// An op recompute_pass copied into the backward pass: it writes "...@RECOMPUTE".
-bool IsRecomputeOp(const proto::OpDesc& op) {
-  static const std::string kSuffix = "@RECOMPUTE";
-  for (const auto& s : op.outputs()) {
-    for (const auto& a : s.args()) {
-      if (a.size() >= kSuffix.size() && a.compare(a.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
-
 bool ShapeOnlyReader(const ir::Graph& graph, NodeId reader, const std::string& name, const OpRegistry& registry) {
   const proto::OpDesc& desc = graph.op(reader);
   const OpInfo* info = registry.Find(desc.type());
@@ -287,9 +274,11 @@ Clusters MergeCandidates(const ir::Graph& graph, const std::vector<NodeId>& topo
     std::sort(consumers.begin(), consumers.end());
     consumers.erase(std::unique(consumers.begin(), consumers.end()), consumers.end());
     for (int c : consumers) {
-      // A recompute copy (recompute_pass) joins its backward consumers,
+      // A recompute copy (op_role "recompute") joins its backward consumers,
       // never the forward cluster whose values it avoids keeping.
-      if (IsRecomputeOp(graph.op(topo[c])) && !IsRecomputeOp(graph.op(topo[u]))) continue;
+      if (HasOpRole(graph.op(topo[c]), kOpRoleRecompute) && !HasOpRole(graph.op(topo[u]), kOpRoleRecompute)) {
+        continue;
+      }
       const int a = clusters.Find(u), b = clusters.Find(c);
       if (a == b) continue;
       const int through = clusters.TryContract(a, b);

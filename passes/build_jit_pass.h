@@ -8,7 +8,9 @@
 // order, unless the merged cluster would sit on a cycle: a path that leaves
 // it and re-enters it through another op (data or the graph's write-after-
 // read/write ordering). Clusters of at least min_cluster_size ops are kept.
-// Forward, backward and optimizer ops are all clustered alike.
+// Forward, backward and optimizer ops are all clustered alike, except that an
+// op marked op_role="recompute" (recompute_pass's copies in the backward pass)
+// never merges with an unmarked producer: it joins its backward consumers.
 //
 // Each kept cluster becomes a JitSubgraph (ops in topological order, every
 // var they touch) handed to the sink, which stores it and returns its

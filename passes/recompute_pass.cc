@@ -184,6 +184,7 @@ bool RecomputePass(proto::ProgramDesc* program, const RecomputePassOptions& opti
     }
     for (int p : c.ops) {
       proto::OpDesc copy = block->ops(p);
+      SetAttr(&copy, kOpRoleAttr, Attribute(std::string(kOpRoleRecompute)));
       for (auto& s : *copy.mutable_inputs()) {
         for (auto& a : *s.mutable_args()) {
           if (local.count(a)) a = local[a];

@@ -10,13 +10,15 @@
 //     (no producer), or read by the backward pass anyway and not recomputed
 //     themselves; or (up to max_chain ops) the output of another such op
 //     whose only reader is the chain (the attention scores before softmax).
-// Each accepted chain is copied, outputs renamed to "<name>@RECOMPUTE", just
-// before the first backward op reading V, and every backward reader of V reads
-// the copy. Anchors of an accepted chain are never recomputed later. Forward
+// Each accepted chain is copied, outputs renamed to "<name>@RECOMPUTE" (for
+// the reader; no pass depends on the name) and marked op_role="recompute"
+// (kOpRoleAttr in framework/operator.h), just before the first backward op
+// reading V, and every backward reader of V reads the copy. Anchors of an accepted chain are never recomputed later. Forward
 // vars are visited in program order, so the result is deterministic.
 //
 // Then V dies in the forward pass. Run before build_jit_pass, so the copies
-// join the backward cluster (and its arena plan). The recomputed values equal
+// join the backward cluster (and its arena plan): build_jit_pass never merges
+// a marked op along an edge from an unmarked producer. The recomputed values equal
 // the forward ones: same ops, same inputs.
 #pragma once
 

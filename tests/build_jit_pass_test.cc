@@ -722,6 +722,36 @@ TEST(BuildJitPass, RandomProgramsStayAcyclicAndEquivalent) {
   EXPECT_GT(refused, 300);
 }
 
+// ---- Recompute copies ----------------------------------------------------------------
+
+// relu -> exp, the exp marked op_role="recompute" (a copy recompute_pass made
+// for the backward): it never joins its producer's cluster, but joins a
+// marked producer and unmarked consumers. A name ending in "@RECOMPUTE"
+// alone means nothing.
+TEST(BuildJitPass, RecomputeCopiesJoinOnlyTheirConsumers) {
+  auto program = [](bool mark_exp, bool mark_relu, const std::string& b) {
+    ProgramMaker p;
+    p.Var("x", {4, 8}).Var("a", {4, 8}).Var(b, {4, 8}).Var("c", {4, 8});
+    OpBuilder relu = Unary("relu", "x", "a"), exp = Unary("exp", "a", b);
+    if (mark_relu) relu.Attr(kOpRoleAttr, std::string(kOpRoleRecompute));
+    if (mark_exp) exp.Attr(kOpRoleAttr, std::string(kOpRoleRecompute));
+    p.Op(relu).Op(exp).Op(Unary("tanh", b, "c"));
+    return p.program;
+  };
+  BuildJitPassOptions o;
+  o.keep_vars = {"x", "c"};
+  auto clusters = [&](const proto::ProgramDesc& p) {
+    std::vector<size_t> sizes;
+    for (const auto& c : RunPass(p, o)->report.clusters) sizes.push_back(c.ops.size());
+    return sizes;
+  };
+  EXPECT_EQ(clusters(program(false, false, "b")), std::vector<size_t>{3});
+  EXPECT_EQ(clusters(program(false, false, "b@RECOMPUTE")), std::vector<size_t>{3});
+  // relu alone is too small; exp and tanh merge.
+  EXPECT_EQ(clusters(program(true, false, "b")), std::vector<size_t>{2});
+  EXPECT_EQ(clusters(program(true, true, "b")), std::vector<size_t>{3});
+}
+
 // ---- Flags, registry, pipeline ----------------------------------------------------------
 
 TEST(PassFlags, SplitOpList) {
