@@ -15,12 +15,16 @@
 #include "passes/build_jit_pass.h"
 #include "passes/inplace_pass.h"
 #include "passes/pass.h"
+#include "passes/recompute_pass.h"
 
 namespace kiln {
 
 // What a tool hands the passes it builds from names: their options and the
 // hooks into the rest of the system.
 struct PassConfig {
+  RecomputePassOptions recompute;
+  // When not null, recompute_pass writes what it did here on every run.
+  RecomputeReport* recompute_report = nullptr;
   BuildJitPassOptions build_jit;
   // Required by build_jit_pass (the tools: JitCompiler::Instance()).
   SubgraphSink jit_sink;

@@ -45,15 +45,14 @@ proto::ProgramDesc MaybeApplyRecompute(const proto::ProgramDesc& program, const 
   if (!FLAGS_recompute) return program;
   RecomputePassOptions options;
   options.keep_vars = keep;
-  options.op_types.clear();
-  for (const auto& t : SplitOpList(FLAGS_recompute_ops)) {
-    if (OpRegistry::Global().Find(t) == nullptr) {
-      ThrowInvalidArgument("--recompute_ops names unknown op type '", t, "'");
-    }
-    options.op_types.insert(t);
-  }
+  const std::vector<std::string> types = SplitOpList(FLAGS_recompute_ops);
+  options.op_types = std::set<std::string>(types.begin(), types.end());
+  if (program.blocks_size() == 0) return program;
+  ir::Graph graph = ir::Graph::FromBlock(program.blocks(0));
+  RecomputePass(options).Run(graph, report);
+  graph.Verify();
   proto::ProgramDesc out = program;
-  RecomputePass(&out, options, report);
+  *out.mutable_blocks(0) = graph.ToBlock();
   return out;
 }
 
