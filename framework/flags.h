@@ -22,7 +22,7 @@ DECLARE_bool(cache_allocations);
 DECLARE_bool(memory_report);
 
 // JIT clustering (build_jit_pass; turned into BuildJitPassOptions by
-// BuildJitPassOptionsFromFlags in passes/pass_flags.h).
+// BuildJitPassOptionsFromFlags in tools/pipeline_setup.h).
 DECLARE_bool(use_jit);
 DECLARE_bool(jit_profile);
 DECLARE_string(jit_launch_mode);

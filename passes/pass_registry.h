@@ -1,8 +1,9 @@
-// The pass registry and the pipeline runner. Passes are registered by name
-// from one function (RegisterAllPasses), never by static initialisers, so
-// tools can list them and build a pipeline from names. A pipeline is a plain
-// list run in order; the graph is verified before the first pass and after
-// every pass, and can be dumped after every pass.
+// The pass registry and the pass runner. Passes are registered by name from
+// one function (RegisterAllPasses), never by static initialisers, so tools
+// and tests can list them and build a list of passes from names. The
+// production pipeline is passes/pipeline.h. A list of passes runs in order
+// (RunPasses); the graph is verified before the first pass and after every
+// pass, and can be dumped after every pass.
 #pragma once
 
 #include <functional>
@@ -65,7 +66,7 @@ class PassRegistry {
 void RegisterAllPasses(PassRegistry& registry);
 
 // Called after each pass with the graph it left and whether it changed it
-// (kiln dump's --dump_after_passes, tests).
+// (the pipeline's dump directory; tests).
 using PassDumpFn = std::function<void(const Pass& pass, const ir::Graph& graph, bool changed)>;
 
 // Runs the passes in order; returns true iff any changed the graph. Throws

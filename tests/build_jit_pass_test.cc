@@ -13,13 +13,11 @@
 
 #include "framework/error.h"
 #include "framework/file_util.h"
-#include "framework/flags.h"
 #include "framework/jit_subgraph.h"
 #include "framework/models/models.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
 #include "framework/validate.h"
-#include "passes/pass_flags.h"
 #include "passes/pass_registry.h"
 
 namespace kiln {
@@ -752,26 +750,7 @@ TEST(BuildJitPass, RecomputeCopiesJoinOnlyTheirConsumers) {
   EXPECT_EQ(clusters(program(true, true, "b")), std::vector<size_t>{3});
 }
 
-// ---- Flags, registry, pipeline ----------------------------------------------------------
-
-TEST(PassFlags, SplitOpList) {
-  EXPECT_EQ(SplitOpList(""), std::vector<std::string>{});
-  EXPECT_EQ(SplitOpList("relu"), std::vector<std::string>{"relu"});
-  EXPECT_EQ(SplitOpList(" relu , exp,,tanh ,"), (std::vector<std::string>{"relu", "exp", "tanh"}));
-  EXPECT_EQ(SplitOpList(" , "), std::vector<std::string>{});
-}
-
-TEST(PassFlags, OptionsFromFlags) {
-  gflags::FlagSaver saver;
-  FLAGS_jit_allow_ops = "relu,exp";
-  FLAGS_jit_deny_ops = "sgd";
-  FLAGS_jit_min_cluster_size = 3;
-  const BuildJitPassOptions o = BuildJitPassOptionsFromFlags();
-  EXPECT_EQ(o.allow_ops, (std::vector<std::string>{"relu", "exp"}));
-  EXPECT_EQ(o.deny_ops, (std::vector<std::string>{"sgd"}));
-  EXPECT_EQ(o.min_cluster_size, 3);
-  EXPECT_TRUE(o.keep_vars.empty());
-}
+// ---- Registry and pass runner ----------------------------------------------------------
 
 TEST(PassRegistry, ListsAndCreatesPasses) {
   const PassRegistry& r = PassRegistry::Global();

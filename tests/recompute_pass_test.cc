@@ -25,8 +25,9 @@
 #include "framework/trainer.h"
 #include "framework/validate.h"
 #include "launch_op/jit_launch_op.h"
-#include "launch_op/jit_pipeline.h"
 #include "passes/pass_registry.h"
+#include "passes/pipeline.h"
+#include "tests/jit_pipeline_util.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -372,14 +373,13 @@ TEST(RecomputePassTrain, TransformerLossesMatch) {
   }
 }
 
-// recompute_pass, then build_jit_pass (the tools' order).
-proto::ProgramDesc RecomputeAndJit(const proto::ProgramDesc& p, const std::set<std::string>& keep,
-                                   BuildJitReport* report = nullptr) {
-  proto::ProgramDesc out = p;
-  Recompute(&out, Options(keep));
-  BuildJitPassOptions jo;
-  jo.keep_vars = keep;
-  return jit::ApplyBuildJitPass(out, jo, report);
+// The production pipeline with recompute_pass and build_jit_pass.
+PipelineOptions RecomputeAndJit(const std::set<std::string>& keep, BuildJitReport* report = nullptr) {
+  PipelineOptions o = test::JitPipeline(BuildJitPassOptions{}, report);
+  o.recompute = true;
+  o.config.recompute = Options({});
+  o.keep_vars = keep;
+  return o;
 }
 
 TEST(RecomputePassTrain, TransformerWithTheJitMatches) {
@@ -389,7 +389,7 @@ TEST(RecomputePassTrain, TransformerWithTheJitMatches) {
   TrainOptions o = ShortTraining();
   const TrainResult off = Train(c.model, c.train, c.test, o);
   o.program_transform = [](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-    return RecomputeAndJit(p, keep);
+    return RunPipeline(p, RecomputeAndJit(keep));
   };
   const TrainResult on = Train(c.model, c.train, c.test, o);
   ASSERT_EQ(on.losses.size(), off.losses.size());
@@ -404,11 +404,11 @@ TEST(RecomputePassTrain, CopiesJoinTheBackwardCluster) {
   jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
   const TrainCase& c = Case("transformer");
   BuildJitReport report;
-  RecomputeAndJit(c.model.train, Keep(c.model), &report);
+  RunPipeline(c.model.train, RecomputeAndJit(Keep(c.model), &report));
   ASSERT_GE(report.clusters.size(), 2u);
   bool copies_clustered = false;
   for (const auto& cl : report.clusters) {
-    for (const auto& op : cl.ops) copies_clustered = copies_clustered || op.find("softmax") != std::string::npos;
+    for (const auto& op : cl.ops) copies_clustered = copies_clustered || op.find("new op 'softmax'") != std::string::npos;
     for (const std::string v : {"softmax_0", "gelu_0", "ln1_0.Y"}) {
       EXPECT_EQ(std::count(cl.outputs.begin(), cl.outputs.end(), v), 0) << "cluster " << cl.key << " hands out " << v;
       EXPECT_EQ(std::count(cl.outputs.begin(), cl.outputs.end(), v + "@RECOMPUTE"), 0) << cl.key;

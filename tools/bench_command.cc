@@ -29,7 +29,7 @@
 #include "framework/op_registry.h"
 #include "framework/validate.h"
 #include "tools/commands.h"
-#include "tools/memory_setup.h"
+#include "tools/pipeline_setup.h"
 #include "tools/model_flags.h"
 
 namespace kiln::tools {
@@ -184,8 +184,7 @@ int BenchModel() {
   Scope scope;
   Executor exec(ExecutorOptionsFromFlags());
   exec.RunProgram(model.startup, scope);
-  const proto::ProgramDesc program =
-      TransformProgramFromFlags(model.train, {model.features, model.labels, model.loss});
+  const proto::ProgramDesc program = RunPipelineFromFlags(model.train, {model.features, model.labels, model.loss});
   auto plan = exec.Prepare(program, 0, {model.loss});
 
   // Feeding copies the batch into the scope; it is done before each step and
