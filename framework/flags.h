@@ -35,6 +35,9 @@ DECLARE_string(jit_allow_ops);
 DECLARE_string(jit_deny_ops);
 DECLARE_int32(jit_min_cluster_size);
 
+// The pass pipeline: the program after each pass (passes/pipeline.h).
+DECLARE_string(dump_passes);
+
 // JIT inspection (kiln dump, --jit_dump_dir, --jit_explain, --jit_verbose).
 DECLARE_string(jit_dump_dir);
 DECLARE_bool(jit_explain);

@@ -66,7 +66,7 @@ class PassRegistry {
 void RegisterAllPasses(PassRegistry& registry);
 
 // Called after each pass with the graph it left and whether it changed it
-// (the pipeline's dump directory; tests).
+// (the pipeline's dump directory, --dump_passes; tests).
 using PassDumpFn = std::function<void(const Pass& pass, const ir::Graph& graph, bool changed)>;
 
 // Runs the passes in order; returns true iff any changed the graph. Throws

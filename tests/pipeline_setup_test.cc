@@ -1,6 +1,7 @@
 // tools/pipeline_setup: flags -> pipeline options at the tool edge.
 #include "tools/pipeline_setup.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ TEST(PipelineSetup, PipelineOptionsFromFlags) {
   EXPECT_TRUE(o.inplace);
   EXPECT_EQ(o.config.recompute.op_types, std::set<std::string>{"layer_norm"});
   EXPECT_EQ(o.keep_vars, (std::set<std::string>{"x", "loss"}));
+  EXPECT_TRUE(o.dump_dir.empty());
   EXPECT_TRUE(static_cast<bool>(o.config.jit_sink));
 
   FLAGS_recompute = false;
@@ -47,12 +49,32 @@ TEST(PipelineSetup, PipelineOptionsFromFlags) {
   FLAGS_use_jit = true;
   FLAGS_jit_min_cluster_size = 4;
   FLAGS_use_inplace = false;
+  FLAGS_dump_passes = "some/dir";
   o = PipelineOptionsFromFlags({});
   EXPECT_FALSE(o.recompute);
   EXPECT_TRUE(o.build_jit);
   EXPECT_FALSE(o.inplace);
   EXPECT_EQ(o.config.recompute.op_types, (std::set<std::string>{"matmul", "softmax"}));
   EXPECT_EQ(o.config.build_jit.min_cluster_size, 4);
+  EXPECT_EQ(o.dump_dir, "some/dir");
+}
+
+TEST(PipelineSetup, CheckDumpPassesFlagNamesTheFlag) {
+  gflags::FlagSaver saver;
+  const std::string dir = ::testing::TempDir() + "/kiln_pipeline_setup";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir + " && touch " + dir + "/file").c_str()), 0);
+  FLAGS_dump_passes = "";
+  EXPECT_NO_THROW(CheckDumpPassesFlag());
+  FLAGS_dump_passes = dir + "/file";
+  try {
+    CheckDumpPassesFlag();
+    FAIL() << "expected InvalidArgument";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--dump_passes: pass dump directory '" + dir + "/file': exists and is not a directory");
+  }
+  FLAGS_dump_passes = dir + "/new";
+  EXPECT_NO_THROW(CheckDumpPassesFlag());
 }
 
 }  // namespace

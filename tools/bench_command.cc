@@ -152,6 +152,7 @@ std::string BenchDataset() {
 
 int BenchModel() {
   CheckSteps();
+  CheckDumpPassesFlag();
   const int64_t batch = FLAGS_batch_size;
   if (batch < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", batch);
   const Model model = BuildModelFromFlags(BenchDataset());

@@ -120,6 +120,7 @@ DumpSource LoadDumpSource() {
 int DumpCommand() {
   if (FLAGS_out.empty()) ThrowInvalidArgument("--out DIR is required");
   if (FLAGS_batch_size < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", FLAGS_batch_size);
+  CheckDumpPassesFlag();
   const DumpSource src = LoadDumpSource();
   const proto::ProgramDesc& program = src.program;
   const proto::BlockDesc concrete = ConcreteBlock(program.blocks(0), FLAGS_batch_size);

@@ -41,12 +41,23 @@ PipelineOptions PipelineOptionsFromFlags(const std::set<std::string>& keep) {
   o.config.jit_sink = [](const JitSubgraph& sg) { return jit::JitCompiler::Instance().AddSubgraph(sg); };
   o.inplace = FLAGS_use_inplace;
   o.keep_vars = keep;
+  o.dump_dir = FLAGS_dump_passes;
   return o;
 }
 
+void CheckDumpPassesFlag() {
+  if (FLAGS_dump_passes.empty()) return;
+  try {
+    CreateDumpDir(FLAGS_dump_passes);
+  } catch (const Error& e) {
+    ThrowInvalidArgument("--dump_passes: ", e.what());
+  }
+}
+
 proto::ProgramDesc RunPipelineFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                        PipelineReports* reports) {
+                                        PipelineReports* reports, const std::string& dump_subdir) {
   PipelineOptions o = PipelineOptionsFromFlags(keep);
+  if (!o.dump_dir.empty() && !dump_subdir.empty()) o.dump_dir += "/" + dump_subdir;
   PipelineReports local;
   PipelineReports& r = reports != nullptr ? *reports : local;
   o.config.recompute_report = &r.recompute;

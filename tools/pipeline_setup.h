@@ -20,9 +20,14 @@ std::vector<std::string> SplitOpList(const std::string& list);
 BuildJitPassOptions BuildJitPassOptionsFromFlags();
 
 // --recompute with --recompute_ops, --use_jit with the options above and
-// JitCompiler::Instance() as the subgraph sink, and --use_inplace.
-// keep_vars: `keep` (feeds and fetch targets). No reports.
+// JitCompiler::Instance() as the subgraph sink, --use_inplace, and
+// --dump_passes as the dump directory. keep_vars: `keep` (feeds and fetch
+// targets). No reports.
 PipelineOptions PipelineOptionsFromFlags(const std::set<std::string>& keep);
+
+// With --dump_passes: creates the directory now, or throws InvalidArgument
+// naming the flag. Tools call it before loading data or running anything.
+void CheckDumpPassesFlag();
 
 // What one RunPipelineFromFlags did; a pass that did not run leaves its
 // report empty.
@@ -32,10 +37,11 @@ struct PipelineReports {
   InplaceReport inplace;
 };
 
-// RunPipeline with PipelineOptionsFromFlags(keep). build_jit_pass's report
-// is recorded for --jit_explain (RecordJitReport); `reports` (optional)
-// receives all three.
+// RunPipeline with PipelineOptionsFromFlags(keep); with --dump_passes DIR and
+// a `dump_subdir`, the files go to DIR/<dump_subdir>/. build_jit_pass's
+// report is recorded for --jit_explain (RecordJitReport); `reports`
+// (optional) receives all three.
 proto::ProgramDesc RunPipelineFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                        PipelineReports* reports = nullptr);
+                                        PipelineReports* reports = nullptr, const std::string& dump_subdir = "");
 
 }  // namespace kiln::tools

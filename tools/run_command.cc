@@ -56,6 +56,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   const std::vector<std::string> fetches = SplitComma(FLAGS_fetch);
   if (fetches.empty()) ThrowInvalidArgument("--fetch needs at least one variable name");
   if (FLAGS_steps < 1) ThrowInvalidArgument("--steps must be at least 1, got ", FLAGS_steps);
+  CheckDumpPassesFlag();
 
   proto::ProgramDesc program = LoadProgram(FLAGS_program);
   if (!FLAGS_append_backward.empty()) AppendBackward(&program, FLAGS_append_backward);

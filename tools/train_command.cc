@@ -73,6 +73,7 @@ void PrintProgress(const TrainProgress& p, bool tty) {
 }  // namespace
 
 int TrainCommand() {
+  CheckDumpPassesFlag();
   const std::string dataset = DatasetFromFlags();
   const Model model = BuildModelFromFlags(dataset);
   const TrainTest data = LoadDataset(dataset, model);
@@ -84,12 +85,12 @@ int TrainCommand() {
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();
-  // Both programs go through the pass pipeline; the training program's
-  // reports are kept.
+  // Both programs go through the pass pipeline; the training program's reports
+  // are kept, the evaluation program's --dump_passes files go to DIR/forward/.
   PipelineReports train_reports;
   options.program_transform = [&](const proto::ProgramDesc& program, const std::set<std::string>& keep) {
     const bool train = keep.count(model.loss) > 0;
-    return RunPipelineFromFlags(program, keep, train ? &train_reports : nullptr);
+    return RunPipelineFromFlags(program, keep, train ? &train_reports : nullptr, train ? "" : "forward");
   };
   // Memory is measured over the training steps: from here (the dataset is
   // loaded) to the last step, before the final evaluation.
