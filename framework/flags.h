@@ -22,7 +22,7 @@ DECLARE_bool(cache_allocations);
 DECLARE_bool(memory_report);
 
 // JIT clustering (build_jit_pass; turned into BuildJitPassOptions by
-// BuildJitPassOptionsFromFlags in passes/pass_flags.h).
+// BuildJitPassOptionsFromFlags in tools/pipeline_setup.h).
 DECLARE_bool(use_jit);
 DECLARE_bool(jit_profile);
 DECLARE_string(jit_launch_mode);
@@ -34,6 +34,9 @@ DECLARE_bool(jit_reuse_buffers);
 DECLARE_string(jit_allow_ops);
 DECLARE_string(jit_deny_ops);
 DECLARE_int32(jit_min_cluster_size);
+
+// The pass pipeline: the program after each pass (passes/pipeline.h).
+DECLARE_string(dump_passes);
 
 // JIT inspection (kiln dump, --jit_dump_dir, --jit_explain, --jit_verbose).
 DECLARE_string(jit_dump_dir);

@@ -217,9 +217,23 @@ void CheckSlots(const OpInfo& info, const proto::OpDesc& op, int op_index) {
   }
 }
 
+bool HasOpRole(const proto::OpDesc& op, std::string_view role) {
+  const proto::AttrDesc* a = FindAttr(op, kOpRoleAttr);
+  return a != nullptr && a->type() == proto::AttrDesc::STRING && a->s() == role;
+}
+
 AttrMap ResolveAttrs(const OpInfo& info, const proto::OpDesc& op, int op_index) {
   AttrMap attrs;
   for (const auto& a : op.attrs()) {
+    if (a.name() == kOpRoleAttr) {
+      // Common to every op type (operator.h); not part of the op's own attrs.
+      const AttrKind kind = KindOf(AttrFromProto(a));
+      if (kind != AttrKind::kString) {
+        ThrowInvalidArgument(OpLabel(op, op_index), ": attribute '", kOpRoleAttr, "' expected type ",
+                             AttrKindName(AttrKind::kString), ", got ", AttrKindName(kind));
+      }
+      continue;
+    }
     const AttrDef* def = info.FindAttr(a.name());
     if (def == nullptr) {
       ThrowInvalidArgument(OpLabel(op, op_index), ": unknown attribute '", a.name(), "'");

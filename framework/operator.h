@@ -31,6 +31,16 @@ struct AttrDef {
   std::optional<Attribute> default_value;  // none: the attribute is required
 };
 
+// The one attribute every op type accepts besides its own (Paddle's op_role):
+// a STRING saying which pass made the op. recompute_pass sets "recompute" on
+// the forward ops it copies into the backward pass, and build_jit_pass keeps
+// such copies out of the forward clusters. ResolveAttrs checks its kind and
+// leaves it out of the AttrMap: kernels and shape inference never see it.
+inline constexpr const char* kOpRoleAttr = "op_role";
+inline constexpr const char* kOpRoleRecompute = "recompute";
+// True when `op` has op_role = `role`.
+bool HasOpRole(const proto::OpDesc& op, std::string_view role);
+
 // ---- Shape inference -------------------------------------------------------
 // Run at build/validation time over VarDescs (dims may hold -1) and at run time
 // over tensors (dims concrete). Violations call Fail(), which throws
@@ -211,7 +221,8 @@ proto::OpDesc MakeGradOp(const proto::OpDesc& fwd, const std::vector<std::string
 std::set<std::string> NoNeedBufferVars(const OpInfo& info, const proto::OpDesc& op);
 
 // Checks the op's slots and attributes against its entry and returns the attrs
-// with defaults filled in. Throws InvalidArgument naming the op and what is wrong.
+// with defaults filled in (op_role, accepted on every op, is checked to be a
+// STRING and left out). Throws InvalidArgument naming the op and what is wrong.
 AttrMap ResolveAttrs(const OpInfo& info, const proto::OpDesc& op, int op_index);
 void CheckSlots(const OpInfo& info, const proto::OpDesc& op, int op_index);
 

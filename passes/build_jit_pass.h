@@ -8,7 +8,9 @@
 // order, unless the merged cluster would sit on a cycle: a path that leaves
 // it and re-enters it through another op (data or the graph's write-after-
 // read/write ordering). Clusters of at least min_cluster_size ops are kept.
-// Forward, backward and optimizer ops are all clustered alike.
+// Forward, backward and optimizer ops are all clustered alike, except that an
+// op marked op_role="recompute" (recompute_pass's copies in the backward pass)
+// never merges with an unmarked producer: it joins its backward consumers.
 //
 // Each kept cluster becomes a JitSubgraph (ops in topological order, every
 // var they touch) handed to the sink, which stores it and returns its
@@ -32,9 +34,9 @@
 // 2000-op chain, ~1.5 ms for the 86-op transformer training program; a
 // whole-graph dependency query on ir::Graph would make it linear). Each
 // merge attempt searches only the nodes ranked between the two clusters in
-// a topological order maintained across merges (Pearce-Kelly, as XLA's
-// GraphCycles): O(K + E) log K at worst, one attempt per data edge between
-// candidates.
+// a topological order maintained across merges (passes/cluster_graph.h:
+// Pearce-Kelly, as XLA's GraphCycles): O(K + E) log K at worst, one attempt
+// per data edge between candidates.
 #pragma once
 
 #include <functional>

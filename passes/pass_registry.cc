@@ -54,6 +54,12 @@ std::vector<std::unique_ptr<Pass>> PassRegistry::CreatePipeline(const std::vecto
 }
 
 void RegisterAllPasses(PassRegistry& registry) {
+  registry.Add({"recompute_pass",
+                "copy cheap forward ops into the backward pass so their outputs are not kept from forward to "
+                "backward (--recompute, --recompute_ops; run before build_jit_pass)",
+                [](const PassConfig& c) -> std::unique_ptr<Pass> {
+                  return std::make_unique<RecomputePass>(c.recompute, c.recompute_report);
+                }});
   registry.Add({"build_jit_pass",
                 "replace clusters of JIT-lowerable ops by jit_launch ops (--jit_allow_ops, --jit_deny_ops, "
                 "--jit_min_cluster_size)",

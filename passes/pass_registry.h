@@ -1,8 +1,9 @@
-// The pass registry and the pipeline runner. Passes are registered by name
-// from one function (RegisterAllPasses), never by static initialisers, so
-// tools can list them and build a pipeline from names. A pipeline is a plain
-// list run in order; the graph is verified before the first pass and after
-// every pass, and can be dumped after every pass.
+// The pass registry and the pass runner. Passes are registered by name from
+// one function (RegisterAllPasses), never by static initialisers, so tools
+// and tests can list them and build a list of passes from names. The
+// production pipeline is passes/pipeline.h. A list of passes runs in order
+// (RunPasses); the graph is verified before the first pass and after every
+// pass, and can be dumped after every pass.
 #pragma once
 
 #include <functional>
@@ -15,12 +16,16 @@
 #include "passes/build_jit_pass.h"
 #include "passes/inplace_pass.h"
 #include "passes/pass.h"
+#include "passes/recompute_pass.h"
 
 namespace kiln {
 
 // What a tool hands the passes it builds from names: their options and the
 // hooks into the rest of the system.
 struct PassConfig {
+  RecomputePassOptions recompute;
+  // When not null, recompute_pass writes what it did here on every run.
+  RecomputeReport* recompute_report = nullptr;
   BuildJitPassOptions build_jit;
   // Required by build_jit_pass (the tools: JitCompiler::Instance()).
   SubgraphSink jit_sink;
@@ -61,7 +66,7 @@ class PassRegistry {
 void RegisterAllPasses(PassRegistry& registry);
 
 // Called after each pass with the graph it left and whether it changed it
-// (kiln dump's --dump_after_passes, tests).
+// (the pipeline's dump directory, --dump_passes; tests).
 using PassDumpFn = std::function<void(const Pass& pass, const ir::Graph& graph, bool changed)>;
 
 // Runs the passes in order; returns true iff any changed the graph. Throws

@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
+#include "framework/error.h"
 #include "framework/op_desc.h"
-#include "framework/validate.h"
 
 namespace kiln {
 namespace {
 
-constexpr const char* kSuffix = "@RECOMPUTE";
+using ir::Graph;
+using ir::kNoNode;
+using ir::NodeId;
 
 std::vector<std::string> Args(const google::protobuf::RepeatedPtrField<proto::OpDesc::Slot>& slots) {
   std::vector<std::string> out;
@@ -21,69 +24,69 @@ std::vector<std::string> Args(const google::protobuf::RepeatedPtrField<proto::Op
   return out;
 }
 
+// One accepted chain: forward ops to copy and where the copies go.
+struct Chain {
+  std::vector<int> ops;              // topological positions, producers first
+  std::vector<std::string> renamed;  // chain outputs the backward reads
+  int insert_before = 0;             // first backward reader of any of them
+  int64_t saved = 0, transient = 0;  // bytes per sample
+};
+
+// Decides what to recompute, by var name over the ops in topological order
+// (positions index `topo`).
 class Planner {
  public:
-  Planner(const proto::BlockDesc& block, const RecomputePassOptions& options, const OpRegistry& registry)
-      : block_(block), options_(options) {
-    for (int i = 0; i < block.ops_size(); ++i) {
-      const proto::OpDesc& op = block.ops(i);
-      for (const auto& a : Args(op.outputs())) {
+  Planner(const Graph& graph, const RecomputePassOptions& options, const OpRegistry& registry)
+      : graph_(graph), topo_(graph.TopologicalOrder()), options_(options) {
+    const int n = static_cast<int>(topo_.size());
+    for (int i = 0; i < n; ++i) {
+      for (const auto& a : Args(op(i).outputs())) {
         writers_[a].push_back(i);
-        if (bwd_start_ < 0 && a.find("@GRAD") != std::string::npos) bwd_start_ = i;
+        if (bwd_start_ < 0 && a.find(kGradSuffix) != std::string::npos) bwd_start_ = i;
       }
     }
-    for (int i = 0; i < block.ops_size(); ++i) {
-      const proto::OpDesc& op = block.ops(i);
-      const OpInfo* info = registry.Find(op.type());
+    for (int i = 0; i < n; ++i) {
+      const OpInfo* info = registry.Find(op(i).type());
       const std::set<std::string> shape_only =
-          info != nullptr ? NoNeedBufferVars(*info, op) : std::set<std::string>{};
-      for (const auto& a : Args(op.inputs())) {
+          info != nullptr ? NoNeedBufferVars(*info, op(i)) : std::set<std::string>{};
+      for (const auto& a : Args(op(i).inputs())) {
         readers_[a].push_back(i);
         if (bwd_start_ >= 0 && i >= bwd_start_ && !shape_only.count(a)) bwd_data_readers_[a].push_back(i);
       }
     }
   }
 
-  int bwd_start() const { return bwd_start_; }
+  const std::vector<NodeId>& topo() const { return topo_; }
 
   // Vars to recompute and their chains, in forward order.
-  struct Chain {
-    std::vector<int> ops;                 // forward op indices, producers first
-    std::vector<std::string> renamed;     // chain outputs the backward reads
-    int insert_before = 0;                // first backward reader of any of them
-    int64_t saved = 0, transient = 0;     // bytes per sample
-  };
   std::vector<Chain> Plan() {
     std::vector<Chain> chains;
-    if (bwd_start_ < 0) return chains;
     for (int i = 0; i < bwd_start_; ++i) {
-      for (const auto& v : Args(block_.ops(i).outputs())) {
+      for (const auto& v : Args(op(i).outputs())) {
         if (!Candidate(v)) continue;
         Chain c;
         if (!Extend(v, 0, &c.ops)) continue;
         std::set<std::string> leaves;
         for (int p : c.ops) {
-          for (const auto& a : Args(block_.ops(p).outputs())) {
-            if (bwd_data_readers_.count(a)) {
-              c.renamed.push_back(a);
-              c.saved += Bytes(a);
-            } else {
-              c.transient += Bytes(a);
-            }
+          for (const auto& a : Args(op(p).outputs())) {
+            const bool read_back = bwd_data_readers_.count(a) > 0;
+            if (read_back) c.renamed.push_back(a);
+            (read_back ? c.saved : c.transient) += Bytes(a);
           }
-          for (const auto& a : Args(block_.ops(p).inputs())) {
+          for (const auto& a : Args(op(p).inputs())) {
             if (!InChain(c, a)) leaves.insert(a);
           }
         }
         // Worth it only when it keeps at least as many bytes out of the
         // forward-to-backward window as the copies make in passing.
         if (c.saved < c.transient || c.saved == 0) continue;
-        c.insert_before = block_.ops_size();
+        c.insert_before = static_cast<int>(topo_.size());
+        bool kept = false;
         for (const auto& r : c.renamed) {
-          if (keep(r)) c.saved = -1;
+          kept = kept || keep(r);
           c.insert_before = std::min(c.insert_before, bwd_data_readers_[r].front());
         }
-        if (c.saved < 0) continue;
+        if (kept) continue;
         for (const auto& r : c.renamed) recomputed_.insert(r);
         pinned_.insert(leaves.begin(), leaves.end());
         chains.push_back(std::move(c));
@@ -93,8 +96,14 @@ class Planner {
   }
 
  private:
+  const proto::OpDesc& op(int i) const { return graph_.op(topo_[i]); }
+  // The declared VarDesc of `v`, or nullptr.
+  const proto::VarDesc* Desc(const std::string& v) const {
+    const NodeId n = graph_.FindVar(v);
+    return n == kNoNode || !graph_.IsDeclared(n) ? nullptr : &graph_.var(n);
+  }
   bool keep(const std::string& v) const {
-    const proto::VarDesc* d = FindVarDesc(block_, v);
+    const proto::VarDesc* d = Desc(v);
     return options_.keep_vars.count(v) > 0 || d == nullptr || d->persistable();
   }
   bool Candidate(const std::string& v) const {
@@ -102,21 +111,21 @@ class Planner {
   }
   // Kept until the backward pass anyway: a chain may read it.
   bool Anchor(const std::string& v) const {
-    const proto::VarDesc* d = FindVarDesc(block_, v);
+    const proto::VarDesc* d = Desc(v);
     if (d != nullptr && d->persistable()) return true;
     if (!writers_.count(v)) return true;  // fed
     return bwd_data_readers_.count(v) > 0 && !recomputed_.count(v);
   }
   bool InChain(const Chain& c, const std::string& v) const {
     for (int p : c.ops) {
-      for (const auto& a : Args(block_.ops(p).outputs())) {
+      for (const auto& a : Args(op(p).outputs())) {
         if (a == v) return true;
       }
     }
     return false;
   }
   int64_t Bytes(const std::string& v) const {
-    const proto::VarDesc* d = FindVarDesc(block_, v);
+    const proto::VarDesc* d = Desc(v);
     if (d == nullptr) return 0;
     int64_t n = SizeOf(FromProto(d->dtype()));
     for (int64_t x : d->dims()) n *= x < 0 ? 1 : x;
@@ -129,12 +138,11 @@ class Planner {
     if (w == writers_.end() || w->second.size() != 1) return false;
     const int p = w->second.front();
     if (p >= bwd_start_ || depth >= options_.max_chain) return false;
-    const proto::OpDesc& op = block_.ops(p);
-    if (!options_.op_types.count(op.type())) return false;
-    for (const auto& out : Args(op.outputs())) {
+    if (!options_.op_types.count(op(p).type())) return false;
+    for (const auto& out : Args(op(p).outputs())) {
       if (writers_.at(out).size() != 1 || keep(out)) return false;
     }
-    for (const auto& in : Args(op.inputs())) {
+    for (const auto& in : Args(op(p).inputs())) {
       if (Anchor(in)) continue;
       // An intermediate only this op reads (the scores before softmax).
       auto r = readers_.find(in);
@@ -145,12 +153,53 @@ class Planner {
     return true;
   }
 
-  const proto::BlockDesc& block_;
+  const Graph& graph_;
+  const std::vector<NodeId> topo_;
   const RecomputePassOptions& options_;
   int bwd_start_ = -1;
   std::map<std::string, std::vector<int>> writers_, readers_, bwd_data_readers_;
   std::set<std::string> pinned_, recomputed_;
 };
+
+bool Contains(const std::vector<std::string>& list, const std::string& s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+// A name no live var has: "<name>@RECOMPUTE", numbered when taken.
+std::string CopyName(const Graph& graph, const std::string& name) {
+  std::string out = name + "@RECOMPUTE";
+  for (int k = 1; graph.FindVar(out) != kNoNode; ++k) out = name + "@RECOMPUTE_" + std::to_string(k);
+  return out;
+}
+
+// Adds the copies of one chain's ops. Records original output node -> its
+// copy in `copy_of` for every output of the chain.
+void CopyChain(Graph& graph, const std::vector<NodeId>& topo, const Chain& chain, std::map<NodeId, NodeId>* copy_of) {
+  for (int p : chain.ops) {
+    const NodeId original = topo[p];
+    proto::OpDesc desc = graph.op(original);
+    SetAttr(&desc, kOpRoleAttr, Attribute(std::string(kOpRoleRecompute)));
+    std::vector<ir::SlotNodes> inputs, outputs;
+    for (const auto& slot : desc.inputs()) {
+      ir::SlotNodes s{slot.name(), graph.InputSlot(original, slot.name())};
+      for (NodeId& v : s.vars) {
+        if (auto it = copy_of->find(v); it != copy_of->end()) v = it->second;
+      }
+      inputs.push_back(std::move(s));
+    }
+    for (const auto& slot : desc.outputs()) {
+      ir::SlotNodes s{slot.name(), graph.OutputSlot(original, slot.name())};
+      for (NodeId& v : s.vars) {
+        if (v == kNoNode) continue;
+        proto::VarDesc var = graph.var(v);
+        var.set_name(CopyName(graph, graph.VarName(v)));
+        v = (*copy_of)[v] = graph.AddVarNode(var);
+      }
+      outputs.push_back(std::move(s));
+    }
+    graph.AddOpNode(std::move(desc), inputs, outputs);
+  }
+}
 
 }  // namespace
 
@@ -165,72 +214,56 @@ std::string RecomputeReport::ToString() const {
   return s;
 }
 
-bool RecomputePass(proto::ProgramDesc* program, const RecomputePassOptions& options, RecomputeReport* report,
-                   const OpRegistry& registry) {
-  if (report != nullptr) *report = RecomputeReport{};
-  if (program->blocks_size() == 0) return false;
-  proto::BlockDesc* block = program->mutable_blocks(0);
-  Planner planner(*block, options, registry);
-  const auto chains = planner.Plan();
-  if (chains.empty()) return false;
-
-  std::map<int, std::vector<proto::OpDesc>> inserts;  // before op index
-  // forward var -> (its copy, first op index reading the copy)
-  std::map<std::string, std::pair<std::string, int>> rename;
-  for (const auto& c : chains) {
-    std::map<std::string, std::string> local;  // every output of the chain
-    for (int p : c.ops) {
-      for (const auto& a : Args(block->ops(p).outputs())) local[a] = a + kSuffix;
-    }
-    for (int p : c.ops) {
-      proto::OpDesc copy = block->ops(p);
-      for (auto& s : *copy.mutable_inputs()) {
-        for (auto& a : *s.mutable_args()) {
-          if (local.count(a)) a = local[a];
-        }
-      }
-      for (auto& s : *copy.mutable_outputs()) {
-        for (auto& a : *s.mutable_args()) {
-          if (local.count(a)) a = local[a];
-        }
-      }
-      inserts[c.insert_before].push_back(std::move(copy));
-    }
-    for (const auto& [from, to] : local) {
-      const proto::VarDesc* v = FindVarDesc(*block, from);
-      if (v == nullptr || FindVarDesc(*block, to) != nullptr) continue;
-      proto::VarDesc nv = *v;
-      nv.set_name(to);
-      *block->add_vars() = nv;
-    }
-    for (const auto& r : c.renamed) rename[r] = {local[r], c.insert_before};
-    if (report != nullptr) {
-      RecomputeReport::Var rv;
-      rv.name = c.renamed.front();
-      for (int p : c.ops) rv.op_types.push_back(block->ops(p).type());
-      rv.bytes_per_sample = c.saved;
-      report->vars.push_back(std::move(rv));
+RecomputePass::RecomputePass(RecomputePassOptions options, RecomputeReport* report, const OpRegistry& registry)
+    : options_(std::move(options)), report_(report), registry_(registry) {
+  for (const auto& t : options_.op_types) {
+    if (registry_.Find(t) == nullptr) {
+      ThrowInvalidArgument("recompute_pass: op_types (--recompute_ops) names unknown op type '", t, "'");
     }
   }
+  if (options_.max_chain < 1) {
+    ThrowInvalidArgument("recompute_pass: max_chain must be at least 1, got ", options_.max_chain);
+  }
+}
 
-  google::protobuf::RepeatedPtrField<proto::OpDesc> ops;
-  for (int i = 0; i < block->ops_size(); ++i) {
-    if (auto it = inserts.find(i); it != inserts.end()) {
-      for (auto& op : it->second) *ops.Add() = std::move(op);
-    }
-    proto::OpDesc op = block->ops(i);
-    if (i >= planner.bwd_start()) {
-      for (auto& s : *op.mutable_inputs()) {
-        for (auto& a : *s.mutable_args()) {
-          // Shape readers before the copy keep the forward var (its dims).
-          if (auto r = rename.find(a); r != rename.end() && i >= r->second.second) a = r->second.first;
-        }
+bool RecomputePass::Run(ir::Graph& graph) const { return Run(graph, report_); }
+
+bool RecomputePass::Run(ir::Graph& graph, RecomputeReport* report) const {
+  RecomputeReport out;
+  Planner planner(graph, options_, registry_);
+  const std::vector<Chain> chains = planner.Plan();
+  const std::vector<NodeId>& topo = planner.topo();
+  std::vector<int> pos(graph.NodeCapacity(), -1);
+  for (size_t i = 0; i < topo.size(); ++i) pos[topo[i]] = static_cast<int>(i);
+  std::vector<const Chain*> by_insertion;
+  for (const Chain& c : chains) {
+    by_insertion.push_back(&c);
+    RecomputeReport::Var& rv = out.vars.emplace_back();
+    rv.name = c.renamed.front();
+    for (int p : c.ops) rv.op_types.push_back(graph.op(topo[p]).type());
+    rv.bytes_per_sample = c.saved;
+  }
+  // New ops sort after every older op among the ready ones (AddOpNode), so
+  // each copy runs as late as it can: once no older op is ready, just before
+  // its first reader. Adding the copies in the order of their first readers
+  // keeps a copy needed later from running early, along with one needed now.
+  std::stable_sort(by_insertion.begin(), by_insertion.end(),
+                   [](const Chain* a, const Chain* b) { return a->insert_before < b->insert_before; });
+  for (const Chain* c : by_insertion) {
+    std::map<NodeId, NodeId> copy_of;
+    CopyChain(graph, topo, *c, &copy_of);
+    // Backward readers of the renamed vars from the insertion point on read
+    // the copy; shape readers before it keep the forward var (its dims).
+    for (const auto& [original, copy] : copy_of) {
+      if (!Contains(c->renamed, graph.VarName(original))) continue;
+      for (NodeId reader : graph.outputs(original)) {
+        // Copies made before lie past `pos`; none reads `original`.
+        if (reader < pos.size() && pos[reader] >= c->insert_before) graph.ReplaceInput(reader, original, copy);
       }
     }
-    *ops.Add() = std::move(op);
   }
-  block->mutable_ops()->Swap(&ops);
-  return true;
+  if (report != nullptr) *report = std::move(out);
+  return !chains.empty();
 }
 
 }  // namespace kiln

@@ -13,13 +13,11 @@
 
 #include "framework/error.h"
 #include "framework/file_util.h"
-#include "framework/flags.h"
 #include "framework/jit_subgraph.h"
 #include "framework/models/models.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
 #include "framework/validate.h"
-#include "passes/pass_flags.h"
 #include "passes/pass_registry.h"
 
 namespace kiln {
@@ -722,26 +720,37 @@ TEST(BuildJitPass, RandomProgramsStayAcyclicAndEquivalent) {
   EXPECT_GT(refused, 300);
 }
 
-// ---- Flags, registry, pipeline ----------------------------------------------------------
+// ---- Recompute copies ----------------------------------------------------------------
 
-TEST(PassFlags, SplitOpList) {
-  EXPECT_EQ(SplitOpList(""), std::vector<std::string>{});
-  EXPECT_EQ(SplitOpList("relu"), std::vector<std::string>{"relu"});
-  EXPECT_EQ(SplitOpList(" relu , exp,,tanh ,"), (std::vector<std::string>{"relu", "exp", "tanh"}));
-  EXPECT_EQ(SplitOpList(" , "), std::vector<std::string>{});
+// relu -> exp, the exp marked op_role="recompute" (a copy recompute_pass made
+// for the backward): it never joins its producer's cluster, but joins a
+// marked producer and unmarked consumers. A name ending in "@RECOMPUTE"
+// alone means nothing.
+TEST(BuildJitPass, RecomputeCopiesJoinOnlyTheirConsumers) {
+  auto program = [](bool mark_exp, bool mark_relu, const std::string& b) {
+    ProgramMaker p;
+    p.Var("x", {4, 8}).Var("a", {4, 8}).Var(b, {4, 8}).Var("c", {4, 8});
+    OpBuilder relu = Unary("relu", "x", "a"), exp = Unary("exp", "a", b);
+    if (mark_relu) relu.Attr(kOpRoleAttr, std::string(kOpRoleRecompute));
+    if (mark_exp) exp.Attr(kOpRoleAttr, std::string(kOpRoleRecompute));
+    p.Op(relu).Op(exp).Op(Unary("tanh", b, "c"));
+    return p.program;
+  };
+  BuildJitPassOptions o;
+  o.keep_vars = {"x", "c"};
+  auto clusters = [&](const proto::ProgramDesc& p) {
+    std::vector<size_t> sizes;
+    for (const auto& c : RunPass(p, o)->report.clusters) sizes.push_back(c.ops.size());
+    return sizes;
+  };
+  EXPECT_EQ(clusters(program(false, false, "b")), std::vector<size_t>{3});
+  EXPECT_EQ(clusters(program(false, false, "b@RECOMPUTE")), std::vector<size_t>{3});
+  // relu alone is too small; exp and tanh merge.
+  EXPECT_EQ(clusters(program(true, false, "b")), std::vector<size_t>{2});
+  EXPECT_EQ(clusters(program(true, true, "b")), std::vector<size_t>{3});
 }
 
-TEST(PassFlags, OptionsFromFlags) {
-  gflags::FlagSaver saver;
-  FLAGS_jit_allow_ops = "relu,exp";
-  FLAGS_jit_deny_ops = "sgd";
-  FLAGS_jit_min_cluster_size = 3;
-  const BuildJitPassOptions o = BuildJitPassOptionsFromFlags();
-  EXPECT_EQ(o.allow_ops, (std::vector<std::string>{"relu", "exp"}));
-  EXPECT_EQ(o.deny_ops, (std::vector<std::string>{"sgd"}));
-  EXPECT_EQ(o.min_cluster_size, 3);
-  EXPECT_TRUE(o.keep_vars.empty());
-}
+// ---- Registry and pass runner ----------------------------------------------------------
 
 TEST(PassRegistry, ListsAndCreatesPasses) {
   const PassRegistry& r = PassRegistry::Global();

@@ -134,6 +134,41 @@ TEST_F(CliTest, TrainWritesMetrics) {
   EXPECT_NE(r.output.find("test accuracy:"), std::string::npos);
 }
 
+// --dump_passes DIR: the program before the pipeline and after each pass that
+// ran, numbered in order; kiln train writes the evaluation program's files
+// to DIR/forward/. An unusable DIR fails before any training.
+TEST_F(CliTest, DumpPassesWritesTheProgramAfterEachPass) {
+  auto files = [](const std::string& dir) {
+    const std::string ls = kiln::test::RunCommand("ls " + dir + " | tr '\\n' ' '").output;
+    return ls;
+  };
+  const std::string d = dir_ + "/passes";
+  Result r = Kiln("train --model transformer --epochs 1 --max_steps 2 --progress=false --use_jit --dump_passes " + d);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(files(d),
+            "00_input.pbtxt 01_recompute_pass.pbtxt 02_build_jit_pass.pbtxt 03_inplace_pass.pbtxt forward ");
+  EXPECT_EQ(files(d + "/forward"),
+            "00_input.pbtxt 01_recompute_pass.pbtxt 02_build_jit_pass.pbtxt 03_inplace_pass.pbtxt ");
+  EXPECT_NE(ReadFile(d + "/01_recompute_pass.pbtxt").find("s: \"recompute\""), std::string::npos);
+  EXPECT_NE(ReadFile(d + "/02_build_jit_pass.pbtxt").find("jit_launch"), std::string::npos);
+
+  r = Kiln("run --program " + dir_ + "/p.pbtxt" + Feeds() + " --append_backward loss --fetch loss --use_inplace=false " +
+           "--dump_passes " + dir_ + "/run_passes --out " + dir_ + "/out");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(files(dir_ + "/run_passes"), "00_input.pbtxt 01_recompute_pass.pbtxt ");
+
+  r = Kiln("dump --model mlp --recompute=false --dump_passes " + dir_ + "/dump_passes --out " + dir_ + "/dump");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(files(dir_ + "/dump_passes"), "00_input.pbtxt 01_build_jit_pass.pbtxt 02_inplace_pass.pbtxt ");
+
+  r = Kiln("train --model mlp --epochs 1 --progress=false --dump_passes " + dir_ + "/p.pbtxt/sub");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--dump_passes: pass dump directory '" + dir_ + "/p.pbtxt/sub': cannot create it"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("kiln train: mlp"), std::string::npos) << "training started: " << r.output;
+}
+
 TEST_F(CliTest, OpsAndProgram) {
   const Result ops = Kiln("ops");
   ASSERT_EQ(ops.code, 0);

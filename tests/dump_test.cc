@@ -110,6 +110,7 @@ TEST_F(DumpTest, MlpGoldenAndDeterministic) {
   CheckGolden("mlp_c1_subgraph.txt", Read(dir_ + "/a/cluster_c1/subgraph.txt"));
   CheckGolden("mlp_c1_kernels.txt", Read(dir_ + "/a/cluster_c1/kernels.txt"));
   CheckGolden("mlp_c1_aliases.txt", Read(dir_ + "/a/cluster_c1/aliases.txt"));
+  CheckGolden("mlp_c1_lowering.txt", Read(dir_ + "/a/cluster_c1/lowering.txt"));
   for (const char* f : {"program.before.pbtxt", "program.after.pbtxt", "program.dot", "cluster_c1/ew_2.asm"}) {
     EXPECT_TRUE(Exists(dir_ + "/a/" + f)) << f;
   }

@@ -30,7 +30,7 @@
 #include "framework/trainer.h"
 #include "framework/validate.h"
 #include "launch_op/jit_launch_op.h"
-#include "launch_op/jit_pipeline.h"
+#include "tests/jit_pipeline_util.h"
 #include "passes/pass_registry.h"
 #include "tests/op_test_util.h"
 #include "tests/train_cases.h"
@@ -437,7 +437,7 @@ TEST(InplacePassTrain, LossesMatchWithThePassOff) {
   }
 }
 
-// The tool order: build_jit_pass, then inplace_pass on what is left.
+// The production pipeline: build_jit_pass, then inplace_pass on what is left.
 TEST(InplacePassTrain, AfterBuildJitPassLossesMatch) {
   jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
   jit::JitCompiler::Instance().ClearCache();
@@ -448,9 +448,10 @@ TEST(InplacePassTrain, AfterBuildJitPassLossesMatch) {
     o.max_steps = 12;
     const TrainResult off = Train(c.model, c.train, c.test, o);
     o.program_transform = [](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-      BuildJitPassOptions jo;
-      jo.keep_vars = keep;
-      return Apply(jit::ApplyBuildJitPass(p, jo), keep);
+      PipelineOptions po = test::JitPipeline(BuildJitPassOptions{});
+      po.inplace = true;
+      po.keep_vars = keep;
+      return RunPipeline(p, po);
     };
     const TrainResult on = Train(c.model, c.train, c.test, o);
     ASSERT_EQ(on.losses.size(), off.losses.size());

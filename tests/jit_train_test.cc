@@ -11,7 +11,7 @@
 #include "framework/data/synthetic.h"
 #include "framework/trainer.h"
 #include "launch_op/jit_launch_op.h"
-#include "launch_op/jit_pipeline.h"
+#include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
 #include "tests/train_cases.h"
 
@@ -31,7 +31,7 @@ class JitTrainTest : public ::testing::Test {
   static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
     BuildJitPassOptions o;
     o.keep_vars = keep;
-    return jit::ApplyBuildJitPass(p, o);
+    return test::ApplyBuildJit(p, o);
   }
   static int CountOps(const proto::ProgramDesc& p, const std::string& type) {
     int n = 0;

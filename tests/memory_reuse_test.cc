@@ -24,9 +24,9 @@
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
-#include "launch_op/jit_pipeline.h"
 #include "runtime/program.h"
 #include "runtime/runner.h"
+#include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
@@ -1014,7 +1014,7 @@ TEST_F(JitPassMemoryTest, TransformerClustersHaveShapeOnlyAndDonatableVars) {
   BuildJitPassOptions o;
   o.keep_vars = keep;
   BuildJitReport report;
-  const proto::ProgramDesc p = jit::ApplyBuildJitPass(m.train, o, &report);
+  const proto::ProgramDesc p = test::ApplyBuildJit(m.train, o, &report);
   ASSERT_GE(report.clusters.size(), 2u) << report.ToString();
 
   const proto::BlockDesc& block = m.train.blocks(0);
@@ -1089,7 +1089,7 @@ TEST_F(JitPassMemoryTest, TransformerClustersHaveShapeOnlyAndDonatableVars) {
   BuildJitPassOptions o2 = o;
   o2.keep_vars.insert(dying);
   BuildJitReport report2;
-  jit::ApplyBuildJitPass(m.train, o2, &report2);
+  test::ApplyBuildJit(m.train, o2, &report2);
   bool still_input = false;
   for (const auto& c : report2.clusters) {
     EXPECT_FALSE(Contains(c.donatable_inputs, dying)) << dying << " is fetched\n" << report2.ToString();
@@ -1192,7 +1192,7 @@ TEST_F(JitPassMemoryTest, InputReadAfterTheClusterOrKeptIsNotDonatable) {
     if (c.later_reader) o.keep_vars.insert("ce2");
     o.keep_vars.insert(c.extra_keep.begin(), c.extra_keep.end());
     BuildJitReport report;
-    jit::ApplyBuildJitPass(program, o, &report);
+    test::ApplyBuildJit(program, o, &report);
     ASSERT_EQ(report.clusters.size(), 1u) << report.ToString();
     const auto& cl = report.clusters[0];
     EXPECT_EQ(std::set<std::string>(cl.inputs.begin(), cl.inputs.end()), (std::set<std::string>{"sm", "w"}))
@@ -1212,7 +1212,7 @@ TEST_F(JitPassMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   BuildJitPassOptions po;
   po.keep_vars = {"logits", "labels", "out"};
   BuildJitReport report;
-  const proto::ProgramDesc jitted = jit::ApplyBuildJitPass(program, po, &report);
+  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, po, &report);
   ASSERT_EQ(report.clusters.size(), 1u);
   ASSERT_EQ(report.clusters[0].donatable_inputs, std::vector<std::string>{"sm"}) << report.ToString();
 

@@ -7,6 +7,7 @@
 
 #include "framework/executor.h"
 #include "framework/file_util.h"
+#include "framework/operator.h"
 #include "framework/program_io.h"
 #include "framework/validate.h"
 #include "tests/op_test_util.h"
@@ -90,6 +91,23 @@ TEST(ValidateTest, WrongAttributeType) {
   proto::ProgramDesc p = ParseProgramText(kSmall);
   p.mutable_blocks(0)->mutable_ops(0)->mutable_attrs(0)->set_type(proto::AttrDesc::INT);
   EXPECT_ERROR(ValidateProgram(p), "attribute 'transpose_Y' expected type BOOL, got INT");
+}
+
+// op_role (framework/operator.h) is accepted on every op type, as a STRING;
+// any other attribute the entry does not list is still an error.
+TEST(ValidateTest, OpRoleIsTheOneCommonAttribute) {
+  proto::ProgramDesc p = ParseProgramText(kSmall);
+  proto::OpDesc* relu = p.mutable_blocks(0)->mutable_ops(1);
+  SetAttr(relu, kOpRoleAttr, Attribute(std::string(kOpRoleRecompute)));
+  EXPECT_NO_THROW(ValidateProgram(p));
+  EXPECT_TRUE(HasOpRole(*relu, kOpRoleRecompute));
+  EXPECT_FALSE(HasOpRole(p.blocks(0).ops(0), kOpRoleRecompute));
+  SetAttr(relu, kOpRoleAttr, Attribute(int64_t{1}));
+  EXPECT_ERROR(ValidateProgram(p), "op #1 'relu': attribute 'op_role' expected type STRING, got INT");
+  EXPECT_FALSE(HasOpRole(*relu, kOpRoleRecompute));
+  relu->clear_attrs();
+  SetAttr(relu, "op_rol", Attribute(std::string("recompute")));
+  EXPECT_ERROR(ValidateProgram(p), "op #1 'relu': unknown attribute 'op_rol'");
 }
 
 TEST(ExecutorTest, RunsFreesIntermediatesAndKeepsFetches) {

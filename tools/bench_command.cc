@@ -29,7 +29,7 @@
 #include "framework/op_registry.h"
 #include "framework/validate.h"
 #include "tools/commands.h"
-#include "tools/memory_setup.h"
+#include "tools/pipeline_setup.h"
 #include "tools/model_flags.h"
 
 namespace kiln::tools {
@@ -152,6 +152,7 @@ std::string BenchDataset() {
 
 int BenchModel() {
   CheckSteps();
+  CheckDumpPassesFlag();
   const int64_t batch = FLAGS_batch_size;
   if (batch < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", batch);
   const Model model = BuildModelFromFlags(BenchDataset());
@@ -184,8 +185,7 @@ int BenchModel() {
   Scope scope;
   Executor exec(ExecutorOptionsFromFlags());
   exec.RunProgram(model.startup, scope);
-  const proto::ProgramDesc program =
-      TransformProgramFromFlags(model.train, {model.features, model.labels, model.loss});
+  const proto::ProgramDesc program = RunPipelineFromFlags(model.train, {model.features, model.labels, model.loss});
   auto plan = exec.Prepare(program, 0, {model.loss});
 
   // Feeding copies the batch into the scope; it is done before each step and

@@ -1,6 +1,7 @@
-// kiln dump: runs build_jit_pass over a model's training program or a
-// program file, compiles every cluster for the shapes of --batch_size and
-// writes what was compiled to --out DIR (see docs/dump.md).
+// kiln dump: runs the pass pipeline (with build_jit_pass always on) over a
+// model's training program or a program file, compiles every cluster for the
+// shapes of --batch_size and writes what was compiled to --out DIR (see
+// docs/dump.md).
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -14,12 +15,11 @@
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
 #include "framework/validate.h"
-#include "launch_op/jit_pipeline.h"
-#include "passes/pass_flags.h"
 #include "tools/commands.h"
 #include "tools/dump_report.h"
 #include "tools/jit_setup.h"
 #include "tools/model_flags.h"
+#include "tools/pipeline_setup.h"
 
 namespace kiln::tools {
 namespace {
@@ -79,36 +79,59 @@ std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
 
 std::string OnOff(bool b) { return b ? "on" : "off"; }
 
+// "recompute_pass, build_jit_pass, inplace_pass": the passes that ran.
+std::string PassList(const PipelineOptions& options) {
+  std::string out;
+  for (const auto& pass : BuildPipeline(options)) out += (out.empty() ? "" : ", ") + std::string(pass->name());
+  return out;
+}
+
+// The program kiln dump works on (--program, else --model's training
+// program), its feeds and fetch targets, and how index.md names it.
+struct DumpSource {
+  proto::ProgramDesc program;
+  std::set<std::string> keep;
+  std::string description;
+};
+
+DumpSource LoadDumpSource() {
+  DumpSource s;
+  if (FLAGS_program.empty()) {
+    const Model m = BuildModelFromFlags(DatasetFromFlags());
+    s.program = m.train;
+    s.keep = {m.features, m.labels, m.loss};
+    s.description = "the training program of model `" + FLAGS_model + "` (" + DatasetFromFlags() + ", optimizer " +
+                    FLAGS_optimizer + ")";
+    return s;
+  }
+  s.program = LoadProgram(FLAGS_program);
+  if (!FLAGS_append_backward.empty()) AppendBackward(&s.program, FLAGS_append_backward);
+  ValidateProgram(s.program);
+  s.keep = ProgramFeedsAndResults(s.program.blocks(0));
+  if (!FLAGS_append_backward.empty()) s.keep.insert(FLAGS_append_backward);
+  for (const auto& f : SplitOpList(FLAGS_fetch)) s.keep.insert(f);
+  s.description = "program `" + FLAGS_program + "`" +
+                  (FLAGS_append_backward.empty() ? "" : " with the backward of `" + FLAGS_append_backward + "`");
+  return s;
+}
+
 }  // namespace
 
 int DumpCommand() {
   if (FLAGS_out.empty()) ThrowInvalidArgument("--out DIR is required");
   if (FLAGS_batch_size < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", FLAGS_batch_size);
-  proto::ProgramDesc program;
-  std::set<std::string> keep;
-  std::string source;
-  if (!FLAGS_program.empty()) {
-    program = LoadProgram(FLAGS_program);
-    if (!FLAGS_append_backward.empty()) AppendBackward(&program, FLAGS_append_backward);
-    ValidateProgram(program);
-    keep = ProgramFeedsAndResults(program.blocks(0));
-    if (!FLAGS_append_backward.empty()) keep.insert(FLAGS_append_backward);
-    for (const auto& f : SplitOpList(FLAGS_fetch)) keep.insert(f);
-    source = "program `" + FLAGS_program + "`" +
-             (FLAGS_append_backward.empty() ? "" : " with the backward of `" + FLAGS_append_backward + "`");
-  } else {
-    const Model m = BuildModelFromFlags(DatasetFromFlags());
-    program = m.train;
-    keep = {m.features, m.labels, m.loss};
-    source = "the training program of model `" + FLAGS_model + "` (" + DatasetFromFlags() + ", optimizer " +
-             FLAGS_optimizer + ")";
-  }
+  CheckDumpPassesFlag();
+  const DumpSource src = LoadDumpSource();
+  const proto::ProgramDesc& program = src.program;
   const proto::BlockDesc concrete = ConcreteBlock(program.blocks(0), FLAGS_batch_size);
 
-  BuildJitPassOptions options = BuildJitPassOptionsFromFlags();
-  options.keep_vars = keep;
+  // The pipeline kiln train would run (--recompute, --use_inplace), with
+  // build_jit_pass on whatever --use_jit says.
+  PipelineOptions options = PipelineOptionsFromFlags(src.keep);
+  options.build_jit = true;
   BuildJitReport report;
-  const proto::ProgramDesc after = jit::ApplyBuildJitPass(program, options, &report);
+  options.config.build_jit_report = &report;
+  const proto::ProgramDesc after = RunPipeline(program, options);
   RecordJitReport(report);
 
   jit::JitCompiler& compiler = jit::JitCompiler::Instance();
@@ -147,13 +170,14 @@ int DumpCommand() {
   std::vector<ExcludedOp> excluded;
   for (const auto& e : report.excluded) excluded.push_back({"", e});
   const std::string preamble =
-      "Dump of " + source + " for batch size " + std::to_string(FLAGS_batch_size) + ": ISA " +
+      "Dump of " + src.description + " for batch size " + std::to_string(FLAGS_batch_size) + ": ISA " +
       IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
       OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
-      std::to_string(options.min_cluster_size) + ".\n\n" +
-      "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after build_jit_pass), "
+      std::to_string(options.config.build_jit.min_cluster_size) + ".\n\n" +
+      "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after the pass pipeline: " +
+      PassList(options) + "), "
       "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
-      "`kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
+      "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
   const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats());
   files.push_back({"index.md", index});
   files.push_back({"program.before.pbtxt", ProgramToText(program)});

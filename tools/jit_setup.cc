@@ -15,8 +15,6 @@
 #include "framework/flags.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
-#include "launch_op/jit_pipeline.h"
-#include "passes/pass_flags.h"
 #include "tools/dump_report.h"
 
 namespace kiln::tools {
@@ -107,16 +105,6 @@ void ConfigureJitFromFlags() {
     runtime::SetProfiling(true);
     std::atexit([] { std::fputs(runtime::ProfileReport().c_str(), stderr); });
   }
-}
-
-proto::ProgramDesc MaybeApplyJit(const proto::ProgramDesc& program, const std::set<std::string>& keep) {
-  if (!FLAGS_use_jit) return program;
-  BuildJitPassOptions options = BuildJitPassOptionsFromFlags();
-  options.keep_vars.insert(keep.begin(), keep.end());
-  BuildJitReport report;
-  proto::ProgramDesc out = jit::ApplyBuildJitPass(program, options, &report);
-  RecordJitReport(report);
-  return out;
 }
 
 void MaybePrintJitExplain() {

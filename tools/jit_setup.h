@@ -1,11 +1,10 @@
-// The JIT at the tool edge: flags -> compiler options, launch mode, pass options.
+// The JIT at the tool edge: flags -> compiler options and launch mode; the
+// record of what was clustered for --jit_explain and --jit_dump_dir.
 #pragma once
 
-#include <set>
 #include <string>
 #include <vector>
 
-#include "framework/proto/framework.pb.h"
 #include "passes/build_jit_pass.h"
 
 namespace kiln::tools {
@@ -14,9 +13,6 @@ namespace kiln::tools {
 // the launch mode from the --jit_* flags (with --jit_dump_dir, every compile
 // writes its cluster folder there). Call once before running programs.
 void ConfigureJitFromFlags();
-// With --use_jit: the program with its clusters replaced by jit_launch ops
-// (keep: feeds and fetch targets). Without: the program unchanged.
-proto::ProgramDesc MaybeApplyJit(const proto::ProgramDesc& program, const std::set<std::string>& keep);
 
 // Clusters of this run get ids c0, c1, ... in the order they first appear
 // in the programs the tool transforms (a key seen again keeps its id).

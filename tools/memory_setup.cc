@@ -5,10 +5,7 @@
 
 #include "compiler/jit_compiler.h"
 #include "framework/flags.h"
-#include "framework/ir/graph.h"
 #include "launch_op/jit_launch_op.h"
-#include "passes/pass_flags.h"
-#include "tools/jit_setup.h"
 
 namespace kiln::tools {
 namespace {
@@ -24,43 +21,6 @@ std::string Bytes(size_t b) { return FormatBytes(b) + " (" + std::to_string(b) +
 }  // namespace
 
 void ConfigureAllocatorFromFlags() { CachingAllocator::Global().SetCaching(FLAGS_cache_allocations); }
-
-proto::ProgramDesc MaybeApplyInplace(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                     InplaceReport* report) {
-  if (report != nullptr) *report = InplaceReport{};
-  if (!FLAGS_use_inplace || program.blocks_size() == 0) return program;
-  InplacePassOptions options;
-  options.keep_vars = keep;
-  ir::Graph graph = ir::Graph::FromBlock(program.blocks(0));
-  InplacePass(options).Run(graph, report);
-  graph.Verify();
-  proto::ProgramDesc out = program;
-  *out.mutable_blocks(0) = graph.ToBlock();
-  return out;
-}
-
-proto::ProgramDesc MaybeApplyRecompute(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                       RecomputeReport* report) {
-  if (report != nullptr) *report = RecomputeReport{};
-  if (!FLAGS_recompute) return program;
-  RecomputePassOptions options;
-  options.keep_vars = keep;
-  options.op_types.clear();
-  for (const auto& t : SplitOpList(FLAGS_recompute_ops)) {
-    if (OpRegistry::Global().Find(t) == nullptr) {
-      ThrowInvalidArgument("--recompute_ops names unknown op type '", t, "'");
-    }
-    options.op_types.insert(t);
-  }
-  proto::ProgramDesc out = program;
-  RecomputePass(&out, options, report);
-  return out;
-}
-
-proto::ProgramDesc TransformProgramFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                             InplaceReport* report, RecomputeReport* recompute) {
-  return MaybeApplyInplace(MaybeApplyJit(MaybeApplyRecompute(program, keep, recompute), keep), keep, report);
-}
 
 MemoryFigures ComputeMemoryFigures(const AllocatorStats& stats, const AllocatorStats& baseline,
                                    const InplaceReport& inplace, int64_t batch, int64_t steps) {

@@ -1,40 +1,19 @@
-// Memory at the tool edge: --cache_allocations -> the process allocator,
-// --use_inplace -> inplace_pass after build_jit_pass, and the --memory_report
-// table of kiln train.
+// Memory at the tool edge: --cache_allocations -> the process allocator, and
+// the --memory_report table of kiln train (the in-place and recompute figures
+// come from the pass pipeline's reports, tools/pipeline_setup.h).
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <string>
 
 #include "framework/allocator.h"
 #include "framework/executor.h"
-#include "framework/proto/framework.pb.h"
 #include "passes/inplace_pass.h"
-#include "passes/recompute_pass.h"
 
 namespace kiln::tools {
 
 // Sets CachingAllocator::Global()'s caching from --cache_allocations.
 void ConfigureAllocatorFromFlags();
-
-// With --use_inplace: `program` after inplace_pass on block 0 (keep: feeds
-// and fetch targets); `report` (optional) receives what it did. Without:
-// the program unchanged and the report empty.
-proto::ProgramDesc MaybeApplyInplace(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                     InplaceReport* report = nullptr);
-
-// With --recompute: `program` after recompute_pass (keep: feeds and fetch
-// targets); `report` (optional) receives what it recomputed.
-proto::ProgramDesc MaybeApplyRecompute(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                       RecomputeReport* report = nullptr);
-
-// What kiln train and kiln run do to a program before running it, in this
-// order: recompute_pass (--recompute), build_jit_pass (--use_jit), then
-// inplace_pass (--use_inplace; it sees the framework ops left outside the
-// clusters).
-proto::ProgramDesc TransformProgramFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
-                                             InplaceReport* report = nullptr, RecomputeReport* recompute = nullptr);
 
 // Where the training steps' peak happened (PeakRecordOfRuns, needs
 // --memory_report): the op, the bytes live above `baseline`, the part

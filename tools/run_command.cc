@@ -15,7 +15,7 @@
 #include "framework/validate.h"
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
-#include "tools/memory_setup.h"
+#include "tools/pipeline_setup.h"
 
 namespace kiln::tools {
 namespace {
@@ -56,6 +56,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   const std::vector<std::string> fetches = SplitComma(FLAGS_fetch);
   if (fetches.empty()) ThrowInvalidArgument("--fetch needs at least one variable name");
   if (FLAGS_steps < 1) ThrowInvalidArgument("--steps must be at least 1, got ", FLAGS_steps);
+  CheckDumpPassesFlag();
 
   proto::ProgramDesc program = LoadProgram(FLAGS_program);
   if (!FLAGS_append_backward.empty()) AppendBackward(&program, FLAGS_append_backward);
@@ -85,7 +86,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   std::set<std::string> jit_keep = keep;
   for (const auto& [name, value] : per_step_feeds) jit_keep.insert(name);
   for (const auto& arg : feed_args) jit_keep.insert(arg.substr(0, arg.find('=')));
-  program = TransformProgramFromFlags(program, jit_keep);
+  program = RunPipelineFromFlags(program, jit_keep);
   auto plan = exec.Prepare(program, 0, keep);
   std::map<std::string, std::vector<Tensor>> fetched;
   for (int step = 0; step < FLAGS_steps; ++step) {

@@ -15,6 +15,7 @@
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
 #include "tools/memory_setup.h"
+#include "tools/pipeline_setup.h"
 #include "compiler/jit_compiler.h"
 #include "launch_op/jit_launch_op.h"
 #include "tools/model_flags.h"
@@ -72,6 +73,7 @@ void PrintProgress(const TrainProgress& p, bool tty) {
 }  // namespace
 
 int TrainCommand() {
+  CheckDumpPassesFlag();
   const std::string dataset = DatasetFromFlags();
   const Model model = BuildModelFromFlags(dataset);
   const TrainTest data = LoadDataset(dataset, model);
@@ -83,15 +85,12 @@ int TrainCommand() {
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();
-  // Both programs go through recompute_pass (--recompute), build_jit_pass
-  // (--use_jit) then inplace_pass (--use_inplace); the reports of the
-  // training program's passes are kept.
-  InplaceReport train_inplace;
-  RecomputeReport train_recompute;
+  // Both programs go through the pass pipeline; the training program's reports
+  // are kept, the evaluation program's --dump_passes files go to DIR/forward/.
+  PipelineReports train_reports;
   options.program_transform = [&](const proto::ProgramDesc& program, const std::set<std::string>& keep) {
     const bool train = keep.count(model.loss) > 0;
-    return TransformProgramFromFlags(program, keep, train ? &train_inplace : nullptr,
-                                     train ? &train_recompute : nullptr);
+    return RunPipelineFromFlags(program, keep, train ? &train_reports : nullptr, train ? "" : "forward");
   };
   // Memory is measured over the training steps: from here (the dataset is
   // loaded) to the last step, before the final evaluation.
@@ -127,10 +126,10 @@ int TrainCommand() {
                 static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
                 static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks));
   }
-  MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_inplace, FLAGS_batch_size, r.steps);
-  if (!train_recompute.vars.empty()) {
-    mem.recomputed = train_recompute.ToString();
-    for (const auto& v : train_recompute.vars) {
+  MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_reports.inplace, FLAGS_batch_size, r.steps);
+  if (!train_reports.recompute.vars.empty()) {
+    mem.recomputed = train_reports.recompute.ToString();
+    for (const auto& v : train_reports.recompute.vars) {
       mem.recompute_bytes_per_step += static_cast<size_t>(v.bytes_per_sample * FLAGS_batch_size);
     }
   }
