@@ -25,6 +25,7 @@
 #include "compiler/compiled_object.h"
 #include "framework/jit_subgraph.h"
 #include "framework/lru_cache.h"
+#include "runtime/profiler.h"
 
 namespace kiln::jit {
 
@@ -95,6 +96,11 @@ class JitCompiler {
   std::vector<std::shared_ptr<const CompiledObject>> CachedObjects() const;
 
   JitStats stats() const;
+  // Per-instruction timing of this compiler's programs (--jit_profile):
+  // profiler() is nullptr until profiling is on; launches pass it to the runner.
+  void EnableProfiling(bool on) { profiling_ = on; }
+  runtime::Profiler* profiler() { return profiling_ ? &profiler_ : nullptr; }
+  const runtime::Profiler& profile() const { return profiler_; }
   // Counts one launch event (thread-safe, lock-free).
   void Count(LaunchEvent event) { launch_counts_[static_cast<size_t>(event)].fetch_add(1, std::memory_order_relaxed); }
   // Zeroes the statistics (ResetLaunchStats: only the launch counters);
@@ -140,6 +146,8 @@ class JitCompiler {
   JitStats stats_;
   uint64_t next_id_ = 1;  // CompiledObject::id, unique in this compiler
   std::array<std::atomic<int64_t>, 6> launch_counts_{};
+  std::atomic<bool> profiling_{false};
+  runtime::Profiler profiler_;
 };
 
 }  // namespace kiln::jit

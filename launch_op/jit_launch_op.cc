@@ -97,7 +97,7 @@ void JitKernelKernel(ExecContext& ctx) {
     t->Resize(info.dims);
     data.push_back(t->raw_mutable_data(info.dtype));
   }
-  runtime::Runner::RunInstruction(obj->program, i, data);
+  runtime::Runner::RunInstruction(obj->program, i, data, JitCompiler::Instance().profiler());
 }
 
 // A dying input (the plan's donors) is donated when this var alone owns its
@@ -186,7 +186,7 @@ void JitLaunchKernel(ExecContext& ctx) {
     std::vector<bool> donate;
     std::vector<std::shared_ptr<Allocation>> owned;
     TakeDyingInputs(ctx, obj->program.plan, compiler, &donate, &owned);
-    runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output);
+    runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output, compiler.profiler());
     // An output no instruction writes (none today) still gets its buffer.
     for (size_t o = 0; o < n_out; ++o) {
       if (!obj->output_shape_only[o] && !ctx.Output("Out", o)->initialized()) allocate_output(static_cast<int>(o));

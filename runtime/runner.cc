@@ -1,37 +1,12 @@
 #include "runtime/runner.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdlib>
-#include <iomanip>
-#include <map>
-#include <mutex>
-#include <sstream>
 #include <memory>
 
 #include "framework/error.h"
 
 namespace kiln::runtime {
 namespace {
-
-std::atomic<bool> g_profiling{false};
-std::mutex g_profile_mu;
-struct ProfileEntry {
-  int64_t calls = 0;
-  double ms = 0;
-};
-std::map<std::string, ProfileEntry> g_profile;  // "name  describe"
-
-void RunTimed(const Instruction& ins, const BufferView* args) {
-  const auto t0 = std::chrono::steady_clock::now();
-  ins.kernel->Run(args);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(g_profile_mu);
-  ProfileEntry& e = g_profile[ins.kernel->name() + "  " + ins.kernel->Describe()];
-  ++e.calls;
-  e.ms += ms;
-}
 
 // Every buffer's view: inputs and outputs at the caller's pointers, temps in
 // the arena or the region of the dying input that holds them.
@@ -62,35 +37,9 @@ std::vector<BufferView> BindBuffers(const BufferPlan& plan, const std::vector<vo
 
 }  // namespace
 
-void SetProfiling(bool on) { g_profiling = on; }
-bool ProfilingEnabled() { return g_profiling; }
-
-void ResetProfile() {
-  std::lock_guard<std::mutex> lock(g_profile_mu);
-  g_profile.clear();
-}
-
-std::string ProfileReport() {
-  std::lock_guard<std::mutex> lock(g_profile_mu);
-  std::vector<std::pair<std::string, ProfileEntry>> rows(g_profile.begin(), g_profile.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  double total = 0;
-  for (const auto& r : rows) total += r.second.ms;
-  std::ostringstream os;
-  os << "jit profile: " << std::fixed << std::setprecision(3) << total << " ms in compiled instructions\n";
-  os << "      ms   share    calls  us/call  kernel\n";
-  for (const auto& [what, e] : rows) {
-    os << std::setw(8) << e.ms << std::setw(7) << std::setprecision(1) << (total > 0 ? 100 * e.ms / total : 0)
-       << "%" << std::setw(9) << e.calls << std::setw(9) << std::setprecision(1) << 1000 * e.ms / e.calls << "  "
-       << what << "\n"
-       << std::setprecision(3);
-  }
-  return os.str();
-}
-
 void Runner::Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs,
                  const std::vector<bool>& donate, std::vector<std::shared_ptr<Allocation>> owned,
-                 const std::function<void*(int)>& allocate_output) {
+                 const std::function<void*(int)>& allocate_output, Profiler* profiler) {
   const BufferPlan& plan = program.plan;
   // The arena lives for this launch only; the caching allocator hands the same
   // block back next time, so it costs no system allocation, and between
@@ -141,8 +90,8 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
     }
     args.clear();
     for (int b : ins.args) args.push_back(views[b]);
-    if (g_profiling) {
-      RunTimed(ins, args.data());
+    if (profiler != nullptr) {
+      profiler->RunTimed(*ins.kernel, args.data());
     } else {
       ins.kernel->Run(args.data());
     }
@@ -154,7 +103,8 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
   }
 }
 
-void Runner::RunInstruction(const Program& program, size_t i, const std::vector<void*>& arg_data) {
+void Runner::RunInstruction(const Program& program, size_t i, const std::vector<void*>& arg_data,
+                            Profiler* profiler) {
   const Instruction& ins = program.instructions.at(i);
   KILN_CHECK(arg_data.size() == ins.args.size());
   std::vector<BufferView> args(ins.args.size());
@@ -162,8 +112,8 @@ void Runner::RunInstruction(const Program& program, size_t i, const std::vector<
     const BufferInfo& info = program.plan.buffers[ins.args[k]];
     args[k] = {arg_data[k], info.dtype, &info.dims};
   }
-  if (g_profiling) {
-    RunTimed(ins, args.data());
+  if (profiler != nullptr) {
+    profiler->RunTimed(*ins.kernel, args.data());
   } else {
     ins.kernel->Run(args.data());
   }

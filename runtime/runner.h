@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/profiler.h"
 #include "runtime/program.h"
 
 namespace kiln::runtime {
@@ -25,20 +26,14 @@ class Runner {
   // `allocate_output` (when given) is called for every output whose pointer
   // in `outputs` is null, right before the instruction that first writes it
   // (BufferPlan::alloc_before), and returns its memory: outputs then count as
-  // live only from when they are made.
+  // live only from when they are made. With a `profiler`, each instruction
+  // is timed into it.
   static void Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs,
                   const std::vector<bool>& donate = {}, std::vector<std::shared_ptr<Allocation>> owned = {},
-                  const std::function<void*(int)>& allocate_output = nullptr);
+                  const std::function<void*(int)>& allocate_output = nullptr, Profiler* profiler = nullptr);
   // Runs instruction `i` alone with the given buffer pointers (one per arg).
-  static void RunInstruction(const Program& program, size_t i, const std::vector<void*>& arg_data);
+  static void RunInstruction(const Program& program, size_t i, const std::vector<void*>& arg_data,
+                             Profiler* profiler = nullptr);
 };
-
-// Per-instruction timing of compiled programs (--jit_profile). Off by
-// default; when on, every Run times each instruction with a steady clock.
-void SetProfiling(bool on);
-bool ProfilingEnabled();
-// Time per kernel (name and what it does), slowest first, as a table.
-std::string ProfileReport();
-void ResetProfile();
 
 }  // namespace kiln::runtime

@@ -102,8 +102,8 @@ void ConfigureJitFromFlags() {
   jit::JitCompiler::Instance().Configure(o);
   jit::SetLaunchMode(jit::ParseLaunchMode(FLAGS_jit_launch_mode));
   if (FLAGS_jit_profile) {
-    runtime::SetProfiling(true);
-    std::atexit([] { std::fputs(runtime::ProfileReport().c_str(), stderr); });
+    jit::JitCompiler::Instance().EnableProfiling(true);
+    std::atexit([] { std::fputs(jit::JitCompiler::Instance().profile().Report().c_str(), stderr); });
   }
 }
 

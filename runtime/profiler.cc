@@ -1,0 +1,51 @@
+#include "runtime/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <sstream>
+#include <vector>
+
+namespace kiln::runtime {
+
+void Profiler::RunTimed(const Kernel& kernel, const BufferView* args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  kernel.Run(args);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  Row& r = rows_[kernel.name() + "  " + kernel.Describe()];
+  ++r.calls;
+  r.ms += ms;
+}
+
+void Profiler::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  rows_.clear();
+}
+
+int64_t Profiler::calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [what, r] : rows_) n += r.calls;
+  return n;
+}
+
+std::string Profiler::Report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, Row>> rows(rows_.begin(), rows_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.ms;
+  std::ostringstream os;
+  os << "jit profile: " << std::fixed << std::setprecision(3) << total << " ms in compiled instructions\n";
+  os << "      ms   share    calls  us/call  kernel\n";
+  for (const auto& [what, e] : rows) {
+    os << std::setw(8) << e.ms << std::setw(7) << std::setprecision(1) << (total > 0 ? 100 * e.ms / total : 0)
+       << "%" << std::setw(9) << e.calls << std::setw(9) << std::setprecision(1) << 1000 * e.ms / e.calls << "  "
+       << what << "\n"
+       << std::setprecision(3);
+  }
+  return os.str();
+}
+
+}  // namespace kiln::runtime
