@@ -197,22 +197,63 @@ def ensure_packages(install):
     return r.returncode == 0
 
 
+# The environment of this machine pins OpenBLAS (and so PyTorch's Linear
+# layers) to its AVX2 kernels at about half speed (OPENBLAS_CORETYPE=Haswell,
+# OPENBLAS_L2_SIZE), and Debian's PyTorch dispatches its own kernels at AVX2
+# unless told. The PyTorch side runs as the peer at its best: without those
+# two variables and with ATen's AVX-512 dispatch where the CPU has AVX-512.
+# kiln's side keeps the environment as it is.
+PEER_UNSET = ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"]
+
+
+def cpu_has_avx512():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return "avx512f" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def peer_env(base):
+    env = dict(base)
+    for k in PEER_UNSET:
+        env.pop(k, None)
+    if cpu_has_avx512():
+        env["ATEN_CPU_CAPABILITY"] = "avx512"
+    return env
+
+
 def torch_info():
-    """PyTorch's version, build, BLAS library actually loaded and default threads."""
+    """PyTorch's version, build, BLAS library actually loaded, the OpenBLAS core
+    it runs and ATen's CPU capability (in the peer's environment), and the
+    default threads."""
     code = r"""
-import json, os, torch
+import ctypes, json, os, torch
 a = torch.randn(64, 64)
 (a @ a).sum().item()
 libs = sorted({os.path.realpath(l.split()[-1]) for l in open('/proc/self/maps')
                if ('blas' in l or 'mkl' in l or 'dnnl' in l) and '/' in l})
+core = "?"
+for l in libs:
+    try:
+        f = ctypes.CDLL(l).openblas_get_corename
+        f.restype = ctypes.c_char_p
+        core = f().decode()
+        break
+    except (OSError, AttributeError):
+        pass
 cfg = torch.__config__.show()
+cap = [l.split(":", 1)[1].strip() for l in cfg.splitlines() if "CPU capability usage" in l]
 print(json.dumps({"version": torch.__version__, "default_threads": torch.get_num_threads(),
                   "mkldnn": torch.backends.mkldnn.is_available(), "blas_libs": libs,
+                  "openblas_core": core, "aten_capability": cap[0] if cap else "?",
                   "blas_info": [l.strip() for l in cfg.splitlines() if 'BLAS_INFO' in l or 'MKL-DNN' in l
                                 or 'CPU capability' in l or 'OpenMP' in l],
                   "parallel": torch.__config__.parallel_info()}))
 """
-    r = subprocess.run([DEBIAN_PYTHON, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([DEBIAN_PYTHON, "-c", code], capture_output=True, text=True, env=peer_env(os.environ))
     if r.returncode != 0:
         return None
     info = json.loads(r.stdout)
@@ -280,10 +321,10 @@ def wait_idle(max_seconds):
     return time.time() - t0
 
 
-def run_json(cmd, env_threads, timeout, idle_wait=0.0):
+def run_json(cmd, env_threads, timeout, idle_wait=0.0, peer=False):
     if idle_wait > 0:
         wait_idle(idle_wait)
-    env = dict(os.environ, OMP_NUM_THREADS=str(env_threads))
+    env = dict(peer_env(os.environ) if peer else os.environ, OMP_NUM_THREADS=str(env_threads))
     env.pop("FLAGS_use_jit", None)
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if r.returncode != 0:
@@ -347,7 +388,7 @@ def run_all(kiln, configs, threads_list, args, have_torch):
                     if side == "torch":
                         if not have_torch:
                             continue
-                        r = run_json(torch_cmd(cfg, threads, args), threads, args.timeout, args.idle_wait)
+                        r = run_json(torch_cmd(cfg, threads, args), threads, args.timeout, args.idle_wait, peer=True)
                     else:
                         r = run_json(kiln_cmd(kiln, cfg, side, args), threads, args.timeout, args.idle_wait)
                     r["others_runnable_after"] = runnable_others()
@@ -543,6 +584,12 @@ def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, h
                    "Its default thread count here is %d; every measurement sets its own."
                    % (tinfo["version"], tinfo["blas_name"], ", ".join("`%s`" % l for l in blas) or "?",
                       ", ".join("`%s`" % l for l in dnnl) or "no oneDNN library", tinfo["default_threads"]))
+        out.append("")
+        out.append("The peer at its best: this machine's environment sets %s, which pins OpenBLAS to its AVX2 "
+                   "kernels; the PyTorch processes run without them and with `ATEN_CPU_CAPABILITY=avx512` where "
+                   "the CPU has AVX-512 (kiln's keep the environment). OpenBLAS core: **%s**; ATen CPU "
+                   "capability: **%s**." % (" and ".join("`%s`" % k for k in PEER_UNSET), tinfo["openblas_core"],
+                                            tinfo["aten_capability"]))
     else:
         out.append("PyTorch was not installed: its columns are empty.")
     out.append("")
@@ -656,6 +703,9 @@ def main():
         print("PyTorch %s, BLAS_INFO=%s, BLAS libraries loaded: %s" %
               (tinfo["version"], tinfo["blas_name"], ", ".join(tinfo["blas_libs"]) or "none found"))
         print("torch.get_num_threads() by default: %d (each measurement sets its own)" % tinfo["default_threads"])
+        print("PyTorch side runs without %s%s: OpenBLAS core %s, ATen CPU capability %s" %
+              (", ".join(PEER_UNSET), " and with ATEN_CPU_CAPABILITY=avx512" if cpu_has_avx512() else "",
+               tinfo["openblas_core"], tinfo["aten_capability"]))
         for l in tinfo["blas_info"]:
             print("  " + l)
     elif args.tiny:
