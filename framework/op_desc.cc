@@ -1,5 +1,7 @@
 #include "framework/op_desc.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 std::vector<std::string> SlotArgs(const google::protobuf::RepeatedPtrField<proto::OpDesc::Slot>& slots,
@@ -17,6 +19,13 @@ static std::vector<std::string> AllArgs(const google::protobuf::RepeatedPtrField
 }
 std::vector<std::string> AllInputArgs(const proto::OpDesc& op) { return AllArgs(op.inputs()); }
 std::vector<std::string> AllOutputArgs(const proto::OpDesc& op) { return AllArgs(op.outputs()); }
+
+static std::vector<std::string> WithoutEmpty(std::vector<std::string> args) {
+  args.erase(std::remove(args.begin(), args.end(), std::string(kEmptyVarName)), args.end());
+  return args;
+}
+std::vector<std::string> InputVars(const proto::OpDesc& op) { return WithoutEmpty(AllInputArgs(op)); }
+std::vector<std::string> OutputVars(const proto::OpDesc& op) { return WithoutEmpty(AllOutputArgs(op)); }
 
 static void SetSlot(google::protobuf::RepeatedPtrField<proto::OpDesc::Slot>* slots, std::string_view slot,
                     const std::vector<std::string>& args) {

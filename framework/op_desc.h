@@ -29,6 +29,9 @@ inline std::vector<std::string> OutputArgs(const proto::OpDesc& op, std::string_
 // Every argument of every input (output) slot, in slot order.
 std::vector<std::string> AllInputArgs(const proto::OpDesc& op);
 std::vector<std::string> AllOutputArgs(const proto::OpDesc& op);
+// The same without @EMPTY@ arguments: the vars the op really reads (writes).
+std::vector<std::string> InputVars(const proto::OpDesc& op);
+std::vector<std::string> OutputVars(const proto::OpDesc& op);
 
 void SetInput(proto::OpDesc* op, std::string_view slot, const std::vector<std::string>& args);
 void SetOutput(proto::OpDesc* op, std::string_view slot, const std::vector<std::string>& args);

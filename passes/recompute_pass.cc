@@ -14,16 +14,6 @@ using ir::Graph;
 using ir::kNoNode;
 using ir::NodeId;
 
-std::vector<std::string> Args(const google::protobuf::RepeatedPtrField<proto::OpDesc::Slot>& slots) {
-  std::vector<std::string> out;
-  for (const auto& s : slots) {
-    for (const auto& a : s.args()) {
-      if (a != kEmptyVarName) out.push_back(a);
-    }
-  }
-  return out;
-}
-
 // One accepted chain: forward ops to copy and where the copies go.
 struct Chain {
   std::vector<int> ops;              // topological positions, producers first
@@ -40,7 +30,7 @@ class Planner {
       : graph_(graph), topo_(graph.TopologicalOrder()), options_(options) {
     const int n = static_cast<int>(topo_.size());
     for (int i = 0; i < n; ++i) {
-      for (const auto& a : Args(op(i).outputs())) {
+      for (const auto& a : OutputVars(op(i))) {
         writers_[a].push_back(i);
         if (bwd_start_ < 0 && a.find(kGradSuffix) != std::string::npos) bwd_start_ = i;
       }
@@ -49,7 +39,7 @@ class Planner {
       const OpInfo* info = registry.Find(op(i).type());
       const std::set<std::string> shape_only =
           info != nullptr ? NoNeedBufferVars(*info, op(i)) : std::set<std::string>{};
-      for (const auto& a : Args(op(i).inputs())) {
+      for (const auto& a : InputVars(op(i))) {
         readers_[a].push_back(i);
         if (bwd_start_ >= 0 && i >= bwd_start_ && !shape_only.count(a)) bwd_data_readers_[a].push_back(i);
       }
@@ -62,18 +52,18 @@ class Planner {
   std::vector<Chain> Plan() {
     std::vector<Chain> chains;
     for (int i = 0; i < bwd_start_; ++i) {
-      for (const auto& v : Args(op(i).outputs())) {
+      for (const auto& v : OutputVars(op(i))) {
         if (!Candidate(v)) continue;
         Chain c;
         if (!Extend(v, 0, &c.ops)) continue;
         std::set<std::string> leaves;
         for (int p : c.ops) {
-          for (const auto& a : Args(op(p).outputs())) {
+          for (const auto& a : OutputVars(op(p))) {
             const bool read_back = bwd_data_readers_.count(a) > 0;
             if (read_back) c.renamed.push_back(a);
             (read_back ? c.saved : c.transient) += Bytes(a);
           }
-          for (const auto& a : Args(op(p).inputs())) {
+          for (const auto& a : InputVars(op(p))) {
             if (!InChain(c, a)) leaves.insert(a);
           }
         }
@@ -118,7 +108,7 @@ class Planner {
   }
   bool InChain(const Chain& c, const std::string& v) const {
     for (int p : c.ops) {
-      for (const auto& a : Args(op(p).outputs())) {
+      for (const auto& a : OutputVars(op(p))) {
         if (a == v) return true;
       }
     }
@@ -139,10 +129,10 @@ class Planner {
     const int p = w->second.front();
     if (p >= bwd_start_ || depth >= options_.max_chain) return false;
     if (!options_.op_types.count(op(p).type())) return false;
-    for (const auto& out : Args(op(p).outputs())) {
+    for (const auto& out : OutputVars(op(p))) {
       if (writers_.at(out).size() != 1 || keep(out)) return false;
     }
-    for (const auto& in : Args(op(p).inputs())) {
+    for (const auto& in : InputVars(op(p))) {
       if (Anchor(in)) continue;
       // An intermediate only this op reads (the scores before softmax).
       auto r = readers_.find(in);

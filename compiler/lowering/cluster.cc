@@ -34,19 +34,6 @@ proto::BlockDesc InferConcreteShapes(const JitSubgraph& sg, const ShapeSignature
   return block;
 }
 
-namespace {
-
-std::vector<std::string> Args(const google::protobuf::RepeatedPtrField<proto::OpDesc::Slot>& slots) {
-  std::vector<std::string> out;
-  for (const auto& s : slots) {
-    for (const auto& a : s.args()) {
-      if (a != kEmptyVarName) out.push_back(a);
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 Cluster::Cluster(const JitSubgraph& subgraph, const ShapeSignature& signature, const CompileOptions& options,
                  const OpRegistry& registry)
@@ -74,7 +61,7 @@ Cluster::Cluster(const JitSubgraph& subgraph, const ShapeSignature& signature, c
     f.info = &registry.Get(desc.type());
     f.attrs = ResolveAttrs(*f.info, desc, i);
     f.shape_only = NoNeedBufferVars(*f.info, desc);
-    const std::vector<std::string> ins = Args(desc.inputs()), outs = Args(desc.outputs());
+    const std::vector<std::string> ins = InputVars(desc), outs = OutputVars(desc);
     f.writes.insert(outs.begin(), outs.end());
     bool all_f32 = true;
     for (const auto& a : ins) all_f32 = all_f32 && IsF32(a);

@@ -44,13 +44,7 @@ std::vector<int> UnitOfOps(const Cluster& c, const Units& units) {
 
 namespace {
 
-std::set<std::string> ArgSet(const std::vector<std::string>& args) {
-  std::set<std::string> out;
-  for (const auto& a : args) {
-    if (a != kEmptyVarName) out.insert(a);
-  }
-  return out;
-}
+std::set<std::string> ArgSet(const std::vector<std::string>& vars) { return {vars.begin(), vars.end()}; }
 
 // "matmul(X: a, Y: b -> Out: c)", @EMPTY@ args left out.
 std::string Signature(const proto::OpDesc& desc) {
@@ -85,8 +79,8 @@ EmittedKernel EmitFrameworkOp(const Cluster& c, const proto::OpDesc& desc, bool 
 
 OneDnnOpUnit::OneDnnOpUnit(const std::string& step, const Cluster& c, int op,
                            std::shared_ptr<const proto::OpDesc> desc)
-    : Unit(step, {op}, desc ? ArgSet(AllInputArgs(*desc)) : c.reads(op),
-           desc ? ArgSet(AllOutputArgs(*desc)) : c.writes(op)),
+    : Unit(step, {op}, desc ? ArgSet(InputVars(*desc)) : c.reads(op),
+           desc ? ArgSet(OutputVars(*desc)) : c.writes(op)),
       desc_(std::move(desc)) {}
 
 std::string OneDnnOpUnit::Describe(const Cluster& c) const {
