@@ -133,7 +133,8 @@ std::string IndexMarkdown(const std::string& preamble, const std::vector<Cluster
          "--jit_min_cluster_size ops).\n";
   out += "\n## Cache statistics\n\n";
   out += "- compiles: " + std::to_string(stats.compiles) + ", cache hits: " + std::to_string(stats.hits) +
-         ", evictions: " + std::to_string(stats.evictions) + ", failures: " + std::to_string(stats.failures) + "\n";
+         ", evictions: " + std::to_string(stats.evictions) + ", failures: " + std::to_string(stats.failures) +
+         ", units fallen back alone: " + std::to_string(stats.unit_fallbacks) + " (see each cluster's lowering.txt)\n";
   out += "- compile time (timing): " + Ms(stats.compile_ms) + " ms\n";
   return out;
 }
@@ -161,7 +162,8 @@ std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<E
   }
   out += "  cache: " + std::to_string(stats.compiles) + " compiles (" + Ms(stats.compile_ms) + " ms), " +
          std::to_string(stats.hits) + " hits, " + std::to_string(stats.evictions) + " evictions, " +
-         std::to_string(stats.failures) + " failed\n";
+         std::to_string(stats.failures) + " failed, " + std::to_string(stats.unit_fallbacks) +
+         " units fell back alone\n";
   return out;
 }
 

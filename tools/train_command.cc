@@ -119,10 +119,12 @@ int TrainCommand() {
   if (FLAGS_use_jit) {
     const jit::JitStats js = jit::JitCompiler::Instance().stats();
     const jit::LaunchStats ls = jit::GetLaunchStats();
-    std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed; %lld launches, "
-                "%lld in-place updates donated, %lld copy-protected, %lld ran the framework ops\n",
+    std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed, %lld units fell back "
+                "alone; %lld launches, %lld in-place updates donated, %lld copy-protected, %lld ran the framework "
+                "ops\n",
                 static_cast<long long>(js.compiles), js.compile_ms, static_cast<long long>(js.hits),
                 static_cast<long long>(js.evictions), static_cast<long long>(js.failures),
+                static_cast<long long>(js.unit_fallbacks),
                 static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
                 static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks));
   }
