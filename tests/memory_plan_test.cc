@@ -1,7 +1,9 @@
 // runtime/memory_plan.cc (PlanArena): temps in the arena, first fit over live
 // ranges; temps in donatable inputs that die in the program (donors), in
-// place over a dying input where the instruction allows it; without reuse, a
-// slot per temp; 400 random plans never overlap live temps.
+// place over a dying input where the instruction allows it; views (not
+// placed, their root's region and offset; a root lives as long as its
+// views are used); without reuse, a slot per root; the schedule of frees
+// and output allocations; 400 random plans never overlap live temps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@ namespace {
 using runtime::BufferRole;
 using test::Buffer;
 using test::Ins;
+using test::ViewOf;
 
 // %0 x (input, dies here, 256 floats), %1 w (input), %2 a, %3 b, %4 c temps, %5 out.
 //   0: a = f(x, w)   1: b = g(x, a)   2: c = h(b)   3: out = k(c, w)
@@ -276,6 +279,111 @@ TEST(PlanArenaDonorTest, RandomPlansNeverOverlapLiveTemps) {
   // The generator must exercise donation.
   EXPECT_GT(plans_with_donors, 50);
   EXPECT_GT(donated_temps, 100);
+}
+
+// ---- views -----------------------------------------------------------------------
+
+// %0 x, %1 t, %2 r temps, %3 v view of r, %4 vv view of v, %5 out.
+//   0: t, r = f(x)   1: out = g(v)   2: out = h(vv, t)
+TEST(PlanArenaViewTest, AViewIsNotPlacedAndTakesItsRootsPlace) {
+  runtime::BufferPlan plan;
+  plan.buffers = {Buffer("x", BufferRole::kInput, 64, 0),  Buffer("t", BufferRole::kTemp, 64),
+                  Buffer("r", BufferRole::kTemp, 64),      ViewOf("v", 2, {8, 8}),
+                  ViewOf("vv", 3, {4, 16}),                Buffer("out", BufferRole::kOutput, 64, 0)};
+  const std::vector<runtime::Instruction> ins = {Ins({0}, {1, 2}), Ins({3}, {5}), Ins({4, 1}, {5})};
+  runtime::PlanArena(ins, &plan, /*reuse=*/true);
+  EXPECT_EQ(runtime::RootBuffer(plan, 4), 2);
+  EXPECT_EQ(plan.buffers[1].offset, 0u);
+  EXPECT_EQ(plan.buffers[2].offset, 256u) << "t and r are both live at 0";
+  for (int v : {3, 4}) {
+    EXPECT_EQ(plan.buffers[v].region, -1) << plan.buffers[v].name;
+    EXPECT_EQ(plan.buffers[v].offset, 256u) << plan.buffers[v].name << " is r's memory";
+  }
+  EXPECT_EQ(plan.buffers[4].dims, (Dims{4, 16})) << "a view keeps its own dims";
+  EXPECT_EQ(plan.arena_bytes, 512u);
+  EXPECT_EQ(plan.arena_bytes_no_reuse, 512u) << "views take no bytes of their own";
+}
+
+// %0 x, %1 r, %2 v view of r, %3 a, %4 b, %5 out.
+//   0: r = f(x)   1: a = g(r)   2: b = h(a)   3: out = k(v, b)
+// r is last named at 1 but read through v at 3: b must not take its memory.
+runtime::BufferPlan ViewReadLate(bool read_view, bool reuse) {
+  runtime::BufferPlan plan;
+  plan.buffers = {Buffer("x", BufferRole::kInput, 64, 0), Buffer("r", BufferRole::kTemp, 64),
+                  ViewOf("v", 1, {8, 8}),                 Buffer("a", BufferRole::kTemp, 64),
+                  Buffer("b", BufferRole::kTemp, 64),     Buffer("out", BufferRole::kOutput, 64, 0)};
+  std::vector<runtime::Instruction> ins = {Ins({0}, {1}), Ins({1}, {3}), Ins({3}, {4}), Ins({2, 4}, {5})};
+  if (!read_view) ins[3] = Ins({4}, {5});
+  runtime::PlanArena(ins, &plan, reuse);
+  return plan;
+}
+
+TEST(PlanArenaViewTest, ARootLivesWhileItsViewsAreRead) {
+  {
+    const runtime::BufferPlan plan = ViewReadLate(/*read_view=*/true, true);
+    const auto& r = plan.buffers[1];
+    const auto& b = plan.buffers[4];
+    EXPECT_FALSE(r.offset < b.offset + b.bytes() && b.offset < r.offset + r.bytes())
+        << "b (+" << b.offset << ") is written at 2 while v still reads r (+" << r.offset << ") at 3";
+    EXPECT_EQ(plan.buffers[2].offset, r.offset);
+    EXPECT_EQ(plan.arena_bytes, 768u);
+  }
+  {
+    // The same without the late read through v: b takes r's memory.
+    const runtime::BufferPlan plan = ViewReadLate(/*read_view=*/false, true);
+    EXPECT_EQ(plan.buffers[4].offset, plan.buffers[1].offset);
+    EXPECT_EQ(plan.arena_bytes, 512u);
+  }
+}
+
+// A donatable input read through a view after its last direct read: no temp
+// goes into it before the view's read, and it is freed after that read.
+TEST(PlanArenaViewTest, ADonatableInputLivesWhileItsViewsAreRead) {
+  //   0: a = f(x)   1: t = g(a)   2: out = h(xv, t)   (or out = h(t))
+  for (bool read_view : {true, false}) {
+    SCOPED_TRACE(read_view ? "x read through xv at 2" : "x not read after 0");
+    runtime::BufferPlan plan;
+    plan.buffers = {Buffer("x", BufferRole::kInput, 256, 0, true), ViewOf("xv", 0, {16, 16}),
+                    Buffer("a", BufferRole::kTemp, 64), Buffer("t", BufferRole::kTemp, 64),
+                    Buffer("out", BufferRole::kOutput, 64, 0)};
+    std::vector<runtime::Instruction> ins = {Ins({0}, {2}), Ins({2}, {3}),
+                                             read_view ? Ins({1, 3}, {4}) : Ins({3}, {4})};
+    runtime::PlanArena(ins, &plan, true);
+    EXPECT_EQ(plan.buffers[1].region, -1);
+    EXPECT_EQ(plan.buffers[1].offset, 0u);
+    EXPECT_EQ(plan.buffers[3].region, read_view ? -1 : 0) << "t is written at 1";
+    EXPECT_EQ(plan.donors, read_view ? std::vector<int>{} : std::vector<int>{0});
+    // x's memory is used last at 2 either way (through xv, or by t in it).
+    EXPECT_EQ(plan.free_after, (std::vector<std::vector<int>>{{}, {}, {0}}));
+  }
+}
+
+// A temp view of an output takes the output's memory (bound at run time, not
+// in the arena), and the output is made before the view's first writer.
+TEST(PlanArenaViewTest, ATempViewOfAnOutputIsNotInTheArena) {
+  //   0: ov = f(x)   1: t = g(ov)   2: out2 = h(t)
+  runtime::BufferPlan plan;
+  plan.buffers = {Buffer("x", BufferRole::kInput, 64, 0), Buffer("out", BufferRole::kOutput, 64, 0),
+                  ViewOf("ov", 1, {8, 8}),                Buffer("t", BufferRole::kTemp, 64),
+                  Buffer("out2", BufferRole::kOutput, 64, 1)};
+  const std::vector<runtime::Instruction> ins = {Ins({0}, {2}), Ins({2}, {3}), Ins({3}, {4})};
+  runtime::PlanArena(ins, &plan, true);
+  EXPECT_EQ(plan.buffers[2].region, -1);
+  EXPECT_EQ(plan.buffers[2].offset, 0u);
+  EXPECT_EQ(plan.buffers[3].offset, 0u) << "the arena holds t alone";
+  EXPECT_EQ(plan.arena_bytes, 256u);
+  EXPECT_EQ(plan.arena_bytes_no_reuse, 256u);
+  EXPECT_EQ(plan.alloc_before, (std::vector<std::vector<int>>{{0}, {}, {1}}));
+}
+
+TEST(PlanArenaViewTest, WithoutReuseEveryRootHasItsOwnSlot) {
+  const runtime::BufferPlan plan = ViewReadLate(/*read_view=*/false, /*reuse=*/false);
+  EXPECT_EQ(plan.buffers[1].offset, 0u);
+  EXPECT_EQ(plan.buffers[2].offset, 0u) << "v is r's memory";
+  EXPECT_EQ(plan.buffers[3].offset, 256u);
+  EXPECT_EQ(plan.buffers[4].offset, 512u) << "b does not take dead r's memory";
+  EXPECT_EQ(plan.arena_bytes, 768u);
+  EXPECT_EQ(plan.arena_bytes_no_reuse, 768u);
 }
 
 }  // namespace

@@ -64,6 +64,15 @@ inline runtime::BufferInfo Buffer(const std::string& name, runtime::BufferRole r
   return b;
 }
 
+// Buffer `root` seen with dims `dims` (a reshape view): it has no memory of
+// its own.
+inline runtime::BufferInfo ViewOf(const std::string& name, int root, Dims dims) {
+  runtime::BufferInfo b = Buffer(name, runtime::BufferRole::kTemp, 1);
+  b.dims = std::move(dims);
+  b.view_of = root;
+  return b;
+}
+
 // An instruction reading `reads` and writing `writes` with `kernel`
 // (a NopKernel when not given).
 inline runtime::Instruction Ins(std::vector<int> reads, std::vector<int> writes,
