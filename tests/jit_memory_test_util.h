@@ -1,0 +1,55 @@
+// Shared by build_jit_pass_memory_test and jit_launch_memory_test: a fixture
+// that registers the JIT ops and starts each test with an empty
+// JitCompiler::Instance() and zero launch counters, and the small
+// transformer whose clusters have shape-only and donatable vars.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "compiler/jit_compiler.h"
+#include "framework/models/models.h"
+#include "framework/op_registry.h"
+#include "launch_op/jit_launch_op.h"
+#include "tests/jit_pipeline_util.h"
+
+namespace kiln::test {
+
+class JitMemoryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  void SetUp() override {
+    jit::JitCompiler::Instance().ClearCache();
+    jit::ResetLaunchStats();
+    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+  }
+};
+
+// One encoder block (seq 5, d_model 8, 2 heads) trained with sgd, and its
+// train program through build_jit_pass keeping features, labels and loss.
+struct TinyTransformer {
+  TransformerConfig config;
+  Model model;
+  std::set<std::string> keep;
+  BuildJitPassOptions options;
+  BuildJitReport report;
+  proto::ProgramDesc jitted;
+
+  TinyTransformer() {
+    config.seq_len = 5;
+    config.d_model = 8;
+    config.num_heads = 2;
+    config.ffn_dim = 12;
+    config.classes = 3;
+    TrainConfig train;
+    train.lr = 0.1f;
+    model = BuildTransformer(config, train);
+    keep = {model.features, model.labels, model.loss};
+    options.keep_vars = keep;
+    jitted = ApplyBuildJit(model.train, options, &report);
+  }
+};
+
+}  // namespace kiln::test
