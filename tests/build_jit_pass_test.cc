@@ -740,7 +740,8 @@ TEST(BuildJitPass, RecomputeCopiesJoinOnlyTheirConsumers) {
   o.keep_vars = {"x", "c"};
   auto clusters = [&](const proto::ProgramDesc& p) {
     std::vector<size_t> sizes;
-    for (const auto& c : RunPass(p, o)->report.clusters) sizes.push_back(c.ops.size());
+    const auto result = RunPass(p, o);  // a range-for would not keep the temporary alive
+    for (const auto& c : result->report.clusters) sizes.push_back(c.ops.size());
     return sizes;
   };
   EXPECT_EQ(clusters(program(false, false, "b")), std::vector<size_t>{3});
