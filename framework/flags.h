@@ -62,6 +62,10 @@ DECLARE_int32(ffn_dim);
 DECLARE_int32(synthetic_size);
 DECLARE_int32(max_steps);
 DECLARE_bool(progress);
+DECLARE_string(save_dir);
+DECLARE_int64(save_every_steps);
+DECLARE_int32(keep_checkpoints);
+DECLARE_string(resume);
 
 // kiln run / kiln program.
 DECLARE_string(program);

@@ -1,5 +1,7 @@
 #include "framework/trainer.h"
 
+#include "framework/checkpoint/checkpoint.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -51,36 +53,86 @@ double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& sc
   return static_cast<double>(correct) / static_cast<double>(total);
 }
 
-TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options) {
+namespace {
+
+// Continues from a checkpoint: its vars into `scope`, its loop position out.
+LoopState Resume(const Model& model, const TrainOptions& options, Scope& scope) {
+  const CheckpointManifest m = LoadCheckpoint(options.resume_from, model.train, &scope);
+  if (m.loop.batch_size != options.batch_size) {
+    ThrowInvalidArgument("checkpoint '", options.resume_from, "' was taken at batch size ", m.loop.batch_size,
+                         "; resume with that batch size (got ", options.batch_size, ")");
+  }
+  return m.loop;
+}
+
+// The loop's position after batch `b` of epoch `epoch` (of `batches`) ran.
+LoopState After(int64_t step, int epoch, int64_t b, int64_t batches, const LoopState& base) {
+  LoopState next = base;
+  next.step = step;
+  next.epoch = b + 1 < batches ? epoch : epoch + 1;
+  next.batch = b + 1 < batches ? b + 1 : 0;
+  return next;
+}
+
+std::string Save(const Model& model, const TrainOptions& options, const Scope& scope, const LoopState& at) {
+  SaveOptions so;
+  so.keep = options.keep_checkpoints;
+  so.files = options.checkpoint_files;
+  return SaveCheckpoint(options.save_dir, model.train, scope, at, so);
+}
+
+void Summarise(TrainResult* result, std::vector<double> step_ms) {
+  result->steps = static_cast<int64_t>(result->losses.size());
+  const size_t n = result->losses.size(), k = std::min<size_t>(10, n);
+  result->first_loss = MeanOf(result->losses, 0, k);
+  result->final_loss = MeanOf(result->losses, n - k, n);
+  if (!step_ms.empty()) {
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+    result->step_ms_median = step_ms[step_ms.size() / 2];
+  }
+}
+
+void CheckOptions(const Dataset& train, const TrainOptions& options) {
   CheckDataset(train, "training data");
   if (options.batch_size < 1) ThrowInvalidArgument("batch size must be at least 1, got ", options.batch_size);
   if (options.batch_size > train.size()) {
     ThrowInvalidArgument("batch size ", options.batch_size, " exceeds the ", train.size(), " training rows");
   }
+  if (options.save_every_steps < 0) ThrowInvalidArgument("save_every_steps must be >= 0");
+}
+
+}  // namespace
+
+TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options) {
+  CheckOptions(train, options);
   Scope scope;
   Executor exec(options.exec);
   exec.RunProgram(model.startup, scope);
+  LoopState at{0, 0, 0, options.seed, options.batch_size};
+  if (!options.resume_from.empty()) at = Resume(model, options, scope);
   proto::ProgramDesc train_program = model.train, forward_program = model.forward;
   if (options.program_transform) {
     train_program = options.program_transform(model.train, {model.features, model.labels, model.loss});
     forward_program = options.program_transform(model.forward, {model.features, model.labels, model.probs});
   }
   auto plan = exec.Prepare(train_program, 0, {model.loss});
-
   BatcherOptions bo;
   bo.batch_size = options.batch_size;
-  bo.seed = options.seed;
+  bo.seed = at.shuffle_seed;
   Batcher batcher(train, bo);
   TrainResult result;
+  result.first_step = at.step + 1;
   std::vector<double> step_ms;
   const auto t_start = Clock::now();
-  bool stop = false;
-  for (int epoch = 0; epoch < options.epochs && !stop; ++epoch) {
+  int64_t step = at.step, saved_step = -1;
+  bool stop = options.max_steps > 0 && step >= options.max_steps;
+  for (int epoch = static_cast<int>(at.epoch); epoch < options.epochs && !stop; ++epoch) {
     batcher.StartEpoch(epoch);
     const auto t_epoch = Clock::now();
     int64_t samples = 0;
     Dataset batch;
     for (int64_t b = 0; batcher.Next(&batch); ++b) {
+      if (epoch == at.epoch && b < at.batch) continue;  // consumed before the checkpoint
       const auto t0 = Clock::now();
       FeedBatch(model, train_program, scope, batch);
       exec.Run(*plan, scope);
@@ -88,34 +140,28 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       result.losses.push_back(loss);
       samples += batch.size();
+      ++step;
       if (options.on_step) {
-        TrainProgress p;
-        p.epoch = epoch;
-        p.epochs = options.epochs;
-        p.batch = b;
-        p.batches = batcher.num_batches();
-        p.step = static_cast<int64_t>(result.losses.size());
-        p.loss = loss;
         const double secs = std::chrono::duration<double>(Clock::now() - t_epoch).count();
-        p.samples_per_sec = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
-        options.on_step(p);
+        options.on_step(TrainProgress{epoch, options.epochs, b, batcher.num_batches(), step, loss,
+                                      secs > 0 ? static_cast<double>(samples) / secs : 0.0});
       }
-      if (options.max_steps > 0 && static_cast<int64_t>(result.losses.size()) >= options.max_steps) {
-        stop = true;
-        break;
+      stop = options.max_steps > 0 && step >= options.max_steps;
+      if (!options.save_dir.empty() && ((options.save_every_steps > 0 && step % options.save_every_steps == 0) ||
+                                        (stop && step != saved_step))) {
+        result.last_checkpoint = Save(model, options, scope, After(step, epoch, b, batcher.num_batches(), at));
+        saved_step = step;
       }
+      if (stop) break;
     }
     if (options.on_epoch) options.on_epoch(epoch, Evaluate(model, forward_program, scope, test, 256, options.exec));
   }
-  result.train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  result.steps = static_cast<int64_t>(result.losses.size());
-  const size_t n = result.losses.size(), k = std::min<size_t>(10, n);
-  result.first_loss = MeanOf(result.losses, 0, k);
-  result.final_loss = MeanOf(result.losses, n - k, n);
-  if (!step_ms.empty()) {
-    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
-    result.step_ms_median = step_ms[step_ms.size() / 2];
+  if (!options.save_dir.empty() && step != saved_step && step > at.step) {
+    const LoopState end{step, options.epochs, 0, at.shuffle_seed, options.batch_size};
+    result.last_checkpoint = Save(model, options, scope, end);
   }
+  result.train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  Summarise(&result, std::move(step_ms));
   result.test_accuracy = Evaluate(model, forward_program, scope, test, 256, options.exec);
   return result;
 }

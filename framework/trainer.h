@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,17 +34,31 @@ struct TrainOptions {
   ExecutorOptions exec;
   std::function<void(const TrainProgress&)> on_step;  // after every step
   std::function<void(int epoch, double test_accuracy)> on_epoch;  // after every epoch (evaluated)
-  // Rewrites the training and forward programs before they run (the JIT's
-  // build_jit_pass); `keep` names the feeds and fetch targets.
+  // Rewrites the training and forward programs before they run (the pass
+  // pipeline); `keep` names the feeds and fetch targets.
   std::function<proto::ProgramDesc(const proto::ProgramDesc&, const std::set<std::string>& keep)> program_transform;
+  // Checkpoints (framework/checkpoint/checkpoint.h) of the training
+  // program's persistable vars: every save_every_steps steps and after the
+  // last one, into save_dir, keeping the newest keep_checkpoints (0: all).
+  // checkpoint_files are stored beside the vars (the programs, for export).
+  std::string save_dir;
+  int64_t save_every_steps = 0;
+  int keep_checkpoints = 0;
+  std::map<std::string, std::string> checkpoint_files;
+  // A checkpoint directory, or a save directory (its newest checkpoint): the
+  // run continues from there, with the checkpoint's parameters, optimizer
+  // state, step count and data order. max_steps and epochs stay global.
+  std::string resume_from;
 };
 
 struct TrainResult {
-  std::vector<float> losses;  // one per step
+  std::vector<float> losses;  // one per step run here
+  int64_t first_step = 1;     // the global step of losses[0] (after a resume, the step after the checkpoint's)
+  std::string last_checkpoint;  // the directory of the last checkpoint saved, if any
   float first_loss = 0.f;     // mean of the first min(10, steps) losses
   float final_loss = 0.f;     // mean of the last min(10, steps) losses
   double test_accuracy = 0.0;
-  int64_t steps = 0;
+  int64_t steps = 0;  // steps run here
   double step_ms_median = 0.0;
   double train_seconds = 0.0;
 };

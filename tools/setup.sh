@@ -18,7 +18,7 @@ packages=(
   build-essential cmake pkg-config
   libdnnl-dev ocl-icd-opencl-dev libxbyak-dev libprotobuf-dev protobuf-compiler
   libboost-graph-dev libgflags-dev libzydis-dev zlib1g-dev libgtest-dev libbenchmark-dev
-  dataset-fashion-mnist python3-numpy time
+  dataset-fashion-mnist python3-numpy time nlohmann-json3-dev libssl-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -6,10 +6,15 @@
 #include <cstdio>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/durable_io.h"
 #include "framework/data/digits.h"
 #include "framework/data/idx.h"
 #include "framework/data/synthetic.h"
 #include "framework/file_util.h"
+#include "framework/program_io.h"
 #include "framework/flags.h"
 #include "framework/trainer.h"
 #include "tools/commands.h"
@@ -70,6 +75,58 @@ void PrintProgress(const TrainProgress& p, bool tty) {
   if (last) std::fputc('\n', stderr);
 }
 
+// What `kiln export` and `kiln predict` need besides the programs.
+std::string ModelJson(const Model& model) {
+  nlohmann::ordered_json j;
+  j["model"] = FLAGS_model;
+  j["features"] = model.features;
+  j["labels"] = model.labels;
+  j["probs"] = model.probs;
+  j["loss"] = model.loss;
+  j["sample_dims"] = model.sample_dims;
+  j["params"] = model.params;
+  return j.dump(2) + "\n";
+}
+
+std::string MetricsJson(const std::string& dataset, const TrainResult& r, const MemoryFigures& mem) {
+  nlohmann::ordered_json j;
+  j["model"] = FLAGS_model;
+  j["dataset"] = dataset;
+  j["test_accuracy"] = r.test_accuracy;
+  j["first_loss"] = r.first_loss;
+  j["final_loss"] = r.final_loss;
+  j["steps"] = r.steps;
+  j["first_step"] = r.first_step;
+  j["step_ms_median"] = r.step_ms_median;
+  j["train_seconds"] = r.train_seconds;
+  j["peak_tensor_bytes"] = mem.peak_tensor_bytes;
+  j["allocated_bytes"] = mem.allocated_bytes;
+  if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
+  return j.dump(2) + "\n";
+}
+
+// --save_dir, --save_every_steps, --keep_checkpoints, --resume. A checkpoint
+// also holds the programs and the model's feed and fetch names (model.json),
+// so that `kiln export` needs nothing else.
+void SetCheckpointOptions(const Model& model, TrainOptions* options) {
+  if (FLAGS_save_every_steps < 0) ThrowInvalidArgument("--save_every_steps must be >= 0");
+  if (FLAGS_keep_checkpoints < 0) ThrowInvalidArgument("--keep_checkpoints must be >= 0");
+  if (FLAGS_save_every_steps > 0 && FLAGS_save_dir.empty()) {
+    ThrowInvalidArgument("--save_every_steps needs --save_dir");
+  }
+  if (!FLAGS_save_dir.empty()) MakeDirsOrThrow(FLAGS_save_dir);  // an unusable directory fails before training
+  if (!FLAGS_resume.empty()) ResolveCheckpoint(FLAGS_resume);    // so does a missing checkpoint
+  options->save_dir = FLAGS_save_dir;
+  options->save_every_steps = FLAGS_save_every_steps;
+  options->keep_checkpoints = FLAGS_keep_checkpoints;
+  options->resume_from = FLAGS_resume;
+  if (FLAGS_save_dir.empty()) return;
+  options->checkpoint_files = {{"startup.pbtxt", ProgramToText(model.startup)},
+                               {"train.pbtxt", ProgramToText(model.train)},
+                               {"forward.pbtxt", ProgramToText(model.forward)},
+                               {"model.json", ModelJson(model)}};
+}
+
 }  // namespace
 
 int TrainCommand() {
@@ -85,6 +142,7 @@ int TrainCommand() {
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();
+  SetCheckpointOptions(model, &options);
   // Both programs go through the pass pipeline; the training program's reports
   // are kept, the evaluation program's --dump_passes files go to DIR/forward/.
   PipelineReports train_reports;
@@ -140,18 +198,7 @@ int TrainCommand() {
     std::printf("%s", PeakReport(train_peak, baseline.in_use_bytes).c_str());
   }
   MaybePrintJitExplain();
-  if (!FLAGS_metrics_out.empty()) {
-    char json[1024];
-    std::snprintf(json, sizeof(json),
-                  "{\n  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"test_accuracy\": %.6f,\n"
-                  "  \"first_loss\": %.6f,\n  \"final_loss\": %.6f,\n  \"steps\": %lld,\n"
-                  "  \"step_ms_median\": %.4f,\n  \"train_seconds\": %.3f,\n"
-                  "  \"peak_tensor_bytes\": %zu,\n  \"allocated_bytes\": %zu\n}\n",
-                  FLAGS_model.c_str(), dataset.c_str(), r.test_accuracy, r.first_loss, r.final_loss,
-                  static_cast<long long>(r.steps), r.step_ms_median, r.train_seconds, mem.peak_tensor_bytes,
-                  mem.allocated_bytes);
-    WriteFileAtomic(FLAGS_metrics_out, json);
-  }
+  if (!FLAGS_metrics_out.empty()) WriteFileAtomic(FLAGS_metrics_out, MetricsJson(dataset, r, mem));
   return 0;
 }
 

@@ -1,0 +1,19 @@
+// The checkpoint manifest as JSON (nlohmann::json): written with a fixed key
+// order, read with a check of every field's presence and type.
+#pragma once
+
+#include <string>
+
+#include "framework/checkpoint/checkpoint.h"
+
+namespace kiln {
+
+std::string ManifestToJson(const CheckpointManifest& manifest);
+// `path` names the file in errors: "<path>: not JSON (...)", "<path>: field
+// 'vars[2].shape' must be an array of integers".
+CheckpointManifest ManifestFromJson(const std::string& text, const std::string& path);
+
+// "float32", "int64", "int32", "float64", "bool" (numpy's names).
+const char* NumpyDtypeName(DataType dtype);
+
+}  // namespace kiln

@@ -1,0 +1,240 @@
+// framework/checkpoint: the format, atomic saves, verified loads that change
+// nothing on failure, and bit-exact resume through the trainer.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/manifest.h"
+#include "framework/data/npy.h"
+#include "framework/executor.h"
+#include "framework/file_util.h"
+#include "framework/op_registry.h"
+#include "framework/trainer.h"
+#include "launch_op/jit_launch_op.h"
+#include "tests/jit_pipeline_util.h"
+#include "tests/op_test_util.h"
+#include "tests/train_cases.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under /tmp, removed with the test.
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("kiln_ckpt_" + std::to_string(::getpid()) + "_" +
+                                                 std::to_string(counter_++))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+// The MLP case's model with its parameters initialised in `scope`.
+struct Initialised {
+  Model model;
+  Scope scope;
+};
+
+std::unique_ptr<Initialised> MlpInScope() {
+  auto m = std::make_unique<Initialised>();
+  m->model = test::SmallTrainCases()[0].model;
+  Executor().RunProgram(m->model.startup, m->scope);
+  return m;
+}
+
+std::vector<float> Values(const Scope& scope, const std::string& name) {
+  const Tensor& t = scope.GetVar(name)->Get();
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+TEST(CheckpointTest, SavesEveryPersistableVarAsNpyWithAVerifiedManifest) {
+  TempDir dir;
+  auto m = MlpInScope();
+  const LoopState at{7, 0, 7, 3, 32};
+  const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, at, {0, {{"note.txt", "hi"}}});
+  EXPECT_EQ(ckpt, dir.str() + "/ckpt-7");
+  EXPECT_EQ(LatestCheckpoint(dir.str()), ckpt);
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> files;
+  const CheckpointManifest man = ReadCheckpoint(ckpt, &tensors, &files);
+  EXPECT_EQ(man.loop.step, 7);
+  EXPECT_EQ(man.loop.shuffle_seed, 3u);
+  EXPECT_EQ(man.kiln_version, KilnVersion());
+  EXPECT_EQ(man.program_fingerprint, ProgramFingerprint(m->model.train));
+  EXPECT_EQ(files.at("note.txt"), "hi");
+  const std::vector<std::string> names = CheckpointVars(m->model.train);
+  ASSERT_EQ(man.vars.size(), names.size());
+  for (const std::string& name : names) {
+    ASSERT_TRUE(tensors.count(name)) << name;
+    // Each file is a plain .npy of the var.
+    const Tensor t = ReadNpy(ckpt + "/" + name + ".npy");
+    EXPECT_EQ(test::CompareTensors(t, m->scope.GetVar(name)->Get(), 0, 0), "") << name;
+  }
+  // Adam's state is part of it.
+  EXPECT_TRUE(tensors.count("fc0.w.moment1") && tensors.count("fc0.w.beta1_pow") && tensors.count("learning_rate"));
+}
+
+TEST(CheckpointTest, LoadRestoresTheVarsAndKeepsTheNewestK) {
+  TempDir dir;
+  auto m = MlpInScope();
+  const std::vector<float> saved = Values(m->scope, "fc0.w");
+  for (int step = 1; step <= 5; ++step) {
+    SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{step, 0, step, 1, 32}, SaveOptions{2, {}});
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.str())) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"ckpt-4", "ckpt-5"}));
+  Scope fresh;
+  Executor().RunProgram(m->model.startup, fresh);
+  fresh.GetVar("fc0.w")->GetMutable()->mutable_data<float>()[0] = 42.f;
+  const CheckpointManifest man = LoadCheckpoint(dir.str(), m->model.train, &fresh);
+  EXPECT_EQ(man.loop.step, 5);
+  EXPECT_EQ(Values(fresh, "fc0.w"), saved);
+}
+
+TEST(CheckpointTest, AStaleTemporaryIsNeverPickedAndTheNextSaveRemovesIt) {
+  TempDir dir;
+  auto m = MlpInScope();
+  SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+  fs::create_directories(dir.str() + "/.tmp-ckpt-9-1");
+  std::ofstream(dir.str() + "/.tmp-ckpt-9-1/manifest.json") << "{";
+  fs::create_directories(dir.str() + "/ckpt-8");  // a folder without a manifest is not a checkpoint
+  EXPECT_EQ(LatestCheckpoint(dir.str()), dir.str() + "/ckpt-1");
+  SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{2, 0, 2, 1, 32});
+  EXPECT_FALSE(fs::exists(dir.str() + "/.tmp-ckpt-9-1"));
+  EXPECT_EQ(LatestCheckpoint(dir.str()), dir.str() + "/ckpt-2");
+}
+
+// Every way a checkpoint can be wrong is an error naming the var or file,
+// and the scope is unchanged.
+TEST(CheckpointTest, BadCheckpointsAreErrorsAndNothingIsHalfLoaded) {
+  auto m = MlpInScope();
+  struct Damage {
+    std::string what;
+    std::function<void(const std::string& ckpt)> apply;
+    std::vector<std::string> message;
+  };
+  auto overwrite = [](const std::string& path, const std::string& bytes) { std::ofstream(path) << bytes; };
+  const std::vector<Damage> cases = {
+      {"flipped byte", [](const std::string& c) {
+         std::fstream f(c + "/fc1.w.npy", std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(200);
+         f.put('\x7f');
+       }, {"fc1.w.npy", "corrupt"}},
+      {"truncated", [](const std::string& c) { fs::resize_file(c + "/fc0.b.npy", 100); }, {"fc0.b.npy"}},
+      {"missing file", [](const std::string& c) { fs::remove(c + "/fc0.w.npy"); }, {"fc0.w.npy"}},
+      {"not json", [&](const std::string& c) { overwrite(c + "/manifest.json", "{\"format\": "); },
+       {"manifest.json", "not JSON"}},
+      {"missing field", [&](const std::string& c) {
+         std::string t = ReadFile(c + "/manifest.json");
+         t.replace(t.find("\"loop\""), 6, "\"lop\"");
+         overwrite(c + "/manifest.json", t);
+       }, {"manifest.json", "loop"}},
+  };
+  for (const Damage& d : cases) {
+    SCOPED_TRACE(d.what);
+    TempDir dir;
+    const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+    d.apply(ckpt);
+    Scope fresh;
+    Executor().RunProgram(m->model.startup, fresh);
+    fresh.GetVar("fc0.w")->GetMutable()->mutable_data<float>()[0] = 42.f;
+    const std::string error = test::ErrorOf([&] { LoadCheckpoint(ckpt, m->model.train, &fresh); });
+    for (const auto& part : d.message) EXPECT_NE(error.find(part), std::string::npos) << error;
+    EXPECT_EQ(fresh.GetVar("fc0.w")->Get().data<float>()[0], 42.f) << "the scope changed";
+  }
+}
+
+TEST(CheckpointTest, AProgramThatDoesNotMatchIsNamedVarByVar) {
+  TempDir dir;
+  auto m = MlpInScope();
+  const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+  // The same MLP trained with sgd has no Adam state: extra vars.
+  TrainConfig sgd;
+  const Model other = BuildMlp(MlpConfig{}, sgd);
+  Scope scope;
+  EXPECT_NE(test::ErrorOf([&] { LoadCheckpoint(ckpt, other.train, &scope); }).find("that the program does not have"),
+            std::string::npos);
+  // A wider hidden layer: a shape mismatch naming the var and file.
+  TrainConfig adam;
+  adam.optimizer = OptimizerKind::kAdam;
+  MlpConfig wide;
+  wide.hidden = {7};
+  const Model wider = BuildMlp(wide, adam);
+  const std::string error = test::ErrorOf([&] { LoadCheckpoint(ckpt, wider.train, &scope); });
+  EXPECT_NE(error.find("has shape"), std::string::npos) << error;
+  EXPECT_NE(error.find(".npy"), std::string::npos) << error;
+  EXPECT_NE(test::ErrorOf([&] { LoadCheckpoint(dir.str() + "/nothing", m->model.train, &scope); }).find("no checkpoint"),
+            std::string::npos);
+}
+
+// A run stopped at step `stop` and resumed gives the losses of an
+// uninterrupted run bit for bit: JIT on and off, sgd, momentum and adam,
+// across an epoch boundary (digits: 44 batches of 32 an epoch).
+TEST(CheckpointTest, ResumeIsBitExact) {
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  const test::TrainCase base = test::SmallTrainCases()[0];
+  for (OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+    TrainConfig tc;
+    tc.optimizer = opt;
+    const Model model = BuildMlp(MlpConfig{64, {32}, 10}, tc);
+    for (bool jit : {false, true}) {
+      SCOPED_TRACE(std::string(jit ? "jit " : "no jit ") + std::to_string(static_cast<int>(opt)));
+      TrainOptions o;
+      o.epochs = 3;
+      o.max_steps = 70;
+      if (jit) {
+        o.program_transform = [](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+          BuildJitPassOptions bo;
+          bo.keep_vars = keep;
+          return test::ApplyBuildJit(p, bo);
+        };
+      }
+      const TrainResult straight = Train(model, base.train, base.test, o);
+      TempDir dir;
+      TrainOptions first = o;
+      first.max_steps = 30;
+      first.save_dir = dir.str();
+      first.save_every_steps = 10;
+      Train(model, base.train, base.test, first);
+      TrainOptions second = o;
+      second.resume_from = dir.str();
+      const TrainResult resumed = Train(model, base.train, base.test, second);
+      ASSERT_EQ(resumed.first_step, 31);
+      ASSERT_EQ(resumed.losses.size(), 40u);
+      for (size_t i = 0; i < resumed.losses.size(); ++i) {
+        ASSERT_EQ(resumed.losses[i], straight.losses[30 + i]) << "step " << 31 + i;
+      }
+      EXPECT_EQ(resumed.test_accuracy, straight.test_accuracy);
+    }
+  }
+}
+
+TEST(CheckpointTest, ResumeAtAnotherBatchSizeIsAnError) {
+  const test::TrainCase c = test::SmallTrainCases()[0];
+  TempDir dir;
+  TrainOptions o;
+  o.max_steps = 3;
+  o.save_dir = dir.str();
+  Train(c.model, c.train, c.test, o);
+  o.resume_from = dir.str();
+  o.batch_size = 16;
+  const std::string error = test::ErrorOf([&] { Train(c.model, c.train, c.test, o); });
+  EXPECT_NE(error.find("batch size 32"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace kiln
