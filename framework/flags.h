@@ -66,6 +66,7 @@ DECLARE_string(save_dir);
 DECLARE_int64(save_every_steps);
 DECLARE_int32(keep_checkpoints);
 DECLARE_string(resume);
+DECLARE_string(from);
 
 // kiln run / kiln program.
 DECLARE_string(program);

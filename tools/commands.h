@@ -16,5 +16,8 @@ int OpsCommand();
 int DumpCommand();
 int FlagsCommand();
 int BenchCommand();
+// kiln export --from CKPT --out MODEL_DIR; kiln predict --model MODEL_DIR --feed ... --out DIR.
+int ExportCommand();
+int PredictCommand(const std::vector<std::string>& feeds);
 
 }  // namespace kiln::tools

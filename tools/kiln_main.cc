@@ -24,6 +24,8 @@ const char* kUsage =
     "  flags    list kiln's flags with defaults (--markdown: docs/flags.md)\n"
     "  bench    time training steps of a model on random data, or oneDNN matmul / copy bandwidth; one JSON line\n"
     "           (--model ... --batch_size N --bench_steps N [--use_jit] | --bench_what matmul|copy)\n"
+    "  export   a checkpoint of kiln train --save_dir as an inference model (--from CKPT --out MODEL_DIR)\n"
+    "  predict  run an exported model (--model MODEL_DIR --feed NAME=FILE.npy ... [--fetch A,B] --out DIR; JIT on)\n"
     "Every flag can also be set as an environment variable FLAGS_<name>. `kiln <command> --help` lists flags.\n";
 
 }  // namespace
@@ -69,6 +71,8 @@ int main(int argc, char** argv) {
     if (command == "dump") return kiln::tools::DumpCommand();
     if (command == "flags") return kiln::tools::FlagsCommand();
     if (command == "bench") return kiln::tools::BenchCommand();
+    if (command == "export") return kiln::tools::ExportCommand();
+    if (command == "predict") return kiln::tools::PredictCommand(feeds);
     std::fprintf(stderr, "kiln: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const kiln::Error& e) {

@@ -134,6 +134,45 @@ std::string ProgramFingerprint(const proto::ProgramDesc& program) {
   return Sha256Hex(bytes).substr(0, 16);
 }
 
+namespace {
+
+// Writes `contents` and the manifest into a temporary sibling of `dir`,
+// fsyncs them, and renames it to `dir` (replacing a checkpoint there).
+void WriteAtomically(const std::string& dir, const CheckpointManifest& m,
+                     const std::map<std::string, std::string>& contents) {
+  const std::string parent = std::filesystem::path(dir).parent_path().string();
+  const std::string base = std::filesystem::path(dir).filename().string();
+  const std::string tmp = (parent.empty() ? "." : parent) + "/.tmp-" + base + "-" + std::to_string(::getpid());
+  MakeDirsOrThrow(tmp);
+  try {
+    for (const auto& [name, bytes] : contents) WriteFileDurable(tmp + "/" + name, bytes);
+    WriteFileDurable(tmp + "/" + kManifest, ManifestToJson(m));
+    SyncDir(tmp);
+    // An older checkpoint at `dir` goes first, so that the rename cannot fail
+    // on a non-empty target.
+    RemoveTree(dir);
+    RenameOrThrow(tmp, dir);
+    SyncDir(parent.empty() ? "." : parent);
+  } catch (...) {
+    RemoveTree(tmp);
+    throw;
+  }
+}
+
+}  // namespace
+
+void SaveCheckpointDir(const std::string& dir, const proto::ProgramDesc& program, const Scope& scope,
+                       const LoopState& loop, const SaveOptions& options) {
+  std::map<std::string, std::string> contents;
+  const CheckpointManifest m = Collect(program, scope, loop, options, &contents);
+  if (std::filesystem::exists(dir) && !HasManifest(dir) && !std::filesystem::is_empty(dir)) {
+    ThrowInvalidArgument("'", dir, "' exists and is not a kiln checkpoint or model: not overwriting it");
+  }
+  const std::string parent = std::filesystem::path(dir).parent_path().string();
+  if (!parent.empty()) MakeDirsOrThrow(parent);
+  WriteAtomically(dir, m, contents);
+}
+
 std::string SaveCheckpoint(const std::string& root, const proto::ProgramDesc& program, const Scope& scope,
                            const LoopState& loop, const SaveOptions& options) {
   std::map<std::string, std::string> contents;
@@ -144,21 +183,7 @@ std::string SaveCheckpoint(const std::string& root, const proto::ProgramDesc& pr
     if (name.rfind(".tmp-", 0) == 0) RemoveTree(root + "/" + name);
   }
   const std::string final_dir = root + "/" + kPrefix + std::to_string(loop.step);
-  const std::string tmp = root + "/.tmp-" + kPrefix + std::to_string(loop.step) + "-" + std::to_string(::getpid());
-  MakeDirsOrThrow(tmp);
-  try {
-    for (const auto& [name, bytes] : contents) WriteFileDurable(tmp + "/" + name, bytes);
-    WriteFileDurable(tmp + "/" + kManifest, ManifestToJson(m));
-    SyncDir(tmp);
-    // A checkpoint of the same step (a rerun) is replaced: the old one goes
-    // first, so that the rename below cannot fail on a non-empty target.
-    RemoveTree(final_dir);
-    RenameOrThrow(tmp, final_dir);
-    SyncDir(root);
-  } catch (...) {
-    RemoveTree(tmp);
-    throw;
-  }
+  WriteAtomically(final_dir, m, contents);
   Prune(root, options.keep);
   return final_dir;
 }

@@ -71,6 +71,12 @@ struct SaveOptions {
 std::string SaveCheckpoint(const std::string& root, const proto::ProgramDesc& program, const Scope& scope,
                            const LoopState& loop, const SaveOptions& options = {});
 
+// The same written to `dir` itself (an exported model): atomically, replacing
+// a checkpoint or model already there; an existing `dir` holding anything
+// else is an error.
+void SaveCheckpointDir(const std::string& dir, const proto::ProgramDesc& program, const Scope& scope,
+                       const LoopState& loop, const SaveOptions& options = {});
+
 // The newest complete checkpoint directory under `root` (by step), or ""
 // when there is none. Does not verify the files.
 std::string LatestCheckpoint(const std::string& root);

@@ -1,0 +1,81 @@
+#include "framework/checkpoint/inference.h"
+
+#include <algorithm>
+#include <set>
+
+#include "framework/error.h"
+#include "framework/op_desc.h"
+#include "framework/op_registry.h"
+
+namespace kiln {
+namespace {
+
+// Ops that behave differently in training take is_test = true.
+void ForInference(proto::OpDesc* op) {
+  const OpInfo* info = OpRegistry::Global().Find(op->type());
+  if (info != nullptr && info->FindAttr("is_test") != nullptr) SetAttr(op, "is_test", Attribute(true));
+}
+
+// softmax_with_cross_entropy whose loss is not wanted is a plain softmax of
+// its logits: inference has no labels.
+proto::OpDesc InferenceForm(const proto::OpDesc& op, const std::set<std::string>& needed) {
+  if (op.type() != "softmax_with_cross_entropy") return op;
+  const std::vector<std::string> loss = OutputArgs(op, "Loss");
+  if (!loss.empty() && needed.count(loss[0])) return op;
+  OpBuilder softmax("softmax");
+  softmax.In("X", InputArgs(op, "Logits")).Out("Out", OutputArgs(op, "Softmax"));
+  if (const proto::AttrDesc* axis = FindAttr(op, "axis")) softmax.Attr("axis", AttrFromProto(*axis));
+  return softmax.Build();
+}
+
+}  // namespace
+
+proto::ProgramDesc PruneForInference(const proto::ProgramDesc& forward, const std::vector<std::string>& feeds,
+                                     const std::vector<std::string>& fetches) {
+  if (forward.blocks_size() == 0) ThrowInvalidArgument("inference: the program has no blocks");
+  const proto::BlockDesc& block = forward.blocks(0);
+  for (const auto& name : feeds) {
+    if (FindVarDesc(block, name) == nullptr) ThrowNotFound("inference: feed '", name, "' is not a var of the program");
+  }
+  std::set<std::string> needed;
+  for (const auto& name : fetches) {
+    if (FindVarDesc(block, name) == nullptr) ThrowNotFound("inference: fetch '", name, "' is not a var of the program");
+    needed.insert(name);
+  }
+  const std::set<std::string> fed(feeds.begin(), feeds.end());
+  std::vector<std::pair<int, proto::OpDesc>> kept;  // source index, inference form
+  for (int i = block.ops_size() - 1; i >= 0; --i) {
+    const proto::OpDesc& op = block.ops(i);
+    bool wanted = false;
+    for (const auto& out : OutputVars(op)) wanted = wanted || (needed.count(out) && !fed.count(out));
+    if (!wanted) continue;
+    kept.emplace_back(i, InferenceForm(op, needed));
+    for (const auto& in : InputVars(kept.back().second)) needed.insert(in);
+  }
+  std::reverse(kept.begin(), kept.end());
+  std::set<std::string> made;
+  for (const auto& [i, op] : kept) {
+    for (const auto& in : InputVars(op)) {
+      const proto::VarDesc* v = FindVarDesc(block, in);
+      if (made.count(in) || fed.count(in) || (v != nullptr && v->persistable())) continue;
+      ThrowInvalidArgument("inference: ", OpLabel(block.ops(i), i), " needs var '", in,
+                           "', which is neither fed, a parameter, nor made by the ops the fetches need");
+    }
+    for (const auto& out : OutputVars(op)) made.insert(out);
+  }
+  proto::ProgramDesc out = forward;
+  proto::BlockDesc* b = out.mutable_blocks(0);
+  b->clear_ops();
+  b->clear_vars();
+  for (const auto& [i, op] : kept) {
+    proto::OpDesc* o = b->add_ops();
+    *o = op;
+    ForInference(o);
+  }
+  for (const auto& v : block.vars()) {
+    if (needed.count(v.name()) || made.count(v.name())) *b->add_vars() = v;
+  }
+  return out;
+}
+
+}  // namespace kiln

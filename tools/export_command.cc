@@ -1,0 +1,129 @@
+// kiln export: a checkpoint of `kiln train --save_dir` as an inference
+// model; kiln predict: runs one on .npy feeds, the JIT on by default.
+//
+// A model directory is written like a checkpoint (framework/checkpoint):
+// the parameters the pruned forward program reads as .npy files, the program
+// as model.pbtxt and inference.json (the feeds with their dtype and shape,
+// the fetch targets), all listed with their sha256 in manifest.json, written
+// atomically.
+#include <sys/stat.h>
+
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/inference.h"
+#include "framework/checkpoint/manifest.h"
+#include "framework/data/npy.h"
+#include "framework/executor.h"
+#include "framework/file_util.h"
+#include "framework/flags.h"
+#include "framework/op_desc.h"
+#include "framework/program_io.h"
+#include "tools/commands.h"
+#include "tools/jit_setup.h"
+#include "tools/model_flags.h"
+#include "tools/pipeline_setup.h"
+
+namespace kiln::tools {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json ParseJson(const std::string& text, const std::string& path) {
+  try {
+    return Json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    ThrowInvalidArgument(path, ": not JSON (", e.what(), ")");
+  }
+}
+
+std::string Field(const Json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || !j.at(key).is_string()) ThrowInvalidArgument(path, ": field '", key, "' must be a string");
+  return j.at(key).get<std::string>();
+}
+
+// inference.json: each feed with its dtype and declared dims, the fetches.
+std::string InferenceJson(const proto::ProgramDesc& program, const std::vector<std::string>& feeds,
+                          const std::vector<std::string>& fetches) {
+  Json j;
+  j["feeds"] = Json::array();
+  for (const auto& f : feeds) {
+    const proto::VarDesc* v = FindVarDesc(program.blocks(0), f);
+    j["feeds"].push_back({{"name", f}, {"dtype", NumpyDtypeName(FromProto(v->dtype()))}, {"shape", VarDims(*v)}});
+  }
+  j["fetches"] = fetches;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+int ExportCommand() {
+  if (FLAGS_from.empty()) ThrowInvalidArgument("--from is required (a checkpoint written by kiln train --save_dir)");
+  if (FLAGS_out.empty()) ThrowInvalidArgument("--out is required (the model directory to write)");
+  const std::string ckpt = ResolveCheckpoint(FLAGS_from);
+  std::map<std::string, std::string> files;
+  ReadCheckpoint(ckpt, nullptr, &files);
+  for (const char* needed : {"train.pbtxt", "forward.pbtxt", "model.json"}) {
+    if (!files.count(needed)) ThrowInvalidArgument("checkpoint '", ckpt, "' has no ", needed, " to export from");
+  }
+  const Json model = ParseJson(files.at("model.json"), ckpt + "/model.json");
+  const std::vector<std::string> feeds = {Field(model, "features", ckpt + "/model.json")};
+  const std::vector<std::string> fetches = {Field(model, "probs", ckpt + "/model.json")};
+  const proto::ProgramDesc train = ParseProgramText(files.at("train.pbtxt"), ckpt + "/train.pbtxt");
+  const proto::ProgramDesc forward = ParseProgramText(files.at("forward.pbtxt"), ckpt + "/forward.pbtxt");
+  const proto::ProgramDesc inference = PruneForInference(forward, feeds, fetches);
+  Scope scope;
+  LoadCheckpoint(ckpt, train, &scope);
+  SaveOptions options;
+  options.files = {{"model.pbtxt", ProgramToText(inference)},
+                   {"inference.json", InferenceJson(inference, feeds, fetches)}};
+  SaveCheckpointDir(FLAGS_out, inference, scope, LoopState{}, options);
+  std::printf("kiln export: %s -> %s (%d ops, feeds %s, fetches %s)\n", ckpt.c_str(), FLAGS_out.c_str(),
+              inference.blocks(0).ops_size(), feeds[0].c_str(), fetches[0].c_str());
+  return 0;
+}
+
+int PredictCommand(const std::vector<std::string>& feed_args) {
+  if (FLAGS_model.empty() || FLAGS_out.empty()) ThrowInvalidArgument("--model MODEL_DIR and --out DIR are required");
+  // Predict compiles by default: the forward clusters get the training run's fusions.
+  if (gflags::GetCommandLineFlagInfoOrDie("use_jit").is_default) FLAGS_use_jit = true;
+  std::map<std::string, std::string> files;
+  ReadCheckpoint(ResolveCheckpoint(FLAGS_model), nullptr, &files);
+  if (!files.count("model.pbtxt") || !files.count("inference.json")) {
+    ThrowInvalidArgument("'", FLAGS_model, "' is not a model written by kiln export (no model.pbtxt/inference.json)");
+  }
+  proto::ProgramDesc program = ParseProgramText(files.at("model.pbtxt"), FLAGS_model + "/model.pbtxt");
+  const Json info = ParseJson(files.at("inference.json"), FLAGS_model + "/inference.json");
+  std::vector<std::string> fetches = SplitOpList(FLAGS_fetch);
+  if (fetches.empty()) fetches = info.at("fetches").get<std::vector<std::string>>();
+  Scope scope;
+  LoadCheckpoint(FLAGS_model, program, &scope);
+  std::set<std::string> keep(fetches.begin(), fetches.end());
+  for (const auto& arg : feed_args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
+      ThrowInvalidArgument("--feed '", arg, "': expected NAME=FILE.npy");
+    }
+    FeedTensor(program.blocks(0), scope, arg.substr(0, eq), ReadNpy(arg.substr(eq + 1)));
+    keep.insert(arg.substr(0, eq));
+  }
+  for (const auto& f : fetches) {
+    if (FindVarDesc(program.blocks(0), f) == nullptr) ThrowNotFound("fetch '", f, "': the model has no such var");
+  }
+  program = RunPipelineFromFlags(program, keep);
+  Executor exec(ExecutorOptionsFromFlags());
+  auto plan = exec.Prepare(program, 0, {fetches.begin(), fetches.end()});
+  exec.Run(*plan, scope);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : fetches) out.emplace_back(FLAGS_out + "/" + f + ".npy", NpyBytes(scope.GetVar(f)->Get()));
+  ::mkdir(FLAGS_out.c_str(), 0755);
+  for (const auto& [path, bytes] : out) WriteFileAtomic(path, bytes);
+  MaybePrintJitExplain();
+  return 0;
+}
+
+}  // namespace kiln::tools
