@@ -162,6 +162,11 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
     auto sit = subgraphs_.find(key);
     if (sit == subgraphs_.end()) ThrowNotFound("jit: no cluster with compilation_key '", key, "'");
     subgraph = &sit->second;  // entries are never erased
+    if (options_.deny_clusters.count(key)) {
+      ++stats_.fallback_calls;
+      ++stats_.denied_calls;
+      return nullptr;
+    }
     ck = CacheKey{key, signature, options_.compile};
     bool give_up = false;
     hit = LookupLocked(ck, *subgraph, mine, &give_up);

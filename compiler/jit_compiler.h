@@ -33,6 +33,9 @@ struct JitCompilerOptions {
   size_t cache_capacity = 256;  // compiled objects kept (LRU)
   int recompile_limit = 8;      // distinct signatures per cluster before giving up
   CompileOptions compile;
+  // Cluster keys (as kiln dump prints them) that never compile: their
+  // launches run the subgraph's framework ops (--jit_deny_clusters).
+  std::set<std::string> deny_clusters;
   // >= 1: every cache miss of a key that already has a compiled signature
   // logs on stderr what changed, e.g.
   //   kiln jit: cluster c3 recompiles: input x dims [64,784] -> [32,784]
@@ -63,6 +66,7 @@ struct JitStats {
   int64_t failures = 0;      // compile errors (cluster ran through framework ops)
   int64_t unit_fallbacks = 0;  // units that could not be compiled and ran framework kernels alone
   int64_t fallback_calls = 0;  // calls answered with nullptr
+  int64_t denied_calls = 0;    // of those, calls for a denied cluster (deny_clusters)
   double compile_ms = 0.0;
   std::map<std::string, double> compile_ms_per_key;
   std::map<std::string, int64_t> compiles_per_key;

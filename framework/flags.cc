@@ -25,6 +25,7 @@ DEFINE_bool(jit_fuse_elementwise, true, "JIT: compile groups of elementwise ops 
 DEFINE_bool(jit_reuse_buffers, true, "JIT: reuse dead intermediates' memory inside a cluster's arena");
 DEFINE_string(jit_allow_ops, "", "JIT: cluster only these op types (comma-separated; default: every type with a JIT lowering)");
 DEFINE_string(jit_deny_ops, "", "JIT: never cluster these op types (comma-separated)");
+DEFINE_string(jit_deny_clusters, "", "JIT: run these clusters (keys as kiln dump and --jit_explain print them, comma-separated) on framework kernels: the first thing to try when a compiled cluster is suspected");
 DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
 DEFINE_string(jit_dump_dir, "", "JIT: write each cluster's dump (IR, kernels, disassembly, aliases) to DIR/cluster_<id>_<key>_s<n>/ as it compiles (kiln train, kiln run)");
 DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run what was compiled and why the other ops were not (the short kiln dump index)");

@@ -33,6 +33,7 @@ DECLARE_bool(jit_fuse_elementwise);
 DECLARE_bool(jit_reuse_buffers);
 DECLARE_string(jit_allow_ops);
 DECLARE_string(jit_deny_ops);
+DECLARE_string(jit_deny_clusters);
 DECLARE_int32(jit_min_cluster_size);
 
 // The pass pipeline: the program after each pass (passes/pipeline.h).

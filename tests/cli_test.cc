@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "framework/data/npy.h"
 #include "framework/file_util.h"
@@ -19,6 +20,7 @@ namespace {
 
 using Result = kiln::test::CliResult;
 
+namespace fs = std::filesystem;
 Result Kiln(const std::string& args) { return kiln::test::RunKiln(KILN_BINARY, args); }
 
 bool Exists(const std::string& path) {
@@ -122,6 +124,22 @@ TEST_F(CliTest, CorruptCsvRowIsNamedAndNoMetricsWritten) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("row 3"), std::string::npos) << r.output;
   EXPECT_FALSE(Exists(dir_ + "/m.json"));
+}
+
+// No late failures: an unusable output path fails before training starts,
+// and the bundled digits are found from any working directory.
+TEST_F(CliTest, OutputPathsAreCheckedBeforeTrainingAndDigitsAreFoundFromAnywhere) {
+  Result r = Kiln("train --model mlp --dataset digits --epochs 50 --progress=false --metrics_out /nonexistent/m.json");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--metrics_out"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << "it trained before failing: " << r.output;
+  r = Kiln("train --model mlp --dataset digits --epochs 50 --progress=false --save_dir /proc/kiln_ckpt");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("/proc/kiln_ckpt"), std::string::npos) << r.output;
+  const std::string binary = fs::absolute(KILN_BINARY).string();
+  r = kiln::test::RunCommand("cd " + dir_ + " && " + binary + " train --model mlp --dataset digits --epochs 1 --progress=false 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("test accuracy:"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, TrainWritesMetrics) {

@@ -217,6 +217,8 @@ std::vector<PoolCase> PoolValueCases() {
     cases.push_back({{2, 3, 33, 33}, type, {3, 2}, {2, 3}, {2, 1}, false, true});
     cases.push_back({{2, 3, 33, 33}, type, {3, 2}, {2, 3}, {2, 1}, false, false});
     cases.push_back({{2, 7, 7, 17}, type, {2, 2}, {1, 1}, {0, 0}, true});
+    // Global pooling ignores ksize, strides and paddings, whatever they hold.
+    cases.push_back({{2, 3, 5, 6}, type, {0, 0}, {0, 0}, {9, 9}, true});
     cases.push_back({{1, 3, 1, 33}, type, {1, 5}, {1, 2}, {0, 2}});
   }
   return cases;

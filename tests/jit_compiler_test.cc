@@ -218,6 +218,24 @@ TEST_F(JitCompilerTest, PastTheRecompileLimitEveryCallOfTheKeyGetsNull) {
   EXPECT_NE(compiler.Compile(other, kC), nullptr) << "another key has its own count";
 }
 
+// --jit_deny_clusters: a denied key never compiles; other keys do.
+TEST_F(JitCompilerTest, ADeniedClusterRunsItsFrameworkOps) {
+  JitCompiler probe(Options());
+  const std::string key = probe.AddSubgraph(ReluScale());
+  jit::JitCompilerOptions o = Options();
+  o.deny_clusters = {key};
+  JitCompiler compiler(o);
+  ASSERT_EQ(compiler.AddSubgraph(ReluScale()), key);
+  const std::string other = compiler.AddSubgraph(ReluScale(/*gated=*/true));
+  EXPECT_EQ(compiler.Compile(key, kA), nullptr);
+  EXPECT_EQ(compiler.Compile(key, kA), nullptr);
+  EXPECT_NE(compiler.Compile(other, kA), nullptr);
+  const jit::JitStats s = compiler.stats();
+  EXPECT_EQ(s.denied_calls, 2);
+  EXPECT_EQ(s.fallback_calls, 2);
+  EXPECT_EQ(s.compiles, 1);
+}
+
 TEST_F(JitCompilerTest, AFailedCompileIsAnsweredFromTheCache) {
   JitCompiler compiler(Options());
   test::LoweringCase c;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/durable_io.h"
 #include "framework/checkpoint/inference.h"
 #include "framework/checkpoint/manifest.h"
 #include "framework/data/npy.h"
@@ -89,6 +90,8 @@ int ExportCommand() {
 
 int PredictCommand(const std::vector<std::string>& feed_args) {
   if (FLAGS_model.empty() || FLAGS_out.empty()) ThrowInvalidArgument("--model MODEL_DIR and --out DIR are required");
+  MakeDirsOrThrow(FLAGS_out);
+  CheckWritableDir(FLAGS_out, "--out");
   // Predict compiles by default: the forward clusters get the training run's fusions.
   if (gflags::GetCommandLineFlagInfoOrDie("use_jit").is_default) FLAGS_use_jit = true;
   std::map<std::string, std::string> files;
@@ -120,7 +123,6 @@ int PredictCommand(const std::vector<std::string>& feed_args) {
   exec.Run(*plan, scope);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : fetches) out.emplace_back(FLAGS_out + "/" + f + ".npy", NpyBytes(scope.GetVar(f)->Get()));
-  ::mkdir(FLAGS_out.c_str(), 0755);
   for (const auto& [path, bytes] : out) WriteFileAtomic(path, bytes);
   MaybePrintJitExplain();
   return 0;

@@ -1,4 +1,5 @@
 #include "tools/jit_setup.h"
+#include "tools/pipeline_setup.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -94,6 +95,7 @@ void ConfigureJitFromFlags() {
   o.compile.fuse_elementwise = FLAGS_jit_fuse_elementwise;
   o.compile.reuse_buffers = FLAGS_jit_reuse_buffers;
   o.verbose = FLAGS_jit_verbose;
+  for (const auto& key : SplitOpList(FLAGS_jit_deny_clusters)) o.deny_clusters.insert(key);
   o.cluster_name = ClusterName;
   if (!FLAGS_jit_dump_dir.empty()) {
     const std::string dir = FLAGS_jit_dump_dir;

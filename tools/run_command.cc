@@ -8,6 +8,7 @@
 
 #include "framework/backward.h"
 #include "framework/data/npy.h"
+#include "framework/checkpoint/durable_io.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
 #include "framework/op_desc.h"
@@ -57,6 +58,8 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   if (fetches.empty()) ThrowInvalidArgument("--fetch needs at least one variable name");
   if (FLAGS_steps < 1) ThrowInvalidArgument("--steps must be at least 1, got ", FLAGS_steps);
   CheckDumpPassesFlag();
+  MakeDirsOrThrow(FLAGS_out);
+  CheckWritableDir(FLAGS_out, "--out");
 
   proto::ProgramDesc program = LoadProgram(FLAGS_program);
   if (!FLAGS_append_backward.empty()) AppendBackward(&program, FLAGS_append_backward);
@@ -110,7 +113,6 @@ int RunCommand(const std::vector<std::string>& feed_args) {
     const Tensor out = FLAGS_steps == 1 ? std::move(fetched[f][0]) : Stack(f, fetched[f]);
     files.emplace_back(FLAGS_out + "/" + f + ".npy", NpyBytes(out));
   }
-  ::mkdir(FLAGS_out.c_str(), 0755);
   for (const auto& [path, bytes] : files) WriteFileAtomic(path, bytes);
   return 0;
 }

@@ -32,7 +32,7 @@ namespace {
 TrainTest LoadDataset(const std::string& dataset, const Model& model) {
   TrainTest data;
   if (dataset == "digits") {
-    data = LoadDigits(FLAGS_data_dir.empty() ? kDefaultDigitsPath : FLAGS_data_dir + "/digits.csv.gz", FLAGS_seed);
+    data = LoadDigits(FLAGS_data_dir.empty() ? DefaultDigitsPath() : FLAGS_data_dir + "/digits.csv.gz", FLAGS_seed);
   } else if (dataset == "fashion-mnist") {
     data = LoadFashionMnist(FLAGS_data_dir.empty() ? kDefaultFashionMnistDir : FLAGS_data_dir);
   } else {
@@ -114,7 +114,10 @@ void SetCheckpointOptions(const Model& model, TrainOptions* options) {
   if (FLAGS_save_every_steps > 0 && FLAGS_save_dir.empty()) {
     ThrowInvalidArgument("--save_every_steps needs --save_dir");
   }
-  if (!FLAGS_save_dir.empty()) MakeDirsOrThrow(FLAGS_save_dir);  // an unusable directory fails before training
+  if (!FLAGS_save_dir.empty()) {  // an unusable directory fails before training
+    MakeDirsOrThrow(FLAGS_save_dir);
+    CheckWritableDir(FLAGS_save_dir, "--save_dir");
+  }
   if (!FLAGS_resume.empty()) ResolveCheckpoint(FLAGS_resume);    // so does a missing checkpoint
   options->save_dir = FLAGS_save_dir;
   options->save_every_steps = FLAGS_save_every_steps;
@@ -131,6 +134,8 @@ void SetCheckpointOptions(const Model& model, TrainOptions* options) {
 
 int TrainCommand() {
   CheckDumpPassesFlag();
+  // Every output path is checked before any training, not after it.
+  if (!FLAGS_metrics_out.empty()) CheckWritableFile(FLAGS_metrics_out, "--metrics_out");
   const std::string dataset = DatasetFromFlags();
   const Model model = BuildModelFromFlags(dataset);
   const TrainTest data = LoadDataset(dataset, model);
@@ -179,12 +184,12 @@ int TrainCommand() {
     const jit::LaunchStats ls = jit::GetLaunchStats();
     std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed, %lld units fell back "
                 "alone; %lld launches, %lld in-place updates donated, %lld copy-protected, %lld ran the framework "
-                "ops\n",
+                "ops (%lld of a denied cluster)\n",
                 static_cast<long long>(js.compiles), js.compile_ms, static_cast<long long>(js.hits),
                 static_cast<long long>(js.evictions), static_cast<long long>(js.failures),
                 static_cast<long long>(js.unit_fallbacks),
                 static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
-                static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks));
+                static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
   }
   MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_reports.inplace, FLAGS_batch_size, r.steps);
   if (!train_reports.recompute.vars.empty()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
@@ -32,6 +33,20 @@ bool ParseNumber(std::string_view s, double* out) {
 }
 
 }  // namespace
+
+std::string DefaultDigitsPath() {
+  std::vector<std::string> candidates = {kDefaultDigitsPath};
+#ifdef KILN_SOURCE_DATA_DIR
+  candidates.push_back(std::string(KILN_SOURCE_DATA_DIR) + "/digits.csv.gz");
+#endif
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back((exe.parent_path() / "../../tools/data/digits.csv.gz").string());
+  for (const auto& c : candidates) {
+    if (std::filesystem::is_regular_file(c, ec)) return c;
+  }
+  return kDefaultDigitsPath;
+}
 
 Dataset LoadDigitsCsv(const std::string& path) {
   const std::string text = ReadMaybeGzippedFile(path);

@@ -16,6 +16,11 @@ constexpr int64_t kDigitsPixels = 64;
 constexpr int64_t kDigitsClasses = 10;
 // Relative to the repository root (tests run there).
 constexpr const char* kDefaultDigitsPath = "tools/data/digits.csv.gz";
+// Where the bundled digits are, wherever kiln runs from: kDefaultDigitsPath
+// when it exists (the repository root), else the file in the source tree
+// kiln was built from, else beside the executable's tools/ folder. Returns
+// kDefaultDigitsPath when none exists (the loader then names it).
+std::string DefaultDigitsPath();
 
 // Features FP32 [N, 64] = pixel / 16 (so in [0, 1]), labels INT64 [N, 1], in
 // file order. Throws NotFound when the file cannot be opened, and

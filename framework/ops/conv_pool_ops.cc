@@ -204,17 +204,18 @@ PoolParams PoolShape(const std::string& who, const AttrMap& attrs, const Dims& x
   p.is_max = type == "max";
   p.exclusive = std::get<bool>(LookupAttr(attrs, "exclusive", who));
   p.n = x[0], p.c = x[1], p.h = x[2], p.w = x[3];
-  std::tie(p.kh, p.kw) = Pair(who, attrs, "ksize", 1);
-  std::tie(p.sh, p.sw) = Pair(who, attrs, "strides", 1);
-  std::tie(p.ph, p.pw) = Pair(who, attrs, "paddings", 0);
   if (std::get<bool>(LookupAttr(attrs, "global_pooling", who))) {
-    // One window over the whole plane; ksize, strides and paddings are ignored.
+    // One window over the whole plane; ksize, strides and paddings are
+    // ignored, whatever they hold (Paddle's semantics: ksize [0, 0] is fine).
     p.kh = p.h, p.kw = p.w;
     p.sh = p.sw = 1;
     p.ph = p.pw = 0;
     p.ho = p.wo = 1;
     return p;
   }
+  std::tie(p.kh, p.kw) = Pair(who, attrs, "ksize", 1);
+  std::tie(p.sh, p.sw) = Pair(who, attrs, "strides", 1);
+  std::tie(p.ph, p.pw) = Pair(who, attrs, "paddings", 0);
   // Keeps every window overlapping the input, so max is always defined.
   if (p.ph >= p.kh || p.pw >= p.kw) {
     ThrowInvalidArgument(who, ": paddings [", p.ph, ",", p.pw, "] must be smaller than ksize [", p.kh, ",", p.kw,
