@@ -62,6 +62,30 @@ constexpr float kErfcClamp = 10.5f;
 
 }  // namespace
 
+// x86's maxps/minps return their second source when either source is NaN.
+// With a constant first, that is the other operand (NaN included); else the
+// result takes `a` where `a` is NaN.
+template <typename Vmm>
+void EwGenerator<Vmm>::MaxMin(EwOp op, const Vmm& d, const Vmm& a, const Vmm& b, bool a_const, bool b_const) {
+  auto emit = [&](const Vmm& dst, const Vmm& x, const Vmm& y) {
+    if (op == EwOp::kMax) {
+      vmaxps(dst, x, y);
+    } else {
+      vminps(dst, x, y);
+    }
+  };
+  if (a_const) return emit(d, a, b);
+  if (b_const) return emit(d, b, a);
+  emit(T(0), a, b);
+  if constexpr (kAvx512) {
+    vcmpps(k2, a, a, kCmpUnordQ);
+    vblendmps(d | k2, T(0), a);
+  } else {
+    vcmpps(T(1), a, a, kCmpUnordQ);
+    vblendvps(d, T(0), a, T(1));
+  }
+}
+
 template <typename Vmm>
 void EwGenerator<Vmm>::Exp(const Vmm& d, const Vmm& x) {
   const Vmm t0 = T(0), t1 = T(1), t2 = T(2);
@@ -180,7 +204,8 @@ void EwGenerator<Vmm>::Erfc(const Vmm& d, const Vmm& x) {
   template void EwGenerator<Vmm>::Tanh(const Vmm&, const Vmm&);         \
   template void EwGenerator<Vmm>::ErfcTail();                           \
   template void EwGenerator<Vmm>::Erf(const Vmm&, const Vmm&);          \
-  template void EwGenerator<Vmm>::Erfc(const Vmm&, const Vmm&);
+  template void EwGenerator<Vmm>::Erfc(const Vmm&, const Vmm&);         \
+  template void EwGenerator<Vmm>::MaxMin(EwOp, const Vmm&, const Vmm&, const Vmm&, bool, bool);
 KILN_EW_MATH_INSTANTIATE(Xbyak::Zmm)
 KILN_EW_MATH_INSTANTIATE(Xbyak::Ymm)
 #undef KILN_EW_MATH_INSTANTIATE

@@ -377,8 +377,8 @@ void EwGenerator<Vmm>::Compute(const EwStep& s, int off, bool masked) {
     case EwOp::kSub: vsubps(d, a, b); break;
     case EwOp::kMul: vmulps(d, a, b); break;
     case EwOp::kDiv: vdivps(d, a, b); break;
-    case EwOp::kMax: vmaxps(d, a, b); break;
-    case EwOp::kMin: vminps(d, a, b); break;
+    case EwOp::kMax:
+    case EwOp::kMin: MaxMin(in.op, d, a, b, IsPlainConst(in.args[0]), IsPlainConst(in.args[1])); break;
     case EwOp::kNeg: Xor(d, a, CI(kSignBit)); break;
     case EwOp::kAbs: And(d, a, CI(kAbsMask)); break;
     case EwOp::kSqrt: vsqrtps(d, a); break;

@@ -18,6 +18,7 @@
 // inner-reduction output, then the allocator's pool.
 #pragma once
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -39,6 +40,7 @@ constexpr uint32_t kSignBit = 0x80000000u;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr int kCmpLtOq = 0x11;
 constexpr int kCmpGtOq = 0x1e;
+constexpr int kCmpUnordQ = 0x03;
 
 // Stack frame (bytes from rsp).
 constexpr int kFrameIdx = 0;        // outer indices, 8 bytes each
@@ -73,6 +75,10 @@ class EwGenerator : public JitKernel {
   };
 
   Vmm T(int i) const { return Vmm(i); }
+  bool IsPlainConst(EwValue v) const {
+    return v >= 0 && plan_.instrs[static_cast<size_t>(v)].op == EwOp::kConst &&
+           !std::isnan(plan_.instrs[static_cast<size_t>(v)].imm);
+  }
   Vmm Acc(int a) const { return Vmm(kEwTempRegs + a); }
   Vmm Pool(int r) const { return Vmm(kEwTempRegs + num_acc_ + r); }
 
@@ -160,6 +166,9 @@ class EwGenerator : public JitKernel {
   void Erf(const Vmm& d, const Vmm& x);
   void Erfc(const Vmm& d, const Vmm& x);
   void Fma(const Vmm& d, const Vmm& a, const Vmm& b, const Vmm& c);
+  // kMax / kMin with NaN propagating from either operand (scratch T0, T1).
+  // a_const / b_const: that operand is a constant that is not NaN.
+  void MaxMin(EwOp op, const Vmm& d, const Vmm& a, const Vmm& b, bool a_const, bool b_const);
 
   const EwKernelPlan& plan_;
   const EwLayout& layout_;

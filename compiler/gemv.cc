@@ -16,7 +16,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void GemvRowTimesMa
   }
   if (relu) {
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) y[j] = y[j] > 0.f ? y[j] : 0.f;
+    for (int64_t j = 0; j < n; ++j) y[j] = y[j] <= 0.f ? 0.f : y[j];  // NaN stays NaN
   }
 }
 

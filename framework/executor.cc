@@ -127,9 +127,12 @@ void ResetPeakRecord() {
 
 void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
   Bind(plan, scope);
+  std::set<const Variable*> written;  // by this run, for --check_nan_inf
   for (auto& op : plan.ops_) {
     const size_t peak_before = options_.track_peak ? CachingAllocator::Global().stats().peak_in_use_bytes : 0;
+    if (options_.check_nan_inf) CheckInputsNanInf(op, &written);
     ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index);
+    ctx.set_check_nan_inf(options_.check_nan_inf);
     RunInferShape(*op.info, ctx);
     bool done = false;
     if (options_.use_onednn && op.info->onednn_kernel) done = op.info->onednn_kernel(ctx);
@@ -152,23 +155,55 @@ void Executor::RunProgram(const proto::ProgramDesc& program, Scope& scope) const
   keep_all.Run(*plan, scope);
 }
 
+int64_t FirstNonFinite(const Tensor& t) {
+  if (!t.initialized() || t.raw_data() == nullptr) return -1;
+  auto scan = [&t](const auto* p) -> int64_t {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (!std::isfinite(p[i])) return i;
+    }
+    return -1;
+  };
+  if (t.dtype() == DataType::kFP32) return scan(t.data<float>());
+  if (t.dtype() == DataType::kFP64) return scan(t.data<double>());
+  return -1;
+}
+
+std::string NonFiniteName(const Tensor& t, int64_t i) {
+  const double v = t.dtype() == DataType::kFP32 ? t.data<float>()[i] : t.data<double>()[i];
+  return std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf");
+}
+
 void Executor::CheckNanInf(const ExecutionPlan::PreparedOp& op) const {
   for (const auto& s : op.outputs) {
     for (size_t k = 0; k < s.vars.size(); ++k) {
       if (s.vars[k] == nullptr) continue;
       const Tensor& t = s.vars[k]->Get();
-      if (!t.initialized()) continue;
-      auto scan = [&](const auto* p) {
-        for (int64_t i = 0; i < t.numel(); ++i) {
-          if (!std::isfinite(p[i])) {
-            ThrowInvalidArgument("--check_nan_inf: ", OpLabel(op.desc, op.index), " wrote ",
-                                 std::isnan(p[i]) ? "NaN" : "Inf", " to output ", s.name, " (var '", s.args[k],
-                                 "' ", t.ShapeString(), ") at flat index ", i);
-          }
-        }
-      };
-      if (t.dtype() == DataType::kFP32) scan(t.data<float>());
-      if (t.dtype() == DataType::kFP64) scan(t.data<double>());
+      const int64_t i = FirstNonFinite(t);
+      if (i < 0) continue;
+      ThrowInvalidArgument("--check_nan_inf: ", OpLabel(op.desc, op.index), " wrote ", NonFiniteName(t, i),
+                           " to output ", s.name, " (var '", s.args[k], "' ", t.ShapeString(), ") at flat index ",
+                           i);
+    }
+  }
+}
+
+// Vars an op reads that this run has not written come from outside it: feeds,
+// parameters, loaded checkpoints. Each is checked once, at its first read.
+void Executor::CheckInputsNanInf(const ExecutionPlan::PreparedOp& op, std::set<const Variable*>* written) const {
+  for (const auto& s : op.inputs) {
+    for (size_t k = 0; k < s.vars.size(); ++k) {
+      if (s.vars[k] == nullptr || !written->insert(s.vars[k]).second) continue;
+      const Tensor& t = s.vars[k]->Get();
+      const int64_t i = FirstNonFinite(t);
+      if (i < 0) continue;
+      ThrowInvalidArgument("--check_nan_inf: var '", s.args[k], "' ", t.ShapeString(), " holds ",
+                           NonFiniteName(t, i), " at flat index ", i, " before this program wrote it (a feed, a ",
+                           "parameter or a loaded value), read by ", OpLabel(op.desc, op.index), " as ", s.name);
+    }
+  }
+  for (const auto& s : op.outputs) {
+    for (Variable* v : s.vars) {
+      if (v != nullptr) written->insert(v);
     }
   }
 }

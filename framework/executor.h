@@ -75,6 +75,12 @@ class ExecutionPlan {
   const Scope* bound_scope_ = nullptr;
 };
 
+// Index of the first NaN/Inf element of an FP32/FP64 tensor, or -1 (also for
+// other dtypes and tensors without data).
+int64_t FirstNonFinite(const Tensor& t);
+// "NaN", "+Inf" or "-Inf": element i of t.
+std::string NonFiniteName(const Tensor& t, int64_t i);
+
 class Executor {
  public:
   explicit Executor(ExecutorOptions options = {}, const OpRegistry& registry = OpRegistry::Global())
@@ -95,6 +101,7 @@ class Executor {
  private:
   void Bind(ExecutionPlan& plan, Scope& scope) const;
   void CheckNanInf(const ExecutionPlan::PreparedOp& op) const;
+  void CheckInputsNanInf(const ExecutionPlan::PreparedOp& op, std::set<const Variable*>* written) const;
 
   ExecutorOptions options_;
   const OpRegistry& registry_;

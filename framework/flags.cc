@@ -4,7 +4,7 @@
 #include <vector>
 
 DEFINE_bool(use_onednn, true, "Run ops through oneDNN kernels where they have one; false: reference C++ kernels only");
-DEFINE_bool(check_nan_inf, false, "Stop at the first op that writes NaN or Inf and name it and the variable");
+DEFINE_bool(check_nan_inf, false, "Stop at the first op that writes NaN or Inf and name it and the variable; feeds and parameters are checked at their first read, and JIT clusters after each kernel (with elementwise fusion off, so the op is named)");
 DEFINE_bool(free_intermediates, true, "Free non-persistable intermediates after their last use");
 DEFINE_bool(recompute, true, "Recompute activations the backward pass reads (those of the --recompute_ops types) from values it keeps anyway, instead of keeping them from the forward pass (recompute_pass)");
 DEFINE_string(recompute_ops, "layer_norm", "Op types recompute_pass may copy into the backward pass; e.g. layer_norm,softmax,matmul,gelu also recomputes attention probabilities (matmul only as the scores feeding a recomputed op): less memory, more compute");
@@ -37,7 +37,8 @@ DEFINE_string(dataset, "", "Dataset: digits | fashion-mnist | synthetic (default
 DEFINE_string(data_dir, "", "Where the dataset files are (default: tools/data for digits, /usr/share/datasets/fashion-mnist)");
 DEFINE_int32(epochs, 10, "Training epochs");
 DEFINE_int32(batch_size, 32, "Samples per training step");
-DEFINE_double(lr, 0.1, "Learning rate");
+DEFINE_double(lr, 0.1, "Learning rate (a finite number > 0)");
+DEFINE_bool(stop_on_nonfinite, true, "kiln train: stop with an error naming the step and the last finite loss when the loss becomes NaN or Inf");
 DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam");
 DEFINE_uint64(seed, 1, "Seed of parameter initialisation, shuffling and synthetic data");
 DEFINE_string(metrics_out, "", "Write training metrics as JSON to this file");

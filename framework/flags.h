@@ -52,6 +52,7 @@ DECLARE_string(data_dir);
 DECLARE_int32(epochs);
 DECLARE_int32(batch_size);
 DECLARE_double(lr);
+DECLARE_bool(stop_on_nonfinite);
 DECLARE_string(optimizer);
 DECLARE_uint64(seed);
 DECLARE_string(metrics_out);

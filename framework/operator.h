@@ -92,6 +92,10 @@ class ExecContext {
   const proto::OpDesc& desc() const { return desc_; }
   int op_index() const { return op_index_; }
   std::string OpName() const { return OpLabel(desc_, op_index_); }
+  // The executor runs with --check_nan_inf: ops that run others (jit_launch)
+  // check inside themselves too.
+  bool check_nan_inf() const { return check_nan_inf_; }
+  void set_check_nan_inf(bool on) { check_nan_inf_ = on; }
 
   size_t InputCount(std::string_view slot) const;
   // Throws InvalidArgument naming the op and slot when absent or without data.
@@ -138,6 +142,7 @@ class ExecContext {
   const std::vector<SlotVars>& inputs_;
   const std::vector<SlotVars>& outputs_;
   int op_index_;
+  bool check_nan_inf_ = false;
 };
 
 // Attribute lookup shared by both contexts; throws when absent or of another kind.

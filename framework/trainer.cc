@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 namespace kiln {
 namespace {
@@ -101,6 +102,22 @@ void CheckOptions(const Dataset& train, const TrainOptions& options) {
   if (options.save_every_steps < 0) ThrowInvalidArgument("save_every_steps must be >= 0");
 }
 
+// --stop_on_nonfinite: the step, where it was, and the last finite loss.
+void CheckLossFinite(float loss, int64_t step, int epoch, int64_t batch, const TrainResult& so_far) {
+  if (std::isfinite(loss)) return;
+  std::string last = "no step before it had a finite loss";
+  for (size_t i = so_far.losses.size(); i-- > 0;) {
+    if (!std::isfinite(so_far.losses[i])) continue;
+    last = "the last finite loss was " + std::to_string(so_far.losses[i]) + " at step " +
+           std::to_string(so_far.first_step + static_cast<int64_t>(i));
+    break;
+  }
+  ThrowInvalidArgument("training stopped: the loss is ", std::isnan(loss) ? "NaN" : "Inf", " at step ", step,
+                       " (epoch ", epoch + 1, ", batch ", batch + 1, "); ", last,
+                       ". Try a smaller --lr, or --check_nan_inf to name the op that made it "
+                       "(--stop_on_nonfinite=false trains on)");
+}
+
 }  // namespace
 
 TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options) {
@@ -137,6 +154,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
       FeedBatch(model, train_program, scope, batch);
       exec.Run(*plan, scope);
       const float loss = scope.GetVar(model.loss)->Get().data<float>()[0];
+      if (options.stop_on_nonfinite) CheckLossFinite(loss, step + 1, epoch, b, result);
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       result.losses.push_back(loss);
       samples += batch.size();

@@ -49,6 +49,9 @@ struct TrainOptions {
   // run continues from there, with the checkpoint's parameters, optimizer
   // state, step count and data order. max_steps and epochs stay global.
   std::string resume_from;
+  // A NaN or Inf loss stops training with an error naming the step and the
+  // last finite loss (before any checkpoint of that step is written).
+  bool stop_on_nonfinite = true;
 };
 
 struct TrainResult {

@@ -7,6 +7,7 @@
 #include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/op_registry.h"
+#include "launch_op/nan_check.h"
 #include "runtime/runner.h"
 
 namespace kiln::jit {
@@ -21,7 +22,9 @@ void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
   for (size_t i = 0; i < sg.inputs.size(); ++i) *local.Var(sg.inputs[i])->GetMutable() = ctx.InputMeta("X", i);
   proto::ProgramDesc program;
   *program.add_blocks() = sg.block;
-  Executor exec;
+  ExecutorOptions options;
+  options.check_nan_inf = ctx.check_nan_inf();
+  Executor exec(options);
   auto plan = exec.Prepare(program, 0, std::set<std::string>(sg.outputs.begin(), sg.outputs.end()));
   exec.Run(*plan, local);
   for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local.GetVar(sg.outputs[o])->Get();
@@ -70,7 +73,8 @@ std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const Compi
   return p;
 }
 
-void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins, const std::vector<void*>& outs) {
+void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins, const std::vector<void*>& outs,
+                        bool check_nan_inf) {
   const auto p = std::static_pointer_cast<const ExecutorModeProgram>(
       obj.Attachment([&obj] { return BuildExecutorProgram(obj); }));
   std::lock_guard<std::mutex> lock(p->mu);
@@ -79,7 +83,9 @@ void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins
     void* data = b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
     p->scope.Var(b.name)->GetMutable()->ShareExternalData(data, b.dtype, b.dims);
   }
-  Executor().Run(*p->plan, p->scope);
+  ExecutorOptions options;
+  options.check_nan_inf = check_nan_inf;  // jit_kernel checks inside its instruction
+  Executor(options).Run(*p->plan, p->scope);
 }
 
 void JitKernelKernel(ExecContext& ctx) {
@@ -97,7 +103,10 @@ void JitKernelKernel(ExecContext& ctx) {
     t->Resize(info.dims);
     data.push_back(t->raw_mutable_data(info.dtype));
   }
-  runtime::Runner::RunInstruction(obj->program, i, data, JitCompiler::Instance().profiler());
+  JitCompiler& compiler = JitCompiler::Instance();
+  const runtime::InstructionHook check =
+      ctx.check_nan_inf() ? NanInfCheck(*obj, compiler.GetSubgraph(obj->key)) : nullptr;
+  runtime::Runner::RunInstruction(obj->program, i, data, compiler.profiler(), check);
 }
 
 // A dying input (the plan's donors) is donated when this var alone owns its
@@ -181,12 +190,14 @@ void JitLaunchKernel(ExecContext& ctx) {
     return ctx.Output("Out", static_cast<size_t>(o))->raw_mutable_data(obj->output_dtypes[o]);
   };
   if (GetLaunchMode() == LaunchMode::kExecutor) {
-    RunThroughExecutor(*obj, ins, outs);
+    RunThroughExecutor(*obj, ins, outs, ctx.check_nan_inf());
   } else {
     std::vector<bool> donate;
     std::vector<std::shared_ptr<Allocation>> owned;
     TakeDyingInputs(ctx, obj->program.plan, compiler, &donate, &owned);
-    runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output, compiler.profiler());
+    const runtime::InstructionHook check = ctx.check_nan_inf() ? NanInfCheck(*obj, compiler.GetSubgraph(key)) : nullptr;
+    runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output, compiler.profiler(),
+                         check);
     // An output no instruction writes (none today) still gets its buffer.
     for (size_t o = 0; o < n_out; ++o) {
       if (!obj->output_shape_only[o] && !ctx.Output("Out", o)->initialized()) allocate_output(static_cast<int>(o));

@@ -39,7 +39,8 @@ std::vector<BufferView> BindBuffers(const BufferPlan& plan, const std::vector<vo
 
 void Runner::Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs,
                  const std::vector<bool>& donate, std::vector<std::shared_ptr<Allocation>> owned,
-                 const std::function<void*(int)>& allocate_output, Profiler* profiler) {
+                 const std::function<void*(int)>& allocate_output, Profiler* profiler,
+                 const InstructionHook& after) {
   const BufferPlan& plan = program.plan;
   // The arena lives for this launch only; the caching allocator hands the same
   // block back next time, so it costs no system allocation, and between
@@ -95,6 +96,7 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
     } else {
       ins.kernel->Run(args.data());
     }
+    if (after) after(i, args.data());
     if (!owned.empty() && i < plan.free_after.size()) {
       for (int io : plan.free_after[i]) {
         if (static_cast<size_t>(io) < owned.size()) owned[io].reset();
@@ -104,7 +106,7 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
 }
 
 void Runner::RunInstruction(const Program& program, size_t i, const std::vector<void*>& arg_data,
-                            Profiler* profiler) {
+                            Profiler* profiler, const InstructionHook& after) {
   const Instruction& ins = program.instructions.at(i);
   KILN_CHECK(arg_data.size() == ins.args.size());
   std::vector<BufferView> args(ins.args.size());
@@ -117,6 +119,7 @@ void Runner::RunInstruction(const Program& program, size_t i, const std::vector<
   } else {
     ins.kernel->Run(args.data());
   }
+  if (after) after(i, args.data());
 }
 
 }  // namespace kiln::runtime

@@ -13,6 +13,10 @@
 
 namespace kiln::runtime {
 
+// Called after instruction i ran, with the buffers it was given (args[k] for
+// the instruction's arg k): for checks such as --check_nan_inf.
+using InstructionHook = std::function<void(size_t i, const BufferView* args)>;
+
 class Runner {
  public:
   // inputs[i] / outputs[i] are the data pointers of the buffers with role
@@ -27,13 +31,14 @@ class Runner {
   // in `outputs` is null, right before the instruction that first writes it
   // (BufferPlan::alloc_before), and returns its memory: outputs then count as
   // live only from when they are made. With a `profiler`, each instruction
-  // is timed into it.
+  // is timed into it; `after` (when given) runs after each instruction.
   static void Run(const Program& program, const std::vector<void*>& inputs, const std::vector<void*>& outputs,
                   const std::vector<bool>& donate = {}, std::vector<std::shared_ptr<Allocation>> owned = {},
-                  const std::function<void*(int)>& allocate_output = nullptr, Profiler* profiler = nullptr);
+                  const std::function<void*(int)>& allocate_output = nullptr, Profiler* profiler = nullptr,
+                  const InstructionHook& after = nullptr);
   // Runs instruction `i` alone with the given buffer pointers (one per arg).
   static void RunInstruction(const Program& program, size_t i, const std::vector<void*>& arg_data,
-                             Profiler* profiler = nullptr);
+                             Profiler* profiler = nullptr, const InstructionHook& after = nullptr);
 };
 
 }  // namespace kiln::runtime

@@ -142,6 +142,25 @@ TEST_F(CliTest, OutputPathsAreCheckedBeforeTrainingAndDigitsAreFoundFromAnywhere
   EXPECT_NE(r.output.find("test accuracy:"), std::string::npos) << r.output;
 }
 
+// A learning rate that is not finite and positive is refused before training;
+// a loss that becomes NaN or Inf stops training with the step and the last
+// finite loss (--stop_on_nonfinite, on by default), not a successful exit.
+TEST_F(CliTest, NonFiniteLearningRateAndLossStopTraining) {
+  for (const char* lr : {"nan", "inf", "0", "-0.1"}) {
+    const Result r = Kiln(std::string("train --model mlp --dataset digits --epochs 1 --progress=false --lr ") + lr);
+    EXPECT_NE(r.code, 0) << lr;
+    EXPECT_NE(r.output.find("--lr must be a finite number greater than 0"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+  }
+  // lr 1e30 diverges within a few steps.
+  Result r = Kiln("train --model mlp --dataset digits --epochs 1 --progress=false --lr 1e30");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("training stopped: the loss is"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the last finite loss was"), std::string::npos) << r.output;
+  r = Kiln("train --model mlp --dataset digits --epochs 1 --progress=false --lr 1e30 --stop_on_nonfinite=false");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 TEST_F(CliTest, TrainWritesMetrics) {
   const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -313,6 +313,50 @@ TEST(EwCodegenTest, SpecialValuesFollowTheReference) {
   }
 }
 
+// max and min propagate NaN from either operand (torch.maximum/minimum), with
+// a constant on either side too (relu, clip), in the body and in the tail.
+TEST(EwCodegenTest, MaxAndMinPropagateNaNFromEitherOperand) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<FnCase> unary = {
+      {"relu", [](EwProgram& p, EwValue x) { return p.Relu(x); }, 0, 0},
+      {"max_const_first", [](EwProgram& p, EwValue x) { return p.Max(p.Const(0.5f), x); }, 0, 0},
+      {"min_const_second", [](EwProgram& p, EwValue x) { return p.Min(x, p.Const(0.5f)); }, 0, 0},
+      {"clip", [](EwProgram& p, EwValue x) { return p.Min(p.Const(1.0f), p.Max(p.Const(-1.0f), x)); }, 0, 0},
+  };
+  for (Isa isa : Isas()) {
+    for (int64_t n : {int64_t{7}, int64_t{37}}) {
+      const EwLayout l = Flat(n, 2, 2);
+      Buffers in = RandomInputs(l, -3, 3, static_cast<uint32_t>(n));
+      // NaN in a only, in b only, in both; infinities; the last element is in the tail.
+      in[0][0] = nan, in[1][1] = nan, in[0][2] = in[1][2] = nan, in[0][3] = inf, in[1][4] = -inf;
+      in[0][static_cast<size_t>(n - 1)] = nan;
+      EwProgram p;
+      p.Store(0, p.Max(p.Load(0), p.Load(1)));
+      p.Store(1, p.Min(p.Load(0), p.Load(1)));
+      const Buffers got = RunJit(p, l, isa, in);
+      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+        const float a = in[0][i], b = in[1][i];
+        const bool any_nan = std::isnan(a) || std::isnan(b);
+        EXPECT_TRUE(SameBits(got[0][i], any_nan ? nan : std::max(a, b))) << "max " << i << " " << IsaName(isa);
+        EXPECT_TRUE(SameBits(got[1][i], any_nan ? nan : std::min(a, b))) << "min " << i << " " << IsaName(isa);
+      }
+      ExpectExact(got, RunRefFloat(p, l, in), "max/min vs reference " + std::string(IsaName(isa)));
+      for (const FnCase& c : unary) {
+        EwProgram q;
+        q.Store(0, c.build(q, q.Load(0)));
+        const EwLayout lu = Flat(n, 1, 1);
+        const Buffers one = {in[0]};
+        const Buffers out = RunJit(q, lu, isa, one);
+        for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+          EXPECT_EQ(std::isnan(out[0][i]), std::isnan(in[0][i])) << c.name << " " << i << " " << IsaName(isa);
+        }
+        ExpectExact(out, RunRefFloat(q, lu, one), std::string(c.name) + " vs reference " + IsaName(isa));
+      }
+    }
+  }
+}
+
 // Out = X*Y + X - Y with Y broadcast in the OPS.md ways.
 TEST(EwCodegenTest, BroadcastInputsAreExact) {
   struct Shape {

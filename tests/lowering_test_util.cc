@@ -84,7 +84,10 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
                                                            unsigned seed) {
   std::mt19937 rng(seed);
   std::map<std::string, Tensor> inputs;
-  for (const auto& [name, dims] : c.inputs) inputs[name] = RandomTensor(dims, DataType::kFP32, rng, -2.0, 2.0);
+  for (const auto& [name, dims] : c.inputs) {
+    const auto given = c.given.find(name);
+    inputs[name] = given != c.given.end() ? given->second : RandomTensor(dims, DataType::kFP32, rng, -2.0, 2.0);
+  }
   std::unique_ptr<Scope> reference = RunOps(c.ops, inputs, /*use_onednn=*/false);
   auto obj = LowerCase(c);
   std::vector<Tensor> bound, outs;

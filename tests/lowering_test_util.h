@@ -13,6 +13,7 @@
 
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
+#include "framework/tensor.h"
 
 namespace kiln::test {
 
@@ -24,6 +25,8 @@ struct LoweringCase {
   std::vector<std::pair<std::string, Dims>> inputs;
   std::vector<std::string> outputs;    // needed after the cluster
   std::vector<std::string> donatable;  // inputs that die in the cluster
+  // Input values to use instead of random ones (CheckLoweringNumerics).
+  std::map<std::string, Tensor> given;
   jit::CompileOptions options = DefaultOptions();
 
   static jit::CompileOptions DefaultOptions();

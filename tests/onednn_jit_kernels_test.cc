@@ -333,10 +333,10 @@ TEST(OneDnnJitKernelsTest, SameKernelTwiceHitsTheGlobalPrimitiveCache) {
   MakeMatmulSgdKernel({13, 29}, {29, 31}, "matmul_sgd_1");
   EXPECT_EQ(cache.stats().hits, before.hits + 3);
   EXPECT_EQ(cache.stats().misses, before.misses);
-  EXPECT_TRUE(Listed("matmul f32 [13,29]x[29,31] scale=1 +bias +relu"));
+  EXPECT_TRUE(Listed("matmul f32 [13,29]x[29,31] scale=1 +bias +elu +linear(alpha=1)"));
   EXPECT_TRUE(Listed("matmul f32 [13,29]x[13,31] trans_a scale=-1 +sum"));
   EXPECT_TRUE(Listed("conv_fwd f32 [2,4,9,9]x[8,4,3,3] strides=[1,1] dilations=[0,0] pad_l=[1,1] pad_r=[1,1] "
-                     "+bias +relu"));
+                     "+bias +elu +linear(alpha=1)"));
 }
 
 // Scratchpads, reorder buffers and matmul_sgd's lr * dY come from the caching

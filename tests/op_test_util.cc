@@ -106,7 +106,11 @@ std::string CompareTensors(const Tensor& a, const Tensor& b, double atol, double
   int64_t worst_i = -1;
   for (int64_t i = 0; i < a.numel(); ++i) {
     const double x = ValueAt(a, i), y = ValueAt(b, i);
-    const double excess = std::isnan(x) != std::isnan(y) ? INFINITY : std::fabs(x - y) - (atol + rtol * std::fabs(y));
+    // NaN matches NaN and an infinity the same infinity; NaN against a number never matches.
+    const bool same_special = (std::isnan(x) && std::isnan(y)) || (std::isinf(y) && x == y);
+    const double excess = same_special                     ? 0.0
+                          : std::isnan(x) != std::isnan(y) ? INFINITY
+                                                           : std::fabs(x - y) - (atol + rtol * std::fabs(y));
     if (excess > worst || (std::isnan(excess))) {
       worst = std::isnan(excess) ? INFINITY : excess;
       worst_i = i;

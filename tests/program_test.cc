@@ -165,7 +165,7 @@ TEST(ExecutorTest, CheckNanInfNamesOpAndVar) {
     FeedTensor(p.blocks(0), scope, "b", test::FloatTensor({2}, {1, 0}));
     Executor exec({onednn, /*check_nan_inf=*/true, true});
     auto plan = exec.Prepare(p, 0, {});
-    EXPECT_ERROR(exec.Run(*plan, scope), "op #1 'elementwise_div' wrote Inf to output Out (var 'q' f32[2]) at flat index 1");
+    EXPECT_ERROR(exec.Run(*plan, scope), "op #1 'elementwise_div' wrote +Inf to output Out (var 'q' f32[2]) at flat index 1");
     Executor unchecked({onednn, false, true});
     auto plan2 = unchecked.Prepare(p, 0, {});
     EXPECT_NO_THROW(unchecked.Run(*plan2, scope));

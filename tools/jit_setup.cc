@@ -92,7 +92,9 @@ void ConfigureJitFromFlags() {
     ThrowInvalidArgument("unknown --jit_isa '", FLAGS_jit_isa, "': expected avx512 or avx2");
   }
   o.compile.use_onednn = FLAGS_use_onednn;
-  o.compile.fuse_elementwise = FLAGS_jit_fuse_elementwise;
+  // --check_nan_inf names the op that first makes a NaN/Inf: inside a fused
+  // kernel only the group's last output exists, so fusion is off with it.
+  o.compile.fuse_elementwise = FLAGS_jit_fuse_elementwise && !FLAGS_check_nan_inf;
   o.compile.reuse_buffers = FLAGS_jit_reuse_buffers;
   o.verbose = FLAGS_jit_verbose;
   for (const auto& key : SplitOpList(FLAGS_jit_deny_clusters)) o.deny_clusters.insert(key);

@@ -134,6 +134,9 @@ void SetCheckpointOptions(const Model& model, TrainOptions* options) {
 
 int TrainCommand() {
   CheckDumpPassesFlag();
+  if (!(std::isfinite(FLAGS_lr) && FLAGS_lr > 0)) {
+    ThrowInvalidArgument("--lr must be a finite number greater than 0, got ", FLAGS_lr);
+  }
   // Every output path is checked before any training, not after it.
   if (!FLAGS_metrics_out.empty()) CheckWritableFile(FLAGS_metrics_out, "--metrics_out");
   const std::string dataset = DatasetFromFlags();
@@ -143,6 +146,7 @@ int TrainCommand() {
 
   TrainOptions options;
   options.epochs = FLAGS_epochs;
+  options.stop_on_nonfinite = FLAGS_stop_on_nonfinite;
   options.batch_size = FLAGS_batch_size;
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;

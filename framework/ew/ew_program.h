@@ -31,8 +31,8 @@ enum class EwOp : uint8_t {
   kSub,
   kMul,
   kDiv,
-  kMax,
-  kMin,
+  kMax,  // NaN if either operand is NaN (as torch.maximum)
+  kMin,  // NaN if either operand is NaN (as torch.minimum)
   kNeg,
   kAbs,
   kSqrt,

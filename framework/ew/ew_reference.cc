@@ -23,8 +23,8 @@ T Eval(const EwInstr& in, const std::vector<T>& v) {
     case EwOp::kSub: return a - b;
     case EwOp::kMul: return a * b;
     case EwOp::kDiv: return a / b;
-    case EwOp::kMax: return a > b ? a : b;
-    case EwOp::kMin: return a < b ? a : b;
+    case EwOp::kMax: return a != a ? a : (b != b || b > a ? b : a);  // NaN propagates
+    case EwOp::kMin: return a != a ? a : (b != b || b < a ? b : a);
     case EwOp::kNeg: return -a;
     case EwOp::kAbs: return std::fabs(a);
     case EwOp::kSqrt: return std::sqrt(a);

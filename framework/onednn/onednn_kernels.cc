@@ -284,7 +284,10 @@ struct EltwiseAlgs {
 };
 
 EltwiseAlgs ActivationAlgs(const std::string& type, const AttrMap& attrs) {
-  if (type == "relu") return {algorithm::eltwise_relu, algorithm::eltwise_relu_use_dst_for_bwd, "Out"};
+  // relu as elu with alpha 0 (x > 0 ? x : 0 * (exp(x) - 1)): oneDNN's
+  // eltwise_relu turns NaN into 0, elu keeps NaN as PyTorch's relu does
+  // (x <= 0 gives -0, equal to the reference's +0). The grads agree.
+  if (type == "relu") return {algorithm::eltwise_elu, algorithm::eltwise_relu_use_dst_for_bwd, "Out"};
   if (type == "tanh") return {algorithm::eltwise_tanh, algorithm::eltwise_tanh_use_dst_for_bwd, "Out"};
   if (type == "sigmoid") return {algorithm::eltwise_logistic, algorithm::eltwise_logistic_use_dst_for_bwd, "Out"};
   if (type == "exp") return {algorithm::eltwise_exp, algorithm::eltwise_exp_use_dst_for_bwd, "Out"};

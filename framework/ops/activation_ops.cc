@@ -22,7 +22,7 @@ struct Relu {
   explicit Relu(const Ctx&) {}
   template <typename T>
   T Fwd(T x) const {
-    return x > T(0) ? x : T(0);
+    return x <= T(0) ? T(0) : x;  // NaN stays NaN, as in PyTorch
   }
   template <typename T>
   T Grad(T out, T dout) const {
@@ -283,7 +283,7 @@ void RegisterOne(OpRegistry& r, const std::string& type, const std::string& doc,
 }  // namespace
 
 void RegisterActivationOps(OpRegistry& r) {
-  RegisterOne<Relu>(r, "relu", "Out = max(X, 0)", {});
+  RegisterOne<Relu>(r, "relu", "Out = max(X, 0); NaN stays NaN (as in PyTorch)", {});
   RegisterOne<Tanh>(r, "tanh", "Out = tanh(X)", {});
   RegisterOne<Sigmoid>(r, "sigmoid", "Out = 1 / (1 + exp(-X))", {});
   RegisterOne<Exp>(r, "exp", "Out = exp(X)", {});

@@ -264,7 +264,9 @@ int64_t ArgMax(const T* plane, const PoolParams& p, const Window& win) {
   int64_t best = win.h0 * p.w + win.w0;
   for (int64_t h = win.h0; h < win.h1; ++h) {
     for (int64_t w = win.w0; w < win.w1; ++w) {
-      if (plane[h * p.w + w] > plane[best]) best = h * p.w + w;
+      const T v = plane[h * p.w + w];
+      if (v != v) return h * p.w + w;  // the first NaN: max-pool propagates NaN, as in PyTorch
+      if (v > plane[best]) best = h * p.w + w;
     }
   }
   return best;
@@ -376,7 +378,7 @@ void RegisterConvPoolOps(OpRegistry& r) {
 
   OpInfo pool;
   pool.type = "pool2d";
-  pool.doc = "2-D max or average pooling of X (NCHW); avg with exclusive does not count padding";
+  pool.doc = "2-D max or average pooling of X (NCHW); avg with exclusive does not count padding; max propagates NaN";
   pool.inputs = {{"X"}};
   pool.outputs = {{"Out"}};
   pool.attrs = PoolAttrs();
