@@ -1,5 +1,7 @@
 #include "framework/data_type.h"
 
+#include <utility>
+
 namespace kiln {
 
 size_t SizeOf(DataType dtype) {
@@ -22,6 +24,28 @@ const char* DataTypeName(DataType dtype) {
     case DataType::kBOOL: return "bool";
   }
   return "?";
+}
+
+namespace {
+const std::pair<DataType, const char*> kNumpyNames[] = {{DataType::kFP32, "float32"},
+                                                        {DataType::kINT64, "int64"},
+                                                        {DataType::kINT32, "int32"},
+                                                        {DataType::kFP64, "float64"},
+                                                        {DataType::kBOOL, "bool"}};
+}  // namespace
+
+const char* NumpyDtypeName(DataType dtype) {
+  for (const auto& [d, name] : kNumpyNames) {
+    if (d == dtype) return name;
+  }
+  return "?";
+}
+
+std::optional<DataType> DataTypeFromNumpyName(std::string_view name) {
+  for (const auto& [d, n] : kNumpyNames) {
+    if (name == n) return d;
+  }
+  return std::nullopt;
 }
 
 }  // namespace kiln

@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "framework/proto/framework.pb.h"
 
@@ -14,6 +16,9 @@ enum class DataType : int { kFP32 = 0, kINT64 = 1, kINT32 = 2, kFP64 = 3, kBOOL 
 size_t SizeOf(DataType dtype);
 // Short readable name used in IR printing and errors: f32, i64, i32, f64, bool.
 const char* DataTypeName(DataType dtype);
+// "float32", "int64", "int32", "float64", "bool" (numpy's names), and back.
+const char* NumpyDtypeName(DataType dtype);
+std::optional<DataType> DataTypeFromNumpyName(std::string_view name);
 
 inline DataType FromProto(proto::DataType d) { return static_cast<DataType>(static_cast<int>(d)); }
 inline proto::DataType ToProto(DataType d) { return static_cast<proto::DataType>(static_cast<int>(d)); }

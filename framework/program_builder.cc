@@ -7,16 +7,25 @@
 
 namespace kiln {
 
-static void InitProgram(proto::ProgramDesc* p) {
-  p->set_version(1);
-  proto::BlockDesc* b = p->add_blocks();
+proto::ProgramDesc EmptyProgram() {
+  proto::ProgramDesc p;
+  p.set_version(1);
+  proto::BlockDesc* b = p.add_blocks();
   b->set_idx(0);
   b->set_parent_idx(-1);
+  return p;
 }
 
-ProgramBuilder::ProgramBuilder(uint64_t seed) : seed_(seed) {
-  InitProgram(&main_);
-  InitProgram(&startup_);
+ProgramBuilder::ProgramBuilder(uint64_t seed)
+    : seed_(seed), owned_main_(EmptyProgram()), owned_startup_(EmptyProgram()), main_(&owned_main_),
+      startup_(&owned_startup_) {}
+
+ProgramBuilder::ProgramBuilder(proto::ProgramDesc* main, proto::ProgramDesc* startup, uint64_t seed)
+    : seed_(seed), main_(main), startup_(startup) {
+  KILN_CHECK(main_->blocks_size() > 0 && startup_->blocks_size() > 0, "ProgramBuilder: programs without a block");
+  for (const auto& op : startup_->blocks(0).ops()) {
+    if (op.type() == "uniform_random") ++init_count_;
+  }
 }
 
 proto::VarDesc* ProgramBuilder::Declare(proto::ProgramDesc& program, const std::string& name, const Dims& dims,
@@ -30,14 +39,23 @@ proto::VarDesc* ProgramBuilder::Declare(proto::ProgramDesc& program, const std::
   return v;
 }
 
+void ProgramBuilder::CheckNewPersistable(const std::string& name) const {
+  for (const proto::ProgramDesc* p : {main_, startup_}) {
+    if (FindVarDesc(p->blocks(0), name) != nullptr) {
+      ThrowInvalidArgument("ProgramBuilder: variable '", name, "' declared twice");
+    }
+  }
+}
+
 std::string ProgramBuilder::Data(const std::string& name, const Dims& dims, DataType dtype, bool stop_gradient) {
-  Declare(main_, name, dims, dtype)->set_stop_gradient(stop_gradient);
+  Declare(*main_, name, dims, dtype)->set_stop_gradient(stop_gradient);
   return name;
 }
 
 std::string ProgramBuilder::Param(const std::string& name, const Dims& dims, const Init& init) {
-  Declare(main_, name, dims, DataType::kFP32)->set_persistable(true);
-  Declare(startup_, name, dims, DataType::kFP32)->set_persistable(true);
+  CheckNewPersistable(name);
+  Declare(*main_, name, dims, DataType::kFP32)->set_persistable(true);
+  Declare(*startup_, name, dims, DataType::kFP32)->set_persistable(true);
   params_.push_back(name);
   const std::vector<int64_t> shape(dims.begin(), dims.end());
   proto::OpDesc op;
@@ -60,21 +78,37 @@ std::string ProgramBuilder::Param(const std::string& name, const Dims& dims, con
              .Attr("seed", seed)
              .Build();
   }
-  *startup_.mutable_blocks(0)->add_ops() = op;
+  *startup_->mutable_blocks(0)->add_ops() = op;
   return name;
 }
 
-std::string ProgramBuilder::Persistable(const std::string& name, const Dims& dims, float value) {
-  Declare(main_, name, dims, DataType::kFP32)->set_persistable(true);
-  Declare(startup_, name, dims, DataType::kFP32)->set_persistable(true);
+std::string ProgramBuilder::Persistable(const std::string& name, const Dims& dims, float value, DataType dtype) {
+  CheckNewPersistable(name);
+  Declare(*main_, name, dims, dtype)->set_persistable(true);
+  Declare(*startup_, name, dims, dtype)->set_persistable(true);
   const std::vector<int64_t> shape(dims.begin(), dims.end());
-  *startup_.mutable_blocks(0)->add_ops() =
-      OpBuilder("fill_constant").Out("Out", {name}).Attr("shape", shape).Attr("value", value).Build();
+  OpBuilder fill("fill_constant");
+  fill.Out("Out", {name}).Attr("shape", shape).Attr("value", value);
+  // The attribute stays out at its default, so FP32 programs keep their text.
+  if (dtype != DataType::kFP32) fill.Attr("dtype", static_cast<int64_t>(ToProto(dtype)));
+  *startup_->mutable_blocks(0)->add_ops() = fill.Build();
   return name;
 }
 
 std::string ProgramBuilder::UniqueName(const std::string& prefix) {
-  return prefix + "_" + std::to_string(name_counts_[prefix]++);
+  const proto::BlockDesc& block = main_->blocks(0);
+  auto taken = [&block](const std::string& name) {
+    for (const auto& v : block.vars()) {
+      const std::string& n = v.name();
+      if (n.compare(0, name.size(), name) == 0 && (n.size() == name.size() || n[name.size()] == '.')) return true;
+    }
+    return false;
+  };
+  std::string name;
+  do {
+    name = prefix + "_" + std::to_string(name_counts_[prefix]++);
+  } while (taken(name));
+  return name;
 }
 
 std::vector<std::string> ProgramBuilder::Op(const std::string& type, const SlotArgsList& inputs,
@@ -99,13 +133,21 @@ std::string ProgramBuilder::Op1(const std::string& type, const SlotArgsList& inp
 }
 
 void ProgramBuilder::RawOp(const proto::OpDesc& op) {
-  proto::BlockDesc* b = main_.mutable_blocks(0);
+  proto::BlockDesc* b = main_->mutable_blocks(0);
+  const int vars_before = b->vars_size();
   *b->add_ops() = op;
-  InferShapeAtBuild(b, b->ops_size() - 1, /*declare_outputs=*/true);
+  try {
+    InferShapeAtBuild(b, b->ops_size() - 1, /*declare_outputs=*/true);
+  } catch (...) {
+    // A rejected op leaves the program as it was: no op, no declared outputs.
+    b->mutable_ops()->RemoveLast();
+    b->mutable_vars()->DeleteSubrange(vars_before, b->vars_size() - vars_before);
+    throw;
+  }
 }
 
 Dims ProgramBuilder::VarDimsOf(const std::string& name) const {
-  const proto::VarDesc* v = FindVarDesc(main_.blocks(0), name);
+  const proto::VarDesc* v = FindVarDesc(main_->blocks(0), name);
   if (v == nullptr) ThrowNotFound("ProgramBuilder: no variable '", name, "'");
   return VarDims(*v);
 }

@@ -34,18 +34,30 @@ struct Init {
 
 using SlotArgsList = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
+// An empty program: one block, idx 0, parent -1.
+proto::ProgramDesc EmptyProgram();
+
 class ProgramBuilder {
  public:
+  // Builds a main and a startup program of its own.
   explicit ProgramBuilder(uint64_t seed);
+  // Builds into programs the caller owns and keeps alive (the Python front
+  // end's Program objects), which may already hold vars and ops: new names
+  // stay clear of the vars `main` declares, and parameter seeds continue
+  // from the random initialisers `startup` already holds.
+  ProgramBuilder(proto::ProgramDesc* main, proto::ProgramDesc* startup, uint64_t seed);
+  ProgramBuilder(const ProgramBuilder&) = delete;
+  ProgramBuilder& operator=(const ProgramBuilder&) = delete;
 
   // A fed input (not persistable).
   std::string Data(const std::string& name, const Dims& dims, DataType dtype = DataType::kFP32,
                    bool stop_gradient = true);
   // A trainable parameter, initialised in the startup program.
   std::string Param(const std::string& name, const Dims& dims, const Init& init);
-  // A persistable non-trainable var (learning rate, optimizer state),
-  // filled with `value` by the startup program.
-  std::string Persistable(const std::string& name, const Dims& dims, float value);
+  // A persistable non-trainable var (learning rate, optimizer state, running
+  // statistics, RNG state), filled with `value` by the startup program.
+  std::string Persistable(const std::string& name, const Dims& dims, float value,
+                          DataType dtype = DataType::kFP32);
 
   // Appends an op to the main program. `outputs` lists output slot names; each
   // gets one fresh var named "<prefix>.<slot>_<n>" declared from shape
@@ -59,22 +71,29 @@ class ProgramBuilder {
   // Appends an op with explicit outputs (vars may already exist, e.g. in-place updates).
   void RawOp(const proto::OpDesc& op);
 
+  // "<prefix>_<n>" such that main declares neither that name nor any
+  // "<that name>.<...>", with n counting up from the last name given.
   std::string UniqueName(const std::string& prefix);
   const std::vector<std::string>& params() const { return params_; }
   Dims VarDimsOf(const std::string& name) const;
 
-  proto::ProgramDesc& main() { return main_; }
-  proto::ProgramDesc& startup() { return startup_; }
+  proto::ProgramDesc& main() { return *main_; }
+  proto::ProgramDesc& startup() { return *startup_; }
 
  private:
+  // Throws unless neither program declares `name` yet (a parameter or state
+  // var is declared in both).
+  void CheckNewPersistable(const std::string& name) const;
   proto::VarDesc* Declare(proto::ProgramDesc& program, const std::string& name, const Dims& dims, DataType dtype);
 
   uint64_t seed_;
   int64_t init_count_ = 0;
   std::map<std::string, int> name_counts_;
   std::vector<std::string> params_;
-  proto::ProgramDesc main_;
-  proto::ProgramDesc startup_;
+  proto::ProgramDesc owned_main_;
+  proto::ProgramDesc owned_startup_;
+  proto::ProgramDesc* main_;
+  proto::ProgramDesc* startup_;
 };
 
 }  // namespace kiln

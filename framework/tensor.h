@@ -27,6 +27,11 @@ class Allocation {
   explicit Allocation(size_t bytes);
   // A non-owning view of memory someone else keeps alive (zero-copy binding).
   Allocation(void* external, size_t bytes) : ptr_(external), size_(bytes), owned_(false) {}
+  // A view of memory that `keeper` keeps alive for as long as this
+  // allocation exists (a numpy array fed from Python: the keeper holds a
+  // reference to it and drops it when the last tensor lets go).
+  Allocation(void* external, size_t bytes, std::shared_ptr<const void> keeper)
+      : ptr_(external), size_(bytes), owned_(false), keeper_(std::move(keeper)) {}
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -39,6 +44,7 @@ class Allocation {
   void* ptr_ = nullptr;
   size_t size_ = 0;
   bool owned_ = true;
+  std::shared_ptr<const void> keeper_;
 };
 
 class Tensor {
@@ -106,6 +112,17 @@ class Tensor {
       return;
     }
     alloc_ = std::make_shared<Allocation>(data, bytes());
+    shape_only_ = false;
+  }
+
+  // Makes this tensor use `alloc` (which must hold at least bytes() for
+  // `dims`): a buffer made elsewhere, such as a kept-alive external view.
+  void ShareAllocation(std::shared_ptr<Allocation> alloc, DataType dtype, Dims dims) {
+    dtype_ = dtype;
+    dims_ = std::move(dims);
+    KILN_CHECK(alloc != nullptr && alloc->size() >= bytes(), "ShareAllocation: buffer smaller than ",
+               DimsToString(dims_));
+    alloc_ = std::move(alloc);
     shape_only_ = false;
   }
 

@@ -6,9 +6,6 @@
 #include <map>
 #include <set>
 
-#include "compiler/jit_compiler.h"
-#include "compiler/jit_dump.h"
-#include "compiler/lower.h"
 #include "framework/backward.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
@@ -16,7 +13,7 @@
 #include "framework/program_io.h"
 #include "framework/validate.h"
 #include "tools/commands.h"
-#include "tools/dump_report.h"
+#include "tools/dump_writer.h"
 #include "tools/jit_setup.h"
 #include "tools/model_flags.h"
 #include "tools/pipeline_setup.h"
@@ -24,78 +21,11 @@
 namespace kiln::tools {
 namespace {
 
-// Block 0 with concrete dims: vars no op writes before reading (feeds,
-// parameters, optimizer state) get -1 replaced by `batch`; every other var
-// is declared afresh by shape inference, op by op.
-proto::BlockDesc ConcreteBlock(const proto::BlockDesc& block, int64_t batch) {
-  std::set<std::string> written;
-  std::set<std::string> read_first;
-  for (const auto& op : block.ops()) {
-    for (const auto& s : op.inputs()) {
-      for (const auto& a : s.args()) {
-        if (!written.count(a)) read_first.insert(a);
-      }
-    }
-    for (const auto& s : op.outputs()) {
-      for (const auto& a : s.args()) written.insert(a);
-    }
-  }
-  proto::BlockDesc out = block;
-  out.clear_vars();
-  for (const auto& v : block.vars()) {
-    if (written.count(v.name()) && !read_first.count(v.name()) && !v.persistable()) continue;
-    proto::VarDesc* nv = out.add_vars();
-    *nv = v;
-    for (int i = 0; i < nv->dims_size(); ++i) {
-      if (nv->dims(i) < 0) nv->set_dims(i, batch);
-    }
-  }
-  for (int i = 0; i < out.ops_size(); ++i) InferShapeAtBuild(&out, i, /*declare_outputs=*/true);
-  return out;
-}
-
-// What a program file's user feeds and fetches, as far as the program
-// says: vars read before any op writes them that are not persistable, and
-// vars written that no op reads.
-std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
-  std::set<std::string> written, read, out;
-  for (const auto& op : block.ops()) {
-    for (const auto& s : op.inputs()) {
-      for (const auto& a : s.args()) {
-        const proto::VarDesc* v = FindVarDesc(block, a);
-        if (!written.count(a) && v && !v->persistable()) out.insert(a);
-        read.insert(a);
-      }
-    }
-    for (const auto& s : op.outputs()) {
-      for (const auto& a : s.args()) written.insert(a);
-    }
-  }
-  for (const auto& w : written) {
-    if (!read.count(w) && w != kEmptyVarName) out.insert(w);
-  }
-  return out;
-}
-
-std::string OnOff(bool b) { return b ? "on" : "off"; }
-
-// "recompute_pass, build_jit_pass, inplace_pass": the passes that ran.
-std::string PassList(const PipelineOptions& options) {
-  std::string out;
-  for (const auto& pass : BuildPipeline(options)) out += (out.empty() ? "" : ", ") + std::string(pass->name());
-  return out;
-}
-
 // The program kiln dump works on (--program, else --model's training
 // program), its feeds and fetch targets, and how index.md names it.
-struct DumpSource {
-  proto::ProgramDesc program;
-  std::set<std::string> keep;
-  std::string description;
-};
-
 DumpSource LoadDumpSource() {
   DumpSource s;
+  s.batch = FLAGS_batch_size;
   if (FLAGS_program.empty()) {
     const Model m = BuildModelFromFlags(DatasetFromFlags());
     s.program = m.train;
@@ -121,79 +51,10 @@ int DumpCommand() {
   if (FLAGS_out.empty()) ThrowInvalidArgument("--out DIR is required");
   if (FLAGS_batch_size < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", FLAGS_batch_size);
   CheckDumpPassesFlag();
-  const DumpSource src = LoadDumpSource();
-  const proto::ProgramDesc& program = src.program;
-  const proto::BlockDesc concrete = ConcreteBlock(program.blocks(0), FLAGS_batch_size);
-
-  // The pipeline kiln train would run (--recompute, --use_inplace), with
-  // build_jit_pass on whatever --use_jit says.
-  PipelineOptions options = PipelineOptionsFromFlags(src.keep);
-  options.build_jit = true;
-  BuildJitReport report;
-  options.config.build_jit_report = &report;
-  const proto::ProgramDesc after = RunPipeline(program, options);
-  RecordJitReport(report);
-
-  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
-  const jit::CompileOptions copts = compiler.options().compile;
-  std::vector<ClusterRow> rows;
-  std::vector<std::string> ids;
-  std::vector<jit::DumpFile> files;  // paths relative to --out
-  std::map<std::string, std::vector<jit::DumpFile>> cluster_files;
-  for (size_t i = 0; i < report.clusters.size(); ++i) {
-    ClusterRow row;
-    row.id = "c" + std::to_string(i);
-    row.key = report.clusters[i].key;
-    row.subgraph = &compiler.GetSubgraph(row.key);
-    jit::ShapeSignature sig;
-    for (const auto& name : row.subgraph->inputs) {
-      const proto::VarDesc* v = FindVarDesc(concrete, name);
-      KILN_CHECK(v != nullptr, "kiln dump: no concrete shape for cluster input ", name);
-      sig.inputs.push_back({FromProto(v->dtype()), VarDims(*v)});
-    }
-    if (auto obj = compiler.Compile(row.key, sig)) {
-      row.objects.push_back(obj);
-      cluster_files["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
-    } else {
-      // Compile already said why on stderr; lower again for the index.
-      try {
-        jit::Lower(row.key, *row.subgraph, sig, copts);
-        row.failure = "the compiler gave up on it (see stderr)";
-      } catch (const Error& e) {
-        row.failure = e.what();
-      }
-    }
-    ids.push_back(row.id);
-    rows.push_back(std::move(row));
-  }
-
-  std::vector<ExcludedOp> excluded;
-  for (const auto& e : report.excluded) excluded.push_back({"", e});
-  const std::string preamble =
-      "Dump of " + src.description + " for batch size " + std::to_string(FLAGS_batch_size) + ": ISA " +
-      IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
-      OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
-      std::to_string(options.config.build_jit.min_cluster_size) + ".\n\n" +
-      "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after the pass pipeline: " +
-      PassList(options) + "), "
-      "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
-      "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
-  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats());
-  files.push_back({"index.md", index});
-  files.push_back({"program.before.pbtxt", ProgramToText(program)});
-  files.push_back({"program.after.pbtxt", ProgramToText(after)});
-  files.push_back({"program.dot", ClusteredDot(program, report, ids)});
-
-  // Everything is rendered; now write.
-  jit::WriteDumpFiles(FLAGS_out, files);
-  for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(FLAGS_out + "/" + dir, fs);
-  if (std::system("command -v dot >/dev/null 2>&1") == 0) {
-    const std::string cmd = "dot -Tsvg '" + FLAGS_out + "/program.dot' -o '" + FLAGS_out + "/program.svg'";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kiln dump: dot could not render program.svg\n");
-  }
-  std::fputs(ExplainText(rows, excluded, compiler.stats()).c_str(), stdout);
+  const DumpResult r = WriteDump(LoadDumpSource(), FLAGS_out);
+  std::fputs(r.explain.c_str(), stdout);
   std::printf("wrote %s/index.md, program.{before,after}.pbtxt, program.dot and %zu cluster folders\n",
-              FLAGS_out.c_str(), cluster_files.size());
+              FLAGS_out.c_str(), r.clusters);
   return 0;
 }
 

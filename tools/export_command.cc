@@ -47,19 +47,6 @@ std::string Field(const Json& j, const char* key, const std::string& path) {
   return j.at(key).get<std::string>();
 }
 
-// inference.json: each feed with its dtype and declared dims, the fetches.
-std::string InferenceJson(const proto::ProgramDesc& program, const std::vector<std::string>& feeds,
-                          const std::vector<std::string>& fetches) {
-  Json j;
-  j["feeds"] = Json::array();
-  for (const auto& f : feeds) {
-    const proto::VarDesc* v = FindVarDesc(program.blocks(0), f);
-    j["feeds"].push_back({{"name", f}, {"dtype", NumpyDtypeName(FromProto(v->dtype()))}, {"shape", VarDims(*v)}});
-  }
-  j["fetches"] = fetches;
-  return j.dump(2) + "\n";
-}
-
 }  // namespace
 
 int ExportCommand() {
@@ -76,15 +63,11 @@ int ExportCommand() {
   const std::vector<std::string> fetches = {Field(model, "probs", ckpt + "/model.json")};
   const proto::ProgramDesc train = ParseProgramText(files.at("train.pbtxt"), ckpt + "/train.pbtxt");
   const proto::ProgramDesc forward = ParseProgramText(files.at("forward.pbtxt"), ckpt + "/forward.pbtxt");
-  const proto::ProgramDesc inference = PruneForInference(forward, feeds, fetches);
   Scope scope;
   LoadCheckpoint(ckpt, train, &scope);
-  SaveOptions options;
-  options.files = {{"model.pbtxt", ProgramToText(inference)},
-                   {"inference.json", InferenceJson(inference, feeds, fetches)}};
-  SaveCheckpointDir(FLAGS_out, inference, scope, LoopState{}, options);
+  const InferenceModel inference = SaveInferenceModel(FLAGS_out, forward, feeds, fetches, scope);
   std::printf("kiln export: %s -> %s (%d ops, feeds %s, fetches %s)\n", ckpt.c_str(), FLAGS_out.c_str(),
-              inference.blocks(0).ops_size(), feeds[0].c_str(), fetches[0].c_str());
+              inference.program.blocks(0).ops_size(), feeds[0].c_str(), fetches[0].c_str());
   return 0;
 }
 
@@ -94,17 +77,11 @@ int PredictCommand(const std::vector<std::string>& feed_args) {
   CheckWritableDir(FLAGS_out, "--out");
   // Predict compiles by default: the forward clusters get the training run's fusions.
   if (gflags::GetCommandLineFlagInfoOrDie("use_jit").is_default) FLAGS_use_jit = true;
-  std::map<std::string, std::string> files;
-  ReadCheckpoint(ResolveCheckpoint(FLAGS_model), nullptr, &files);
-  if (!files.count("model.pbtxt") || !files.count("inference.json")) {
-    ThrowInvalidArgument("'", FLAGS_model, "' is not a model written by kiln export (no model.pbtxt/inference.json)");
-  }
-  proto::ProgramDesc program = ParseProgramText(files.at("model.pbtxt"), FLAGS_model + "/model.pbtxt");
-  const Json info = ParseJson(files.at("inference.json"), FLAGS_model + "/inference.json");
-  std::vector<std::string> fetches = SplitOpList(FLAGS_fetch);
-  if (fetches.empty()) fetches = info.at("fetches").get<std::vector<std::string>>();
   Scope scope;
-  LoadCheckpoint(FLAGS_model, program, &scope);
+  const InferenceModel model = LoadInferenceModel(FLAGS_model, &scope);
+  proto::ProgramDesc program = model.program;
+  std::vector<std::string> fetches = SplitOpList(FLAGS_fetch);
+  if (fetches.empty()) fetches = model.fetches;
   std::set<std::string> keep(fetches.begin(), fetches.end());
   for (const auto& arg : feed_args) {
     const size_t eq = arg.find('=');

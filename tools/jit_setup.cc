@@ -105,9 +105,13 @@ void ConfigureJitFromFlags() {
   }
   jit::JitCompiler::Instance().Configure(o);
   jit::SetLaunchMode(jit::ParseLaunchMode(FLAGS_jit_launch_mode));
+  jit::JitCompiler::Instance().EnableProfiling(FLAGS_jit_profile);
   if (FLAGS_jit_profile) {
-    jit::JitCompiler::Instance().EnableProfiling(true);
-    std::atexit([] { std::fputs(jit::JitCompiler::Instance().profile().Report().c_str(), stderr); });
+    // Configured again (the Python front end's set_flags): report once.
+    static bool report_at_exit = [] {
+      return std::atexit([] { std::fputs(jit::JitCompiler::Instance().profile().Report().c_str(), stderr); }) == 0;
+    }();
+    (void)report_at_exit;
   }
 }
 

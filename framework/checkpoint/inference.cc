@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint/checkpoint.h"
 #include "framework/error.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
+#include "framework/program_io.h"
 
 namespace kiln {
 namespace {
@@ -76,6 +80,76 @@ proto::ProgramDesc PruneForInference(const proto::ProgramDesc& forward, const st
     if (needed.count(v.name()) || made.count(v.name())) *b->add_vars() = v;
   }
   return out;
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// inference.json: each feed with its dtype and declared dims, the fetches.
+std::string InferenceJson(const proto::ProgramDesc& program, const std::vector<std::string>& feeds,
+                          const std::vector<std::string>& fetches) {
+  Json j;
+  j["feeds"] = Json::array();
+  for (const auto& f : feeds) {
+    const proto::VarDesc* v = FindVarDesc(program.blocks(0), f);
+    j["feeds"].push_back({{"name", f}, {"dtype", NumpyDtypeName(FromProto(v->dtype()))}, {"shape", VarDims(*v)}});
+  }
+  j["fetches"] = fetches;
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::string> Names(const Json& j, const char* key, const std::string& path) {
+  std::vector<std::string> out;
+  if (!j.is_object() || !j.contains(key) || !j.at(key).is_array()) {
+    ThrowInvalidArgument(path, ": field '", key, "' must be an array");
+  }
+  for (const Json& item : j.at(key)) {
+    const Json& name = item.is_object() && item.contains("name") ? item.at("name") : item;
+    if (!name.is_string()) ThrowInvalidArgument(path, ": field '", key, "' must list names");
+    out.push_back(name.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+void SetIsTest(proto::ProgramDesc* program) {
+  for (auto& block : *program->mutable_blocks()) {
+    for (auto& op : *block.mutable_ops()) ForInference(&op);
+  }
+}
+
+InferenceModel SaveInferenceModel(const std::string& dir, const proto::ProgramDesc& forward,
+                                  const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+                                  const Scope& scope) {
+  InferenceModel m{PruneForInference(forward, feeds, fetches), feeds, fetches};
+  SaveOptions options;
+  options.files = {{"model.pbtxt", ProgramToText(m.program)},
+                   {"inference.json", InferenceJson(m.program, feeds, fetches)}};
+  SaveCheckpointDir(dir, m.program, scope, LoopState{}, options);
+  return m;
+}
+
+InferenceModel LoadInferenceModel(const std::string& dir, Scope* scope) {
+  std::map<std::string, std::string> files;
+  ReadCheckpoint(ResolveCheckpoint(dir), nullptr, &files);
+  if (!files.count("model.pbtxt") || !files.count("inference.json")) {
+    ThrowInvalidArgument("'", dir, "' is not an inference model (no model.pbtxt/inference.json)");
+  }
+  InferenceModel m;
+  m.program = ParseProgramText(files.at("model.pbtxt"), dir + "/model.pbtxt");
+  const std::string path = dir + "/inference.json";
+  Json info;
+  try {
+    info = Json::parse(files.at("inference.json"));
+  } catch (const nlohmann::json::exception& e) {
+    ThrowInvalidArgument(path, ": not JSON (", e.what(), ")");
+  }
+  m.feeds = Names(info, "feeds", path);
+  m.fetches = Names(info, "fetches", path);
+  LoadCheckpoint(dir, m.program, scope);
+  return m;
 }
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "framework/proto/framework.pb.h"
+#include "framework/scope.h"
 
 namespace kiln {
 
@@ -17,5 +18,31 @@ namespace kiln {
 // needs it. Unknown feeds or fetches are errors too.
 proto::ProgramDesc PruneForInference(const proto::ProgramDesc& forward, const std::vector<std::string>& feeds,
                                      const std::vector<std::string>& fetches);
+
+// Sets is_test = true on every op that has the attribute (dropout,
+// batch_norm): the program then computes what it computes at inference.
+void SetIsTest(proto::ProgramDesc* program);
+
+// A model directory (kiln export, kiln.save_inference_model): written like a
+// checkpoint (framework/checkpoint/checkpoint.h), with the parameters the
+// pruned program reads as .npy files, the program as model.pbtxt and
+// inference.json (each feed with its dtype and shape, the fetch targets), all
+// listed with their sha256 in manifest.json.
+struct InferenceModel {
+  proto::ProgramDesc program;
+  std::vector<std::string> feeds;
+  std::vector<std::string> fetches;
+};
+
+// Prunes `forward` for the feeds and fetches and writes it with the
+// persistable vars it reads (from `scope`) to `dir`, atomically. Returns what
+// was written.
+InferenceModel SaveInferenceModel(const std::string& dir, const proto::ProgramDesc& forward,
+                                  const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+                                  const Scope& scope);
+
+// Reads and verifies the model directory `dir` (anything else is an error
+// naming it) and loads its parameters into `scope` (unchanged on error).
+InferenceModel LoadInferenceModel(const std::string& dir, Scope* scope);
 
 }  // namespace kiln

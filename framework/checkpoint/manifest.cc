@@ -12,12 +12,6 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kFormat = "kiln checkpoint";
 constexpr int kFormatVersion = 1;
 
-const std::pair<DataType, const char*> kDtypes[] = {{DataType::kFP32, "float32"},
-                                                    {DataType::kINT64, "int64"},
-                                                    {DataType::kINT32, "int32"},
-                                                    {DataType::kFP64, "float64"},
-                                                    {DataType::kBOOL, "bool"}};
-
 // Typed access with errors naming the field.
 class Reader {
  public:
@@ -48,9 +42,7 @@ class Reader {
   }
   DataType Dtype(const Json& obj, const std::string& where) const {
     const std::string name = String(obj, "dtype", where);
-    for (const auto& [dtype, n] : kDtypes) {
-      if (name == n) return dtype;
-    }
+    if (const auto dtype = DataTypeFromNumpyName(name)) return *dtype;
     Fail(where + "dtype", "is '" + name + "', expected float32, int64, int32, float64 or bool");
   }
   [[noreturn]] void Fail(const std::string& field, const std::string& what) const {
@@ -73,13 +65,6 @@ CheckpointVar ReadVar(const Reader& r, const Json& v, size_t i) {
 }
 
 }  // namespace
-
-const char* NumpyDtypeName(DataType dtype) {
-  for (const auto& [d, name] : kDtypes) {
-    if (d == dtype) return name;
-  }
-  return "?";
-}
 
 std::string ManifestToJson(const CheckpointManifest& m) {
   Json j;

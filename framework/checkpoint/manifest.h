@@ -13,7 +13,4 @@ std::string ManifestToJson(const CheckpointManifest& manifest);
 // 'vars[2].shape' must be an array of integers".
 CheckpointManifest ManifestFromJson(const std::string& text, const std::string& path);
 
-// "float32", "int64", "int32", "float64", "bool" (numpy's names).
-const char* NumpyDtypeName(DataType dtype);
-
 }  // namespace kiln

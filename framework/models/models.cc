@@ -4,16 +4,10 @@
 
 #include "framework/backward.h"
 #include "framework/op_desc.h"
+#include "framework/optimizer_builder.h"
 #include "framework/program_builder.h"
 
 namespace kiln {
-
-OptimizerKind ParseOptimizer(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "momentum") return OptimizerKind::kMomentum;
-  if (name == "adam") return OptimizerKind::kAdam;
-  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum or adam");
-}
 
 namespace {
 
@@ -38,60 +32,14 @@ void ClassifierLoss(ProgramBuilder& b, Model& m, const std::string& logits) {
   m.loss = b.Op1("mean", {{"X", {outs[1]}}});
 }
 
-void AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
-                     const TrainConfig& tc) {
-  const std::string lr = b.Persistable("learning_rate", {1}, tc.lr);
-  for (const auto& [p, g] : params_grads) {
-    const Dims dims = b.VarDimsOf(p);
-    OpBuilder op("sgd");
-    switch (tc.optimizer) {
-      case OptimizerKind::kSgd:
-        op = OpBuilder("sgd").In("Param", {p}).In("Grad", {g}).In("LearningRate", {lr}).Out("ParamOut", {p});
-        break;
-      case OptimizerKind::kMomentum: {
-        const std::string v = b.Persistable(p + ".velocity", dims, 0.f);
-        op = OpBuilder("momentum")
-                 .In("Param", {p})
-                 .In("Grad", {g})
-                 .In("Velocity", {v})
-                 .In("LearningRate", {lr})
-                 .Out("ParamOut", {p})
-                 .Out("VelocityOut", {v})
-                 .Attr("mu", tc.momentum);
-        break;
-      }
-      case OptimizerKind::kAdam: {
-        const float beta1 = 0.9f, beta2 = 0.999f;
-        const std::string m1 = b.Persistable(p + ".moment1", dims, 0.f);
-        const std::string m2 = b.Persistable(p + ".moment2", dims, 0.f);
-        const std::string p1 = b.Persistable(p + ".beta1_pow", {1}, beta1);
-        const std::string p2 = b.Persistable(p + ".beta2_pow", {1}, beta2);
-        op = OpBuilder("adam")
-                 .In("Param", {p})
-                 .In("Grad", {g})
-                 .In("Moment1", {m1})
-                 .In("Moment2", {m2})
-                 .In("LearningRate", {lr})
-                 .In("Beta1Pow", {p1})
-                 .In("Beta2Pow", {p2})
-                 .Out("ParamOut", {p})
-                 .Out("Moment1Out", {m1})
-                 .Out("Moment2Out", {m2})
-                 .Out("Beta1PowOut", {p1})
-                 .Out("Beta2PowOut", {p2})
-                 .Attr("beta1", beta1)
-                 .Attr("beta2", beta2);
-        break;
-      }
-    }
-    b.RawOp(op.Build());
-  }
-}
-
 Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
   m.forward = b.main();
   const auto params_grads = AppendBackward(&b.main(), m.loss);
-  AppendOptimizer(b, params_grads, tc);
+  OptimizerConfig oc;
+  oc.kind = tc.optimizer;
+  oc.lr = tc.lr;
+  oc.momentum = tc.momentum;
+  AppendOptimizer(b, params_grads, oc);
   m.train = b.main();
   m.startup = b.startup();
   m.params = b.params();

@@ -8,14 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "framework/optimizer_builder.h"
 #include "framework/proto/framework.pb.h"
 #include "framework/tensor.h"
 
 namespace kiln {
 
-enum class OptimizerKind { kSgd, kMomentum, kAdam };
-// "sgd" | "momentum" | "adam"; throws InvalidArgument otherwise.
-OptimizerKind ParseOptimizer(const std::string& name);
 
 struct TrainConfig {
   OptimizerKind optimizer = OptimizerKind::kSgd;

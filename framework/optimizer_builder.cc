@@ -1,0 +1,74 @@
+#include "framework/optimizer_builder.h"
+
+#include <cmath>
+
+#include "framework/op_desc.h"
+
+namespace kiln {
+namespace {
+
+void CheckConfig(const OptimizerConfig& c) {
+  if (!(std::isfinite(c.lr) && c.lr > 0)) ThrowInvalidArgument("learning rate must be finite and > 0, got ", c.lr);
+  if (c.kind == OptimizerKind::kMomentum && !(c.momentum >= 0 && c.momentum < 1)) {
+    ThrowInvalidArgument("momentum must be in [0, 1), got ", c.momentum);
+  }
+  if (c.kind == OptimizerKind::kAdam) {
+    if (!(c.beta1 >= 0 && c.beta1 < 1)) ThrowInvalidArgument("adam beta1 must be in [0, 1), got ", c.beta1);
+    if (!(c.beta2 >= 0 && c.beta2 < 1)) ThrowInvalidArgument("adam beta2 must be in [0, 1), got ", c.beta2);
+    if (!(c.epsilon > 0)) ThrowInvalidArgument("adam epsilon must be > 0, got ", c.epsilon);
+  }
+}
+
+proto::OpDesc UpdateOp(ProgramBuilder& b, const std::string& p, const std::string& g, const std::string& lr,
+                       const OptimizerConfig& c) {
+  const Dims dims = b.VarDimsOf(p);
+  switch (c.kind) {
+    case OptimizerKind::kSgd:
+      return OpBuilder("sgd").In("Param", {p}).In("Grad", {g}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build();
+    case OptimizerKind::kMomentum: {
+      const std::string v = b.Persistable(p + ".velocity", dims, 0.f);
+      OpBuilder op("momentum");
+      op.In("Param", {p}).In("Grad", {g}).In("Velocity", {v}).In("LearningRate", {lr});
+      op.Out("ParamOut", {p}).Out("VelocityOut", {v}).Attr("mu", c.momentum);
+      // Attributes at their op default stay out, so the built-in models'
+      // programs (and their fingerprints) do not change.
+      if (c.use_nesterov) op.Attr("use_nesterov", true);
+      return op.Build();
+    }
+    case OptimizerKind::kAdam: {
+      const std::string m1 = b.Persistable(p + ".moment1", dims, 0.f);
+      const std::string m2 = b.Persistable(p + ".moment2", dims, 0.f);
+      const std::string p1 = b.Persistable(p + ".beta1_pow", {1}, c.beta1);
+      const std::string p2 = b.Persistable(p + ".beta2_pow", {1}, c.beta2);
+      OpBuilder op("adam");
+      op.In("Param", {p}).In("Grad", {g}).In("Moment1", {m1}).In("Moment2", {m2}).In("LearningRate", {lr});
+      op.In("Beta1Pow", {p1}).In("Beta2Pow", {p2});
+      op.Out("ParamOut", {p}).Out("Moment1Out", {m1}).Out("Moment2Out", {m2});
+      op.Out("Beta1PowOut", {p1}).Out("Beta2PowOut", {p2});
+      op.Attr("beta1", c.beta1).Attr("beta2", c.beta2);
+      if (c.epsilon != 1e-8f) op.Attr("epsilon", c.epsilon);
+      return op.Build();
+    }
+  }
+  KILN_CHECK(false, "unhandled optimizer kind");
+}
+
+}  // namespace
+
+OptimizerKind ParseOptimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "momentum") return OptimizerKind::kMomentum;
+  if (name == "adam") return OptimizerKind::kAdam;
+  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum or adam");
+}
+
+std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
+                            const OptimizerConfig& c) {
+  CheckConfig(c);
+  const bool taken = FindVarDesc(b.main().blocks(0), "learning_rate") != nullptr;
+  const std::string lr = b.Persistable(taken ? b.UniqueName("learning_rate") : "learning_rate", {1}, c.lr);
+  for (const auto& [p, g] : params_grads) b.RawOp(UpdateOp(b, p, g, lr, c));
+  return lr;
+}
+
+}  // namespace kiln

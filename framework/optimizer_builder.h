@@ -1,0 +1,39 @@
+// Optimizer updates appended to a training program: the learning rate and
+// each parameter's optimizer state as persistable vars (initialised by the
+// startup program), then one sgd / momentum / adam op per parameter, updating
+// it in place. Shared by the model builders and the Python front end
+// (kiln.optimizer.*.minimize).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/program_builder.h"
+
+namespace kiln {
+
+enum class OptimizerKind { kSgd, kMomentum, kAdam };
+// "sgd" | "momentum" | "adam"; throws InvalidArgument otherwise.
+OptimizerKind ParseOptimizer(const std::string& name);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.1f;
+  float momentum = 0.9f;  // momentum's mu
+  bool use_nesterov = false;
+  float beta1 = 0.9f;  // adam
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+// Declares the learning rate ("learning_rate", or a fresh name when the
+// program has one already) and the state of every parameter ("<p>.velocity";
+// "<p>.moment1", "<p>.moment2", "<p>.beta1_pow", "<p>.beta2_pow"), then
+// appends the update of each (param, grad) pair to b.main(). Returns the
+// learning-rate var. Throws InvalidArgument for a learning rate that is not
+// finite and positive, or hyperparameters outside their range.
+std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
+                            const OptimizerConfig& config);
+
+}  // namespace kiln

@@ -1,0 +1,57 @@
+"""Optimizers: ``minimize(loss)`` appends the backward pass of the loss and
+one update op per parameter (sgd, momentum, adam: updated in place) to the
+loss's program, and their state (learning rate, velocities, moments) to the
+default startup program."""
+
+from .framework import Variable, default_startup_program
+
+
+class Optimizer:
+    _kind = None
+
+    def __init__(self, learning_rate, **settings):
+        self._settings = dict(settings, learning_rate=float(learning_rate))
+        self.learning_rate_var = None
+
+    def minimize(self, loss, startup_program=None, parameter_list=None):
+        """Appends the gradients of `loss` ([1]) and the updates. Returns
+        (learning-rate var, [(param, grad), ...]) as Variables."""
+        if not isinstance(loss, Variable):
+            raise TypeError("minimize: loss must be a kiln Variable")
+        program = loss.program
+        startup = startup_program or default_startup_program()
+        params = None
+        if parameter_list is not None:
+            params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
+        lr, pairs = program._p.minimize(startup._p, loss.name, self._kind, self._settings, params)
+        self.learning_rate_var = Variable(program, lr)
+        return self.learning_rate_var, [(Variable(program, p), Variable(program, g)) for p, g in pairs]
+
+
+class SGD(Optimizer):
+    """p -= lr * g"""
+    _kind = "sgd"
+
+    def __init__(self, learning_rate):
+        super().__init__(learning_rate)
+
+
+class Momentum(Optimizer):
+    """v = momentum * v + g; p -= lr * v (nesterov: p -= lr * (g + momentum * v))"""
+    _kind = "momentum"
+
+    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False):
+        super().__init__(learning_rate, momentum=float(momentum), use_nesterov=bool(use_nesterov))
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias correction, as OPS.md's adam op."""
+    _kind = "adam"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
+        super().__init__(learning_rate, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon))
+
+
+SGDOptimizer = SGD
+MomentumOptimizer = Momentum
+AdamOptimizer = Adam

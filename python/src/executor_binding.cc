@@ -1,0 +1,164 @@
+// kiln._kiln.Executor and Scope: running programs from Python. A program is
+// transformed by the production pass pipeline (the JIT when the executor
+// has it on) and prepared once per (program version, feeds, fetches, flags)
+// and run with the GIL released. Feeds and fetches cross without copies
+// where that is safe (tensor_convert.h).
+#include <pybind11/stl.h>
+
+#include <list>
+#include <map>
+#include <optional>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "framework/executor.h"
+#include "framework/flags.h"
+#include "framework/op_desc.h"
+#include "python/src/binding.h"
+#include "python/src/flags_state.h"
+#include "python/src/tensor_convert.h"
+#include "tools/pipeline_setup.h"
+
+namespace py = pybind11;
+
+namespace kiln::python {
+namespace {
+
+Scope& GlobalScope() {
+  static Scope* scope = new Scope();  // never destroyed: Python may hold arrays into it at exit
+  return *scope;
+}
+
+class Executor {
+ public:
+  explicit Executor(std::optional<bool> use_jit) : use_jit_(use_jit) {}
+
+  bool use_jit() const { return use_jit_.value_or(FLAGS_use_jit); }
+
+  py::list Run(Program& program, const py::dict& feed, const std::vector<std::string>& fetch, Scope& scope) {
+    const proto::BlockDesc& block = program.desc().blocks(0);
+    for (const auto& f : fetch) {
+      if (FindVarDesc(block, f) == nullptr) ThrowNotFound("fetch '", f, "': the program declares no such variable");
+    }
+    std::set<std::string> fed;
+    for (const auto& [k, value] : feed) {
+      const std::string name = k.cast<std::string>();
+      const proto::VarDesc* v = FindVarDesc(block, name);
+      if (v == nullptr) ThrowNotFound("feed '", name, "': the program declares no such variable");
+      // A persistable var is updated in place by the program (optimizer
+      // state, parameters): it gets a copy, never the caller's memory.
+      Tensor t = TensorFromPython(value, FromProto(v->dtype()), !v->persistable(), "feed '" + name + "'");
+      FeedTensor(block, scope, name, t, /*share=*/true);  // checks dims
+      if (!v->persistable()) fed.insert(name);
+    }
+    Prepared& prepared = Prepare(program, fed, fetch);
+    {
+      py::gil_scoped_release release;
+      kiln::Executor exec(ExecutorOptionsFromFlags());
+      exec.Run(*prepared.plan, scope);
+    }
+    py::list out;
+    std::map<std::string, py::array> fetched;  // a name fetched twice is one array
+    for (const auto& f : fetch) {
+      auto it = fetched.find(f);
+      if (it == fetched.end()) it = fetched.emplace(f, Fetch(block, scope, f, fed.count(f) > 0)).first;
+      out.append(it->second);
+    }
+    // Fed buffers belong to the caller: let go of them now.
+    for (const auto& name : fed) scope.Var(name)->GetMutable()->Clear();
+    return out;
+  }
+
+ private:
+  struct Prepared {
+    proto::ProgramDesc program;
+    std::unique_ptr<ExecutionPlan> plan;
+  };
+  using Key = std::tuple<int64_t, int64_t, std::set<std::string>, std::vector<std::string>, int64_t, bool>;
+
+  Prepared& Prepare(const Program& program, const std::set<std::string>& fed, const std::vector<std::string>& fetch) {
+    const bool jit = use_jit();
+    Key key{program.id(), program.version(), fed, fetch, FlagsGeneration(), jit};
+    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+      if (it->first != key) continue;
+      cache_.splice(cache_.begin(), cache_, it);
+      return *cache_.front().second;
+    }
+    std::set<std::string> keep(fed.begin(), fed.end());
+    keep.insert(fetch.begin(), fetch.end());
+    PipelineOptions options = tools::PipelineOptionsFromFlags(keep);
+    options.build_jit = jit;
+    auto p = std::make_unique<Prepared>();
+    p->program = RunPipeline(program.desc(), options);
+    p->plan = kiln::Executor(ExecutorOptionsFromFlags()).Prepare(p->program, 0, {fetch.begin(), fetch.end()});
+    cache_.emplace_front(key, std::move(p));
+    if (cache_.size() > kCacheSize) cache_.pop_back();
+    return *cache_.front().second;
+  }
+
+  // A fetched intermediate is handed over without a copy: the array takes the
+  // buffer and the scope lets go of it, so the next run writes a new one. A
+  // persistable var (updated in place by the next step) or a fed var is copied.
+  static py::array Fetch(const proto::BlockDesc& block, Scope& scope, const std::string& name, bool was_fed) {
+    Variable* var = scope.FindVar(name);
+    if (var == nullptr || !var->Get().initialized()) {
+      ThrowInvalidArgument("fetch '", name, "': no op wrote it and it was not fed");
+    }
+    const proto::VarDesc* v = FindVarDesc(block, name);
+    // Only a buffer this var alone holds: another tensor sharing it (a view,
+    // an in-place alias) might be written later.
+    const bool share = v != nullptr && !v->persistable() && !was_fed && var->Get().allocation()->owned() &&
+                       var->Get().use_count() == 1;
+    py::array a = ArrayFromTensor(var->Get(), share);
+    if (share) var->GetMutable()->Clear();
+    return a;
+  }
+
+  static constexpr size_t kCacheSize = 8;
+  std::optional<bool> use_jit_;
+  std::list<std::pair<Key, std::unique_ptr<Prepared>>> cache_;
+};
+
+}  // namespace
+
+void BindExecutor(py::module_& m) {
+  py::class_<Scope>(m, "Scope")
+      .def(py::init<>())
+      .def("var_names", &Scope::LocalVarNames)
+      .def("has", [](const Scope& s, const std::string& name) {
+        const Variable* v = s.FindVar(name);
+        return v != nullptr && v->Get().initialized();
+      })
+      .def("get",
+           [](const Scope& s, const std::string& name) {
+             const Variable* v = s.FindVar(name);
+             if (v == nullptr || !v->Get().initialized()) ThrowNotFound("the scope holds no value for '", name, "'");
+             return ArrayFromTensor(v->Get(), /*share=*/false);
+           })
+      .def("set",
+           [](Scope& s, const std::string& name, const py::handle& value) {
+             Variable* v = s.Var(name);
+             const DataType dtype = v->Get().initialized() ? v->Get().dtype()
+                                    : py::isinstance<py::array>(value)
+                                        ? DataTypeFromName(py::str(value.attr("dtype")).cast<std::string>())
+                                        : DataType::kFP32;
+             Tensor t = TensorFromPython(value, dtype, /*may_share=*/false, "scope var '" + name + "'");
+             if (v->Get().initialized() && v->Get().dims() != t.dims()) {
+               ThrowInvalidArgument("scope var '", name, "': expected dims ", DimsToString(v->Get().dims()), ", got ",
+                                    DimsToString(t.dims()));
+             }
+             *v->GetMutable() = std::move(t);
+           })
+      .def("erase", &Scope::EraseVar);
+  m.def("global_scope", &GlobalScope, py::return_value_policy::reference);
+
+  py::class_<Executor>(m, "Executor")
+      .def(py::init<std::optional<bool>>(), py::arg("use_jit") = py::none())
+      .def_property_readonly("use_jit", &Executor::use_jit)
+      .def("run", &Executor::Run, py::arg("program"), py::arg("feed"), py::arg("fetch"), py::arg("scope"));
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,177 @@
+// The dump writer (tools/dump_writer.h): kiln dump's files for any program.
+#include "tools/dump_writer.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "compiler/jit_compiler.h"
+#include "compiler/jit_dump.h"
+#include "compiler/lower.h"
+#include "framework/op_desc.h"
+#include "framework/program_io.h"
+#include "framework/shape_util.h"
+#include "framework/validate.h"
+#include "tools/dump_report.h"
+#include "tools/jit_setup.h"
+#include "tools/pipeline_setup.h"
+
+namespace kiln::tools {
+namespace {
+
+// Block 0 with concrete dims: vars no op writes before reading (feeds,
+// parameters, optimizer state) take their dims from `feed_dims`, or have -1
+// replaced by `batch`; every other var is declared afresh by shape
+// inference, op by op.
+proto::BlockDesc ConcreteBlock(const proto::BlockDesc& block, const std::map<std::string, Dims>& feed_dims,
+                               int64_t batch) {
+  std::set<std::string> written;
+  std::set<std::string> read_first;
+  for (const auto& op : block.ops()) {
+    for (const auto& s : op.inputs()) {
+      for (const auto& a : s.args()) {
+        if (!written.count(a)) read_first.insert(a);
+      }
+    }
+    for (const auto& s : op.outputs()) {
+      for (const auto& a : s.args()) written.insert(a);
+    }
+  }
+  proto::BlockDesc out = block;
+  out.clear_vars();
+  for (const auto& v : block.vars()) {
+    if (written.count(v.name()) && !read_first.count(v.name()) && !v.persistable()) continue;
+    proto::VarDesc* nv = out.add_vars();
+    *nv = v;
+    const auto given = feed_dims.find(v.name());
+    if (given != feed_dims.end()) {
+      if (!DimsCompatible(VarDims(v), given->second)) {
+        ThrowInvalidArgument("feed shape of '", v.name(), "': expected dims ", DimsToString(VarDims(v)), ", got ",
+                             DimsToString(given->second));
+      }
+      nv->clear_dims();
+      for (int64_t d : given->second) nv->add_dims(d);
+      continue;
+    }
+    for (int i = 0; i < nv->dims_size(); ++i) {
+      if (nv->dims(i) < 0) nv->set_dims(i, batch);
+    }
+  }
+  for (int i = 0; i < out.ops_size(); ++i) InferShapeAtBuild(&out, i, /*declare_outputs=*/true);
+  return out;
+}
+
+std::string OnOff(bool b) { return b ? "on" : "off"; }
+
+// "recompute_pass, build_jit_pass, inplace_pass": the passes that ran.
+std::string PassList(const PipelineOptions& options) {
+  std::string out;
+  for (const auto& pass : BuildPipeline(options)) out += (out.empty() ? "" : ", ") + std::string(pass->name());
+  return out;
+}
+
+}  // namespace
+
+std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
+  std::set<std::string> written, read, out;
+  for (const auto& op : block.ops()) {
+    for (const auto& s : op.inputs()) {
+      for (const auto& a : s.args()) {
+        const proto::VarDesc* v = FindVarDesc(block, a);
+        if (!written.count(a) && v && !v->persistable()) out.insert(a);
+        read.insert(a);
+      }
+    }
+    for (const auto& s : op.outputs()) {
+      for (const auto& a : s.args()) written.insert(a);
+    }
+  }
+  for (const auto& w : written) {
+    if (!read.count(w) && w != kEmptyVarName) out.insert(w);
+  }
+  return out;
+}
+
+DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
+  const proto::ProgramDesc& program = src.program;
+  for (const auto& [name, dims] : src.feed_dims) {
+    if (FindVarDesc(program.blocks(0), name) == nullptr) {
+      ThrowNotFound("feed shape of '", name, "': the program declares no such variable");
+    }
+  }
+  const proto::BlockDesc concrete = ConcreteBlock(program.blocks(0), src.feed_dims, src.batch);
+
+  // The pipeline kiln train would run (--recompute, --use_inplace), with
+  // build_jit_pass on whatever --use_jit says.
+  PipelineOptions options = PipelineOptionsFromFlags(src.keep);
+  options.build_jit = true;
+  BuildJitReport report;
+  options.config.build_jit_report = &report;
+  const proto::ProgramDesc after = RunPipeline(program, options);
+  RecordJitReport(report);
+
+  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
+  const jit::CompileOptions copts = compiler.options().compile;
+  std::vector<ClusterRow> rows;
+  std::vector<std::string> ids;
+  std::vector<jit::DumpFile> files;  // paths relative to --out
+  std::map<std::string, std::vector<jit::DumpFile>> cluster_files;
+  for (size_t i = 0; i < report.clusters.size(); ++i) {
+    ClusterRow row;
+    row.id = "c" + std::to_string(i);
+    row.key = report.clusters[i].key;
+    row.subgraph = &compiler.GetSubgraph(row.key);
+    jit::ShapeSignature sig;
+    for (const auto& name : row.subgraph->inputs) {
+      const proto::VarDesc* v = FindVarDesc(concrete, name);
+      KILN_CHECK(v != nullptr, "kiln dump: no concrete shape for cluster input ", name);
+      sig.inputs.push_back({FromProto(v->dtype()), VarDims(*v)});
+    }
+    if (auto obj = compiler.Compile(row.key, sig)) {
+      row.objects.push_back(obj);
+      cluster_files["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
+    } else {
+      // Compile already said why on stderr; lower again for the index.
+      try {
+        jit::Lower(row.key, *row.subgraph, sig, copts);
+        row.failure = "the compiler gave up on it (see stderr)";
+      } catch (const Error& e) {
+        row.failure = e.what();
+      }
+    }
+    ids.push_back(row.id);
+    rows.push_back(std::move(row));
+  }
+
+  std::vector<ExcludedOp> excluded;
+  for (const auto& e : report.excluded) excluded.push_back({"", e});
+  const std::string preamble =
+      "Dump of " + src.description + " for batch size " + std::to_string(src.batch) + ": ISA " +
+      IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
+      OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
+      std::to_string(options.config.build_jit.min_cluster_size) + ".\n\n" +
+      "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after the pass pipeline: " +
+      PassList(options) + "), "
+      "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
+      "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
+  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats());
+  files.push_back({"index.md", index});
+  files.push_back({"program.before.pbtxt", ProgramToText(program)});
+  files.push_back({"program.after.pbtxt", ProgramToText(after)});
+  files.push_back({"program.dot", ClusteredDot(program, report, ids)});
+
+  // Everything is rendered; now write.
+  jit::WriteDumpFiles(out_dir, files);
+  for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(out_dir + "/" + dir, fs);
+  if (std::system("command -v dot >/dev/null 2>&1") == 0) {
+    const std::string cmd = "dot -Tsvg '" + out_dir + "/program.dot' -o '" + out_dir + "/program.svg'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kiln dump: dot could not render program.svg\n");
+  }
+  DumpResult result;
+  result.explain = ExplainText(rows, excluded, compiler.stats());
+  result.clusters = cluster_files.size();
+  return result;
+}
+
+}  // namespace kiln::tools
