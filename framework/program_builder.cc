@@ -84,7 +84,10 @@ std::string ProgramBuilder::Param(const std::string& name, const Dims& dims, con
 
 std::string ProgramBuilder::Persistable(const std::string& name, const Dims& dims, float value, DataType dtype) {
   CheckNewPersistable(name);
-  Declare(*main_, name, dims, dtype)->set_persistable(true);
+  // State, not a parameter: no gradient flows into it.
+  proto::VarDesc* v = Declare(*main_, name, dims, dtype);
+  v->set_persistable(true);
+  v->set_stop_gradient(true);
   Declare(*startup_, name, dims, dtype)->set_persistable(true);
   const std::vector<int64_t> shape(dims.begin(), dims.end());
   OpBuilder fill("fill_constant");

@@ -49,5 +49,6 @@ void BindProgram(pybind11::module_& m);
 void BindExecutor(pybind11::module_& m);
 void BindFlags(pybind11::module_& m);
 void BindIo(pybind11::module_& m);
+void BindDatasets(pybind11::module_& m);
 
 }  // namespace kiln::python

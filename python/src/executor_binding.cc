@@ -34,9 +34,17 @@ Scope& GlobalScope() {
 
 class Executor {
  public:
+  // What crossed without a copy, and how often a prepared plan was reused.
+  struct Stats {
+    int64_t feeds_shared = 0, feeds_copied = 0;
+    int64_t fetches_shared = 0, fetches_copied = 0;
+    int64_t plans_prepared = 0, plan_hits = 0;
+  };
+
   explicit Executor(std::optional<bool> use_jit) : use_jit_(use_jit) {}
 
   bool use_jit() const { return use_jit_.value_or(FLAGS_use_jit); }
+  const Stats& stats() const { return stats_; }
 
   py::list Run(Program& program, const py::dict& feed, const std::vector<std::string>& fetch, Scope& scope) {
     const proto::BlockDesc& block = program.desc().blocks(0);
@@ -50,8 +58,10 @@ class Executor {
       if (v == nullptr) ThrowNotFound("feed '", name, "': the program declares no such variable");
       // A persistable var is updated in place by the program (optimizer
       // state, parameters): it gets a copy, never the caller's memory.
-      Tensor t = TensorFromPython(value, FromProto(v->dtype()), !v->persistable(), "feed '" + name + "'");
+      Binding how;
+      Tensor t = TensorFromPython(value, FromProto(v->dtype()), !v->persistable(), "feed '" + name + "'", &how);
       FeedTensor(block, scope, name, t, /*share=*/true);  // checks dims
+      ++(how == Binding::kShared ? stats_.feeds_shared : stats_.feeds_copied);
       if (!v->persistable()) fed.insert(name);
     }
     Prepared& prepared = Prepare(program, fed, fetch);
@@ -64,7 +74,7 @@ class Executor {
     std::map<std::string, py::array> fetched;  // a name fetched twice is one array
     for (const auto& f : fetch) {
       auto it = fetched.find(f);
-      if (it == fetched.end()) it = fetched.emplace(f, Fetch(block, scope, f, fed.count(f) > 0)).first;
+      if (it == fetched.end()) it = fetched.emplace(f, Fetch(block, scope, f, fed.count(f) > 0, &stats_)).first;
       out.append(it->second);
     }
     // Fed buffers belong to the caller: let go of them now.
@@ -85,8 +95,10 @@ class Executor {
     for (auto it = cache_.begin(); it != cache_.end(); ++it) {
       if (it->first != key) continue;
       cache_.splice(cache_.begin(), cache_, it);
+      ++stats_.plan_hits;
       return *cache_.front().second;
     }
+    ++stats_.plans_prepared;
     std::set<std::string> keep(fed.begin(), fed.end());
     keep.insert(fetch.begin(), fetch.end());
     PipelineOptions options = tools::PipelineOptionsFromFlags(keep);
@@ -102,7 +114,8 @@ class Executor {
   // A fetched intermediate is handed over without a copy: the array takes the
   // buffer and the scope lets go of it, so the next run writes a new one. A
   // persistable var (updated in place by the next step) or a fed var is copied.
-  static py::array Fetch(const proto::BlockDesc& block, Scope& scope, const std::string& name, bool was_fed) {
+  static py::array Fetch(const proto::BlockDesc& block, Scope& scope, const std::string& name, bool was_fed,
+                         Stats* stats) {
     Variable* var = scope.FindVar(name);
     if (var == nullptr || !var->Get().initialized()) {
       ThrowInvalidArgument("fetch '", name, "': no op wrote it and it was not fed");
@@ -114,11 +127,13 @@ class Executor {
                        var->Get().use_count() == 1;
     py::array a = ArrayFromTensor(var->Get(), share);
     if (share) var->GetMutable()->Clear();
+    ++(share ? stats->fetches_shared : stats->fetches_copied);
     return a;
   }
 
   static constexpr size_t kCacheSize = 8;
   std::optional<bool> use_jit_;
+  Stats stats_;
   std::list<std::pair<Key, std::unique_ptr<Prepared>>> cache_;
 };
 
@@ -158,6 +173,18 @@ void BindExecutor(py::module_& m) {
   py::class_<Executor>(m, "Executor")
       .def(py::init<std::optional<bool>>(), py::arg("use_jit") = py::none())
       .def_property_readonly("use_jit", &Executor::use_jit)
+      .def("stats",
+           [](const Executor& e) {
+             const Executor::Stats& s = e.stats();
+             py::dict d;
+             d["feeds_shared"] = s.feeds_shared;
+             d["feeds_copied"] = s.feeds_copied;
+             d["fetches_shared"] = s.fetches_shared;
+             d["fetches_copied"] = s.fetches_copied;
+             d["plans_prepared"] = s.plans_prepared;
+             d["plan_hits"] = s.plan_hits;
+             return d;
+           })
       .def("run", &Executor::Run, py::arg("program"), py::arg("feed"), py::arg("fetch"), py::arg("scope"));
 }
 
