@@ -19,7 +19,10 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libxbyak-dev libprotobuf-dev protobuf-compiler
   libboost-graph-dev libgflags-dev libzydis-dev zlib1g-dev libgtest-dev libbenchmark-dev
   dataset-fashion-mnist python3-numpy time nlohmann-json3-dev libssl-dev
+  pybind11-dev python3-dev
 )
+# The PyTorch parity test and the benchmarks' peer (tests skip without it).
+if [ "$mode" = "--test" ]; then packages+=(python3-torch); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
