@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <tuple>
@@ -47,6 +48,14 @@ class Executor {
   const Stats& stats() const { return stats_; }
 
   py::list Run(Program& program, const py::dict& feed, const std::vector<std::string>& fetch, Scope& scope) {
+    // One run at a time per executor (its plans are bound to a scope while
+    // they run). Wait without the GIL: the run holding the lock needs it to
+    // finish.
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    {
+      py::gil_scoped_release release;
+      lock.lock();
+    }
     const proto::BlockDesc& block = program.desc().blocks(0);
     for (const auto& f : fetch) {
       if (FindVarDesc(block, f) == nullptr) ThrowNotFound("fetch '", f, "': the program declares no such variable");
@@ -133,6 +142,7 @@ class Executor {
 
   static constexpr size_t kCacheSize = 8;
   std::optional<bool> use_jit_;
+  std::mutex mu_;
   Stats stats_;
   std::list<std::pair<Key, std::unique_ptr<Prepared>>> cache_;
 };

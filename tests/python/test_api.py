@@ -5,6 +5,7 @@ with PYTHONPATH=build/python and KILN_BINARY set."""
 import os
 import subprocess
 import tempfile
+import threading
 import unittest
 
 import numpy as np
@@ -178,6 +179,27 @@ class ExecutorTest(unittest.TestCase):
         with self.assertRaises(kiln.Error) as e:
             exe.run(main, feed={"x": xs, "label": bad}, fetch_list=[loss])
         self.assertIn("label 7 at row 3 is out of range [0, 3)", str(e.exception))
+
+    def test_threads_share_an_executor(self):
+        main, startup, x, label, logits, loss = mlp()
+        exe = kiln.Executor(use_jit=True)
+        scopes = [kiln.Scope() for _ in range(4)]
+        for s in scopes:
+            exe.run(startup, scope=s)
+        xs, ys = batch(32)
+        results = {}
+
+        def train(i):
+            results[i] = [exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[loss], scope=scopes[i])[0][0]
+                          for _ in range(20)]
+
+        threads = [threading.Thread(target=train, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in range(1, 4):
+            self.assertEqual(results[i], results[0])
 
     def test_feeds_from_lists_are_converted(self):
         main, startup = kiln.Program(), kiln.Program()
