@@ -69,8 +69,8 @@ TEST(ClipOpTest, GradPassesStrictlyInsideTheBounds) {
   const std::vector<double> want = {0, 0, 3, 4, 5, 0, 0, 0, 0, 0};
   const std::vector<double> dy = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   for (DataType dtype : {DataType::kFP32, DataType::kFP64}) {
-    auto scope = RunOp(ClipGradOp(-1, 1.5f), {{"x", test::CastTo(Doubles({10}, x), dtype)},
-                                              {"dy", test::CastTo(Doubles({10}, dy), dtype)}});
+    auto scope = RunOp(ClipGradOp(-1, 1.5f),
+                       {{"x", test::CastTo(Doubles({10}, x), dtype)}, {"dy", test::CastTo(Doubles({10}, dy), dtype)}});
     EXPECT_EQ(CompareTensors(scope->GetVar("dx")->Get(), test::CastTo(Doubles({10}, want), dtype), 0, 0), "");
   }
   // min == max: constant output, no gradient anywhere.
@@ -99,7 +99,9 @@ TEST(ClipOpTest, Errors) {
   EXPECT_NE(msg.find("expected min <= max"), std::string::npos) << msg;
   msg = ErrorOf([&] { RunOp(ClipOp(std::nanf(""), 1), {{"x", x}}); });
   EXPECT_NE(msg.find("expected min <= max"), std::string::npos) << msg;
-  msg = ErrorOf([&] { RunOp(OpBuilder("clip").In("X", {"x"}).Out("Out", {"y"}).Attr("max", 1.0f).Build(), {{"x", x}}); });
+  msg = ErrorOf([&] {
+    RunOp(OpBuilder("clip").In("X", {"x"}).Out("Out", {"y"}).Attr("max", 1.0f).Build(), {{"x", x}});
+  });
   EXPECT_NE(msg.find("min"), std::string::npos) << msg;
   msg = ErrorOf([&] { RunOp(ClipOp(0, 1), {{"x", test::Int64Tensor({2}, {1, 2})}}); });
   EXPECT_NE(msg.find("input X: expected dtype f32 or f64, got i64"), std::string::npos) << msg;
@@ -172,8 +174,7 @@ TEST(LogSoftmaxOpTest, GradMatchesFiniteDifferences) {
   std::mt19937 rng(13);
   const std::vector<std::pair<Dims, int64_t>> cases = {{{1, 1}, -1}, {{7, 5}, -1}, {{2, 7, 3}, 1}, {{3, 4}, 0}};
   for (const auto& [dims, axis] : cases) {
-    EXPECT_EQ(CheckGrad(LogSoftmaxOp(axis), {{"x", RandomTensor(dims, DataType::kFP64, rng, -3, 3)}}, {"x"}, {"y"}),
-              "")
+    EXPECT_EQ(CheckGrad(LogSoftmaxOp(axis), {{"x", RandomTensor(dims, DataType::kFP64, rng, -3, 3)}}, {"x"}, {"y"}), "")
         << DimsToString(dims) << " axis " << axis;
   }
 }
@@ -226,7 +227,8 @@ Tensor NaiveCausal(const Tensor& x) {
     for (int64_t j = 0; j <= i; ++j) m = std::max<long double>(m, ValueAt(x, r * s + j));
     for (int64_t j = 0; j <= i; ++j) sum += std::exp(ValueAt(x, r * s + j) - m);
     for (int64_t j = 0; j < s; ++j) {
-      out.mutable_data<double>()[r * s + j] = j <= i ? static_cast<double>(std::exp(ValueAt(x, r * s + j) - m) / sum) : 0;
+      out.mutable_data<double>()[r * s + j] =
+          j <= i ? static_cast<double>(std::exp(ValueAt(x, r * s + j) - m) / sum) : 0;
     }
   }
   return out;
@@ -278,8 +280,7 @@ TEST(CausalSoftmaxOpTest, GradMatchesFiniteDifferencesAndMaskedEntriesGetZero) {
                               .In("Out@GRAD", {"dy"})
                               .Out("X@GRAD", {"dx"})
                               .Build();
-  const Tensor dx =
-      RunOp(g, {{"y", y}, {"dy", RandomTensor({s, s}, DataType::kFP64, rng)}})->GetVar("dx")->Get();
+  const Tensor dx = RunOp(g, {{"y", y}, {"dy", RandomTensor({s, s}, DataType::kFP64, rng)}})->GetVar("dx")->Get();
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t j = i + 1; j < s; ++j) EXPECT_EQ(ValueAt(dx, i * s + j), 0.0) << i << "," << j;
   }

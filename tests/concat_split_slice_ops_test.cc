@@ -196,12 +196,9 @@ TEST(SplitOpTest, NumAndSectionsMatchGather) {
     std::vector<int64_t> sections;
     std::vector<int64_t> sizes;
   };
-  const std::vector<Case> cases = {{{6}, 0, 3, {}, {2, 2, 2}},
-                                   {{4, 9}, 1, 3, {}, {3, 3, 3}},
-                                   {{4, 9}, -1, 0, {2, 7}, {2, 7}},
-                                   {{4, 9}, -1, 0, {2, -1, 3}, {2, 4, 3}},
-                                   {{5, 2, 3}, 0, 0, {-1, 1}, {4, 1}},
-                                   {{3, 8, 5}, 1, 0, {1, 0, 7}, {1, 0, 7}},
+  const std::vector<Case> cases = {{{6}, 0, 3, {}, {2, 2, 2}},         {{4, 9}, 1, 3, {}, {3, 3, 3}},
+                                   {{4, 9}, -1, 0, {2, 7}, {2, 7}},    {{4, 9}, -1, 0, {2, -1, 3}, {2, 4, 3}},
+                                   {{5, 2, 3}, 0, 0, {-1, 1}, {4, 1}}, {{3, 8, 5}, 1, 0, {1, 0, 7}, {1, 0, 7}},
                                    {{2, 3, 4}, 2, 1, {}, {4}}};
   for (const Case& c : cases) {
     for (DataType dtype : {DataType::kFP32, DataType::kFP64, DataType::kINT64}) {
@@ -241,8 +238,7 @@ TEST(SplitOpTest, Errors) {
   std::string msg = run(SplitOp(2, 1, 2, {}));
   EXPECT_NE(msg.find("input X [4,9]: dim 9 on axis 1 does not split into 2 equal parts"), std::string::npos) << msg;
   msg = run(SplitOp(2, 1, 0, {2, 3}));
-  EXPECT_NE(msg.find("attribute 'sections' [2,3] sums to 5, input X [4,9] has 9 on axis 1"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("attribute 'sections' [2,3] sums to 5, input X [4,9] has 9 on axis 1"), std::string::npos) << msg;
   msg = run(SplitOp(2, 1, 0, {10, -1}));
   EXPECT_NE(msg.find("sums to 10 (without the -1), input X [4,9] has 9 on axis 1"), std::string::npos) << msg;
   msg = run(SplitOp(2, 1, 0, {-1, -1}));
@@ -355,13 +351,13 @@ TEST(SliceOpTest, RandomSlicesMatchPythonSemantics) {
 TEST(SliceOpTest, NamedCases) {
   const Tensor x = Iota({4, 5}, DataType::kFP32, 0);
   auto dims = [&](const proto::OpDesc& op) { return RunOp(op, {{"x", x}})->GetVar("y")->Get().dims(); };
-  EXPECT_EQ(dims(SliceOp({1}, {-3}, {100})), (Dims{4, 3}));            // x[:, -3:]
-  EXPECT_EQ(dims(SliceOp({0}, {-100}, {2})), (Dims{2, 5}));            // start clamped to 0
-  EXPECT_EQ(dims(SliceOp({0, 1}, {1, 1}, {-1, -1})), (Dims{2, 3}));    // x[1:-1, 1:-1]
-  EXPECT_EQ(dims(SliceOp({1}, {3}, {2})), (Dims{4, 0}));               // end <= start: empty
-  EXPECT_EQ(dims(SliceOp({0}, {2}, {3}, {0})), (Dims{5}));             // x[2]
+  EXPECT_EQ(dims(SliceOp({1}, {-3}, {100})), (Dims{4, 3}));              // x[:, -3:]
+  EXPECT_EQ(dims(SliceOp({0}, {-100}, {2})), (Dims{2, 5}));              // start clamped to 0
+  EXPECT_EQ(dims(SliceOp({0, 1}, {1, 1}, {-1, -1})), (Dims{2, 3}));      // x[1:-1, 1:-1]
+  EXPECT_EQ(dims(SliceOp({1}, {3}, {2})), (Dims{4, 0}));                 // end <= start: empty
+  EXPECT_EQ(dims(SliceOp({0}, {2}, {3}, {0})), (Dims{5}));               // x[2]
   EXPECT_EQ(dims(SliceOp({0, 1}, {2, -1}, {3, 5}, {0, 1})), (Dims{1}));  // x[2, -1]: all dims dropped
-  EXPECT_EQ(dims(SliceOp({}, {}, {})), (Dims{4, 5}));                  // no axes: a copy
+  EXPECT_EQ(dims(SliceOp({}, {}, {})), (Dims{4, 5}));                    // no axes: a copy
   const Tensor y = RunOp(SliceOp({0, 1}, {2, -1}, {3, 5}, {0, 1}), {{"x", x}})->GetVar("y")->Get();
   EXPECT_EQ(ValueAt(y, 0), 14.0);
 }
@@ -396,15 +392,15 @@ TEST(SliceOpTest, Errors) {
 
 TEST(SliceOpTest, GradMatchesFiniteDifferences) {
   std::mt19937 rng(7);
-  const std::vector<std::tuple<Dims, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                               std::vector<int64_t>>>
+  const std::vector<
+      std::tuple<Dims, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>>
       cases = {{{7, 5}, {0}, {1}, {-2}, {}},
                {{3, 7, 5}, {1, 2}, {-4, 0}, {100, 3}, {}},
                {{3, 7, 5}, {0, 2}, {1, -1}, {2, 5}, {0, 2}},
                {{9}, {0}, {-100}, {4}, {}}};
   for (const auto& [dims, axes, starts, ends, decrease] : cases) {
-    EXPECT_EQ(CheckGrad(SliceOp(axes, starts, ends, decrease), {{"x", RandomTensor(dims, DataType::kFP64, rng)}},
-                        {"x"}, {"y"}),
+    EXPECT_EQ(CheckGrad(SliceOp(axes, starts, ends, decrease), {{"x", RandomTensor(dims, DataType::kFP64, rng)}}, {"x"},
+                        {"y"}),
               "")
         << DimsToString(dims);
   }
