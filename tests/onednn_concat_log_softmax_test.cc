@@ -66,9 +66,13 @@ std::map<std::string, Tensor> Inputs(const std::vector<Dims>& dims, DataType dty
 }
 
 TEST(OneDnnConcatTest, MatchesReference) {
-  const std::vector<std::pair<std::vector<Dims>, int64_t>> cases = {
-      {{{7, 17}, {7, 1}, {7, 33}}, 1}, {{{1, 5}, {3, 5}}, 0},        {{{2, 3, 4, 5}, {2, 3, 1, 5}}, 2},
-      {{{2, 3, 5}, {2, 3, 7}}, -1},    {{{17}, {1}, {16}, {33}}, 0}, {{{4, 9}}, 1}};
+  const std::vector<std::pair<std::vector<Dims>, int64_t>> cases = {{{{7, 17}, {7, 1}, {7, 33}}, 1},
+                                                                    {{{1, 5}, {3, 5}}, 0},
+                                                                    {{{2, 3, 4, 5}, {2, 3, 1, 5}}, 2},
+                                                                    {{{2, 3, 5}, {2, 3, 7}}, -1},
+                                                                    {{{17}, {1}, {16}, {33}}, 0},
+                                                                    {{{4, 9}}, 1},
+                                                                    {{{2, 3, 5, 5}, {2, 8, 5, 5}, {2, 1, 5, 5}}, 1}};
   for (const auto& [dims, axis] : cases) ExpectParity(ConcatOp(dims.size(), axis), Inputs(dims), Expect::kOneDnn);
 }
 

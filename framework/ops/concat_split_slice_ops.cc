@@ -345,7 +345,9 @@ void RegisterConcatSplit(OpRegistry& r) {
   const std::vector<AttrDef> axis = {{"axis", AttrKind::kInt, Attribute(int64_t{0})}};
   OpInfo concat;
   concat.type = "concat";
-  concat.doc = "Out = the X args joined along axis (negative counts from the end); other dims must agree";
+  concat.doc =
+      "Out = the X args joined along axis (negative counts from the end); every other dim must agree; any dtype "
+      "(one for all args)";
   concat.inputs = {several};
   concat.outputs = {{"Out"}};
   concat.attrs = axis;
@@ -359,7 +361,7 @@ void RegisterConcatSplit(OpRegistry& r) {
 
   OpInfo concat_grad;
   concat_grad.type = "concat_grad";
-  concat_grad.doc = "Gradient of concat: each X@GRAD is the slice of Out@GRAD its X filled";
+  concat_grad.doc = "Gradient of concat: each X@GRAD is the slice of Out@GRAD its X filled (X read for its dims only)";
   concat_grad.inputs = {several, {kOutGrad, false, true}};
   concat_grad.outputs = {{GradVarName("X"), true, true}};
   concat_grad.attrs = axis;
@@ -371,7 +373,9 @@ void RegisterConcatSplit(OpRegistry& r) {
 
   OpInfo split;
   split.type = "split";
-  split.doc = "Out = X cut along axis into num equal parts, or parts of the sizes in sections (one -1 is inferred)";
+  split.doc =
+      "Out = X cut along axis into num equal parts (num must divide the dim), or into parts of the sizes in sections "
+      "(one -1 is inferred; they must sum to the dim); one Out arg per part; any dtype";
   split.inputs = {{"X"}};
   split.outputs = {{"Out", true, false}};
   split.attrs = SplitAttrs();
@@ -405,7 +409,8 @@ void RegisterConcatSplitSliceOps(OpRegistry& r) {
   slice.type = "slice";
   slice.doc =
       "Out = Input[starts:ends] on each of axes (step 1; numpy bounds: negative counts from the end, "
-      "clamped to the dim, empty when end <= start); decrease_axis dims (size 1) are dropped";
+      "clamped to the dim, empty when end <= start); the decrease_axis dims (size 1 after slicing) are dropped, "
+      "[1] when none is left; any dtype";
   slice.inputs = {{"Input"}};
   slice.outputs = {{"Out"}};
   slice.attrs = SliceAttrs();
