@@ -421,6 +421,39 @@ TEST(SliceOpTest, GradPlacesOutGradInZeros) {
   EXPECT_EQ(CompareTensors(scope->GetVar("dx")->Get(), test::FloatTensor({2, 4}, {0, 1, 2, 0, 0, 3, 4, 0}), 0, 0), "");
 }
 
+// The grads copy bytes: an out-grad of another dtype than the forward input is refused.
+TEST(ConcatSplitSliceTest, GradsRefuseOutGradsOfAnotherDtype) {
+  const Tensor x = Iota({2, 4}, DataType::kFP32, 0);
+  const Tensor g = Iota({2, 4}, DataType::kFP64, 0);
+  std::string msg = ErrorOf([&] {
+    RunOp(OpBuilder("concat_grad").In("X", {"x"}).In("Out@GRAD", {"g"}).Out("X@GRAD", {"dx"}).Build(),
+          {{"x", x}, {"g", g}});
+  });
+  EXPECT_NE(msg.find("input Out@GRAD: expected dtype f32 (as X), got f64"), std::string::npos) << msg;
+  msg = ErrorOf([&] {
+    RunOp(OpBuilder("split_grad")
+              .In("X", {"x"})
+              .In("Out@GRAD", {"g0", "g1"})
+              .Out("X@GRAD", {"dx"})
+              .Attr("num", int64_t{2})
+              .Build(),
+          {{"x", x}, {"g0", Iota({1, 4}, DataType::kFP32, 0)}, {"g1", Iota({1, 4}, DataType::kFP64, 0)}});
+  });
+  EXPECT_NE(msg.find("input Out@GRAD[1]: expected dtype f32 (as X), got f64"), std::string::npos) << msg;
+  msg = ErrorOf([&] {
+    RunOp(OpBuilder("slice_grad")
+              .In("Input", {"x"})
+              .In("Out@GRAD", {"g"})
+              .Out("Input@GRAD", {"dx"})
+              .Attr("axes", std::vector<int64_t>{})
+              .Attr("starts", std::vector<int64_t>{})
+              .Attr("ends", std::vector<int64_t>{})
+              .Build(),
+          {{"x", x}, {"g", g}});
+  });
+  EXPECT_NE(msg.find("input Out@GRAD: expected dtype f32 (as Input), got f64"), std::string::npos) << msg;
+}
+
 TEST(ConcatSplitSliceTest, AreLayoutOpsForTheJit) {
   for (const char* type : {"concat", "concat_grad", "split", "split_grad", "slice", "slice_grad"}) {
     EXPECT_EQ(OpRegistry::Global().Get(type).jit, JitLowering::kLayout) << type;

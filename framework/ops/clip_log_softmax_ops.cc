@@ -25,7 +25,7 @@ const std::string kXGrad = GradVarName("X");
 void InferLike(InferShapeContext& ctx, const std::string& src, const std::string& out) {
   const DataType dtype = ops_b::CheckFloatInput(ctx, src);
   const Dims dims = ctx.InputDims(src);
-  if (ctx.HasInput(kOutGrad) && src != kOutGrad) {
+  if (ctx.HasInput(kOutGrad)) {
     ops_b::CheckSameDtype(ctx, kOutGrad, dtype, src);
     if (!DimsCompatible(ctx.InputDims(kOutGrad), dims)) {
       ctx.Fail("input ", kOutGrad, ": expected dims ", DimsToString(dims), " (as ", src, "), got ",

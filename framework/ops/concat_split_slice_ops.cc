@@ -20,12 +20,22 @@ const std::string kOutGrad = GradVarName("Out");
 // "X[2]": an arg of a duplicable slot, for messages.
 std::string ArgLabel(const std::string& slot, size_t k) { return slot + "[" + std::to_string(k) + "]"; }
 
+// Fails unless input `slot`[k] has dtype `want` (the dtype of `want_slot`):
+// the grads copy bytes, so an out-grad of another dtype would be misread.
+void CheckDtype(const InferShapeContext& ctx, const std::string& slot, size_t k, DataType want, const char* want_slot) {
+  const DataType got = ctx.InputDtype(slot, k);
+  if (got != want) {
+    ctx.Fail("input ", ctx.InputCount(slot) > 1 ? ArgLabel(slot, k) : slot, ": expected dtype ", DataTypeName(want),
+             " (as ", want_slot, "), got ", DataTypeName(got));
+  }
+}
+
 // ---- concat --------------------------------------------------------------------------
 
 // Checks X's args (present, one dtype, one rank, equal dims except on the
-// axis) and returns {Out's dims, the axis}; Out's axis dim is -1 when any
-// input's is unknown.
-std::pair<Dims, int64_t> ConcatDims(const InferShapeContext& ctx) {
+// axis) and returns Out's dims; Out's axis dim is -1 when any input's is
+// unknown.
+Dims ConcatDims(const InferShapeContext& ctx) {
   const size_t n = ctx.InputCount("X");
   if (n == 0) ctx.Fail("input X: expected at least one arg, got none");
   for (size_t k = 0; k < n; ++k) {
@@ -49,21 +59,23 @@ std::pair<Dims, int64_t> ConcatDims(const InferShapeContext& ctx) {
     }
     out[axis] = out[axis] < 0 || x[axis] < 0 ? -1 : out[axis] + x[axis];
   }
-  return {out, axis};
+  return out;
 }
 
-void ConcatInferShape(InferShapeContext& ctx) { ctx.SetOutput("Out", ConcatDims(ctx).first, ctx.InputDtype("X", 0)); }
+void ConcatInferShape(InferShapeContext& ctx) { ctx.SetOutput("Out", ConcatDims(ctx), ctx.InputDtype("X", 0)); }
 
 void ConcatGradInferShape(InferShapeContext& ctx) {
-  const Dims out = ConcatDims(ctx).first;
+  const Dims out = ConcatDims(ctx);
+  if (ctx.HasInput(kOutGrad)) CheckDtype(ctx, kOutGrad, 0, ctx.InputDtype("X", 0), "X");
   if (ctx.HasInput(kOutGrad) && !DimsCompatible(ctx.InputDims(kOutGrad), out)) {
     ctx.Fail("input ", kOutGrad, ": expected dims ", DimsToString(out), " (X concatenated), got ",
              DimsToString(ctx.InputDims(kOutGrad)));
   }
   const std::string dx = GradVarName("X");
   const size_t n = ctx.InputCount("X");
-  if (ctx.OutputCount(dx) != n)
+  if (ctx.OutputCount(dx) != n) {
     ctx.Fail("output ", dx, ": expected ", n, " args (one per X), got ", ctx.OutputCount(dx));
+  }
   for (size_t k = 0; k < n; ++k) {
     if (!ctx.HasOutput(dx, k)) continue;
     ctx.SetOutputDims(dx, k, ctx.InputDims("X", k));
@@ -112,10 +124,10 @@ void ConcatGradKernel(ExecContext& ctx) {
 
 // ---- split ---------------------------------------------------------------------------
 
-// The sizes of split's `outs` parts of X (dims `x`) along `axis`, from num
-// (equal parts) or sections (one -1 inferred). A size that depends on an
+// The sizes of split's parts of X (dims `x`) along `axis`, from num (equal
+// parts) or sections (one -1 inferred); `outs` is the arg count of `slot`
+// (Out, or split_grad's Out@GRAD), one per part. A size that depends on an
 // unknown (-1) dim is -1.
-// `outs` is the arg count of `slot` (Out, or split_grad's Out@GRAD).
 template <typename Ctx>
 std::vector<int64_t> SplitSizes(const Ctx& ctx, const Dims& x, int64_t axis, const std::string& slot, size_t outs) {
   const int64_t num = ctx.template Attr<int64_t>("num");
@@ -140,8 +152,9 @@ std::vector<int64_t> SplitSizes(const Ctx& ctx, const Dims& x, int64_t axis, con
   std::vector<int64_t> sizes = sections;
   int64_t inferred = -1, known = 0;
   for (size_t k = 0; k < sections.size(); ++k) {
-    if (sections[k] == -1 && inferred >= 0)
+    if (sections[k] == -1 && inferred >= 0) {
       ctx.Fail("attribute 'sections' ", DimsToString(sections), " has more than one -1");
+    }
     if (sections[k] < -1) ctx.Fail("attribute 'sections' ", DimsToString(sections), ": entry ", k, " is ", sections[k]);
     if (sections[k] == -1) inferred = static_cast<int64_t>(k);
     if (sections[k] >= 0) known += sections[k];
@@ -181,6 +194,7 @@ void SplitGradInferShape(InferShapeContext& ctx) {
   const std::vector<int64_t> sizes = n == 0 ? std::vector<int64_t>{} : SplitSizes(ctx, x, axis, kOutGrad, n);
   for (size_t k = 0; k < n; ++k) {
     if (!ctx.HasInput(kOutGrad, k)) continue;
+    CheckDtype(ctx, kOutGrad, k, ctx.InputDtype("X"), "X");
     Dims part = x;
     part[axis] = sizes[k];
     if (!DimsCompatible(ctx.InputDims(kOutGrad, k), part)) {
@@ -302,6 +316,7 @@ void SliceGradInferShape(InferShapeContext& ctx) {
   const Dims in = ctx.InputDims("Input");
   if (in.empty()) ctx.Fail("input Input: expected rank >= 1, got ", DimsToString(in));
   const SliceGeometry g = SliceOf(ctx, in);
+  if (ctx.HasInput(kOutGrad)) CheckDtype(ctx, kOutGrad, 0, ctx.InputDtype("Input"), "Input");
   if (ctx.HasInput(kOutGrad) && !DimsCompatible(ctx.InputDims(kOutGrad), g.out)) {
     ctx.Fail("input ", kOutGrad, ": expected dims ", DimsToString(g.out), " (the slice of Input ", DimsToString(in),
              "), got ", DimsToString(ctx.InputDims(kOutGrad)));
