@@ -6,7 +6,8 @@
 // - a small causal-attention program with its backward and sgd steps: every
 //   one of these ops joins a cluster (none breaks one apart), clip is fused
 //   into a generated kernel, and training steps with the JIT on (both launch
-//   modes, both ISAs) give the losses and parameters of the JIT off.
+//   modes, both ISAs, with and without oneDNN) give the losses and
+//   parameters of the JIT off.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -234,10 +235,15 @@ TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
 
   const Trace off = Train(program, 4);
   for (Isa isa : TestedIsas()) {
-    for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-      SCOPED_TRACE(std::string(IsaName(isa)) + (mode == jit::LaunchMode::kRuntime ? " runtime" : " executor"));
+    // Without oneDNN too: concat, split_grad and log_softmax then run their
+    // reference kernels in the cluster.
+    for (int variant = 0; variant < 3; ++variant) {
+      const auto mode = variant == 1 ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime;
+      SCOPED_TRACE(std::string(IsaName(isa)) + (variant == 1 ? " executor" : " runtime") +
+                   (variant == 2 ? " without oneDNN" : ""));
       jit::JitCompilerOptions options = saved_;
       options.compile.isa = isa;
+      options.compile.use_onednn = variant != 2;
       jit::JitCompiler::Instance().Configure(options);
       jit::JitCompiler::Instance().ClearCache();
       jit::SetLaunchMode(mode);
