@@ -150,7 +150,11 @@ TEST(ConcatOpTest, Errors) {
   msg = run(ConcatOp(2, 0), {a, RandomTensor({2, 3}, DataType::kFP64, rng)});
   EXPECT_NE(msg.find("input X[1]: expected dtype f32 (as X[0]), got f64"), std::string::npos) << msg;
   msg = ErrorOf([] { RunOp(OpBuilder("concat").Out("Out", {"y"}).Build(), {}); });
-  EXPECT_NE(msg.find("concat"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing input slot 'X'"), std::string::npos) << msg;
+  msg = ErrorOf([&] {
+    RunOp(OpBuilder("concat").In("X", {"x0", kEmptyVarName}).Out("Out", {"y"}).Build(), {{"x0", a}});
+  });
+  EXPECT_NE(msg.find("input X[1] is @EMPTY@"), std::string::npos) << msg;
 }
 
 TEST(ConcatOpTest, GradMatchesFiniteDifferences) {
