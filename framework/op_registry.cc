@@ -57,6 +57,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterShapeOps(r);
   RegisterFillOps(r);
   RegisterOptimizerOps(r);
+  RegisterConcatSplitSliceOps(r);
+  RegisterClipLogSoftmaxOps(r);
   AttachOneDnnKernels(r);
 }
 

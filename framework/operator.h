@@ -176,7 +176,8 @@ enum class JitLowering {
   kOneDnn,       // a oneDNN anchor primitive (matmul, conv, softmax, ...)
   kReduction,    // reduction (oneDNN reduction or generated)
   kOptimizer,    // parameter update, fusable as elementwise
-  kLayout,       // reshape/transpose: a view or a copy
+  kLayout,       // reshape/transpose: a view or a copy; concat/split/slice: their kernels
+  kFramework,    // clustered, runs its framework reference kernel inside the cluster
 };
 const char* JitLoweringName(JitLowering j);
 

@@ -359,6 +359,9 @@ std::vector<UnaryCase> UnaryCases() {
        -3, 3, kExact},
       {"scale bias before",
        op("scale").Attr("scale", -2.5f).Attr("bias", 0.25f).Attr("bias_after_scale", false).Build(), -3, 3, kExact},
+      // Bounds inside the range of X: both clamps and the pass-through band
+      // are hit (NaN, infinities and X exactly at a bound: jit_clip_softmax_test).
+      {"clip", op("clip").Attr("min", -1.25f).Attr("max", 2.0f).Build(), -3, 3, kExact},
   };
 }
 

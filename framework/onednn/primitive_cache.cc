@@ -24,6 +24,9 @@ const char* PrimitiveKindName(PrimitiveKind kind) {
     case PrimitiveKind::kBinary: return "binary";
     case PrimitiveKind::kSum: return "sum";
     case PrimitiveKind::kReduction: return "reduction";
+    case PrimitiveKind::kConcat: return "concat";
+    case PrimitiveKind::kLogSoftmaxForward: return "logsoftmax_fwd";
+    case PrimitiveKind::kLogSoftmaxBackward: return "logsoftmax_bwd";
   }
   return "?";
 }

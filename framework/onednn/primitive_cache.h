@@ -39,6 +39,9 @@ enum class PrimitiveKind : uint8_t {
   kBinary,
   kSum,
   kReduction,
+  kConcat,
+  kLogSoftmaxForward,
+  kLogSoftmaxBackward,
 };
 const char* PrimitiveKindName(PrimitiveKind kind);
 
@@ -70,7 +73,7 @@ struct PrimitiveKey {
   int algorithm = 0;       // dnnl::algorithm (eltwise, pooling, binary); 0 when unused
   bool transpose_a = false;  // matmul: src stored as [..., K, M]
   bool transpose_b = false;  // matmul: weights stored as [..., N, K]
-  int64_t axis = 0;          // softmax axis, layer_norm begin_norm_axis
+  int64_t axis = 0;          // softmax/logsoftmax/concat axis, layer_norm begin_norm_axis
   int64_t groups = 1;        // convolution groups
   Dims kernel;               // pooling window
   Dims strides;

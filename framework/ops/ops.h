@@ -15,5 +15,7 @@ void RegisterReduceOps(OpRegistry& r);       // mean, reduce_sum, reduce_mean, s
 void RegisterShapeOps(OpRegistry& r);        // reshape2, transpose2 (+grads)
 void RegisterFillOps(OpRegistry& r);         // fill_constant, uniform_random
 void RegisterOptimizerOps(OpRegistry& r);    // sgd, momentum, adam
+void RegisterConcatSplitSliceOps(OpRegistry& r);  // concat, split, slice (+grads)
+void RegisterClipLogSoftmaxOps(OpRegistry& r);    // clip, log_softmax, fused_softmax_mask_upper_triangle (+grads)
 
 }  // namespace kiln
