@@ -57,6 +57,9 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterShapeOps(r);
   RegisterFillOps(r);
   RegisterOptimizerOps(r);
+  RegisterBatchNormOps(r);
+  RegisterLookupTableOps(r);
+  RegisterDropoutOps(r);
   AttachOneDnnKernels(r);
 }
 

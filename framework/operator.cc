@@ -13,6 +13,7 @@ const char* JitLoweringName(JitLowering j) {
     case JitLowering::kReduction: return "reduction";
     case JitLowering::kOptimizer: return "optimizer";
     case JitLowering::kLayout: return "layout";
+    case JitLowering::kFramework: return "framework";
   }
   return "?";
 }

@@ -36,7 +36,8 @@ int OpsMarkdown(const OpRegistry& r) {
       "docs/ops.md`). The exact semantics of each op are in OPS.md.\n\n"
       "Slots: `NAME...` takes several vars, `NAME?` is optional. Kernels: `reference` C++ for every op, `onednn` "
       "where a oneDNN kernel exists. In-place: input slot -> output slot pairs that may share a buffer. JIT: how "
-      "build_jit_pass and the compiler lower it (`none`: never clustered).\n\n"
+      "build_jit_pass and the compiler lower it (`none`: never clustered; `framework`: clustered, runs its "
+      "framework kernel inside the cluster).\n\n"
       "| op | inputs | outputs | attributes (default) | kernels | grad | in-place | JIT | description |\n"
       "|---|---|---|---|---|---|---|---|---|\n",
       r.Types().size());

@@ -24,6 +24,8 @@ const char* PrimitiveKindName(PrimitiveKind kind) {
     case PrimitiveKind::kBinary: return "binary";
     case PrimitiveKind::kSum: return "sum";
     case PrimitiveKind::kReduction: return "reduction";
+    case PrimitiveKind::kBatchNormForward: return "batch_norm_fwd";
+    case PrimitiveKind::kBatchNormBackward: return "batch_norm_bwd";
   }
   return "?";
 }

@@ -15,5 +15,8 @@ void RegisterReduceOps(OpRegistry& r);       // mean, reduce_sum, reduce_mean, s
 void RegisterShapeOps(OpRegistry& r);        // reshape2, transpose2 (+grads)
 void RegisterFillOps(OpRegistry& r);         // fill_constant, uniform_random
 void RegisterOptimizerOps(OpRegistry& r);    // sgd, momentum, adam
+void RegisterBatchNormOps(OpRegistry& r);    // batch_norm (+grad)
+void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
+void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
 
 }  // namespace kiln
