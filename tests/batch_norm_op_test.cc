@@ -26,8 +26,8 @@ struct BnOptions {
   bool is_test = false;
   float momentum = 0.9f;
   float epsilon = 1e-5f;
-  bool saved = true;       // SavedMean/SavedVariance outputs
-  bool in_place = true;    // MeanOut is Mean, VarianceOut is Variance
+  bool saved = true;     // SavedMean/SavedVariance outputs
+  bool in_place = true;  // MeanOut is Mean, VarianceOut is Variance
 };
 
 proto::OpDesc BatchNormOp(const BnOptions& o = {}) {
@@ -93,9 +93,8 @@ Expected NaiveBatchNorm(const std::map<std::string, Tensor>& in, const BnOptions
 }
 
 const std::vector<Dims>& OddShapes() {
-  static const std::vector<Dims> shapes = {{5, 3},       {2, 1},          {7, 17},       {2, 3, 5, 7},
-                                           {1, 4, 3, 3}, {3, 5, 11},      {2, 2, 3, 4, 5}, {9, 1, 1, 2},
-                                           {4, 33, 2, 3}};
+  static const std::vector<Dims> shapes = {{5, 3},     {2, 1},          {7, 17},      {2, 3, 5, 7}, {1, 4, 3, 3},
+                                           {3, 5, 11}, {2, 2, 3, 4, 5}, {9, 1, 1, 2}, {4, 33, 2, 3}};
   return shapes;
 }
 
@@ -175,6 +174,19 @@ TEST(BatchNormOpTest, SeparateMeanOutLeavesMeanAlone) {
   EXPECT_EQ(CompareTensors(scope->GetVar("mean")->Get(), in.at("mean"), 0, 0), "");
   EXPECT_EQ(CompareTensors(scope->GetVar("mean_out")->Get(), want.mean_out, 1e-12, 1e-12), "");
   EXPECT_EQ(CompareTensors(scope->GetVar("var_out")->Get(), want.var_out, 1e-12, 1e-12), "");
+}
+
+TEST(BatchNormOpTest, IsTestPassesRunningStatisticsToSeparateOutputs) {
+  std::mt19937 rng(15);
+  const auto in = BnInputs({3, 2, 4}, DataType::kFP32, rng);
+  BnOptions o;
+  o.is_test = true;
+  o.in_place = false;
+  for (bool onednn : {false, true}) {
+    auto scope = RunOp(BatchNormOp(o), in, onednn);
+    EXPECT_EQ(CompareTensors(scope->GetVar("mean_out")->Get(), in.at("mean"), 0, 0), "") << onednn;
+    EXPECT_EQ(CompareTensors(scope->GetVar("var_out")->Get(), in.at("var"), 0, 0), "") << onednn;
+  }
 }
 
 TEST(BatchNormOpTest, IsTestLeavesRunningStatisticsAndMayOmitOutputs) {

@@ -278,7 +278,8 @@ TEST(DropoutGradTest, IsTestGradWithoutMask) {
                               .Build();
   auto scope = RunOp(g, {{"dout", dout}});
   for (int64_t i = 0; i < dout.numel(); ++i) {
-    EXPECT_FLOAT_EQ(static_cast<float>(ValueAt(scope->GetVar("dx")->Get(), i)), static_cast<float>(ValueAt(dout, i)) * 0.75f);
+    EXPECT_FLOAT_EQ(static_cast<float>(ValueAt(scope->GetVar("dx")->Get(), i)),
+                    static_cast<float>(ValueAt(dout, i)) * 0.75f);
   }
 }
 
@@ -347,17 +348,20 @@ TEST(DropoutErrorTest, BadAttributesAndInputs) {
   };
   DropoutOptions o;
   o.p = 1.5f;
-  EXPECT_NE(err(DropoutOp(o), {{"x", x}, {"state", State(1)}}).find("attribute dropout_prob: expected a value in [0, 1], got 1.5"),
+  EXPECT_NE(err(DropoutOp(o), {{"x", x}, {"state", State(1)}})
+                .find("attribute dropout_prob: expected a value in [0, 1], got 1.5"),
             std::string::npos);
   o = {};
   o.impl = "upscale";
   EXPECT_NE(err(DropoutOp(o), {{"x", x}, {"state", State(1)}})
-                .find("attribute dropout_implementation: expected \"upscale_in_train\" or \"downgrade_in_infer\", got \"upscale\""),
+                .find("attribute dropout_implementation: expected \"upscale_in_train\" or \"downgrade_in_infer\", got "
+                      "\"upscale\""),
             std::string::npos);
   EXPECT_NE(err(DropoutOp(), {{"x", x}, {"state", test::FloatTensor({1}, {1})}})
                 .find("input Seed: expected dtype i64 (the dropout state), got f32"),
             std::string::npos);
-  EXPECT_NE(err(DropoutOp(), {{"x", x}, {"state", test::Int64Tensor({2}, {1, 2})}}).find("input Seed: expected dims [1], got [2]"),
+  EXPECT_NE(err(DropoutOp(), {{"x", x}, {"state", test::Int64Tensor({2}, {1, 2})}})
+                .find("input Seed: expected dims [1], got [2]"),
             std::string::npos);
   EXPECT_NE(err(DropoutOp(), {{"x", test::Int64Tensor({2}, {1, 2})}, {"state", State(1)}})
                 .find("input X: expected dtype f32 or f64, got i64"),
@@ -366,8 +370,10 @@ TEST(DropoutErrorTest, BadAttributesAndInputs) {
       OpBuilder("dropout").In("X", {"x"}).Out("Out", {"out"}).Out("SeedOut", {"state"}).Build();
   EXPECT_NE(err(seed_out_only, {{"x", x}}).find("output SeedOut needs input Seed"), std::string::npos);
   const proto::OpDesc grad_no_mask = OpBuilder("dropout_grad").In("Out@GRAD", {"x"}).Out("X@GRAD", {"dx"}).Build();
-  EXPECT_NE(err(grad_no_mask, {{"x", x}}).find("input Mask is required in training (is_test = false)"), std::string::npos);
-  const proto::OpDesc grad_bad = OpBuilder("dropout_grad").In("Mask", {"m"}).In("Out@GRAD", {"x"}).Out("X@GRAD", {"dx"}).Build();
+  EXPECT_NE(err(grad_no_mask, {{"x", x}}).find("input Mask is required in training (is_test = false)"),
+            std::string::npos);
+  const proto::OpDesc grad_bad =
+      OpBuilder("dropout_grad").In("Mask", {"m"}).In("Out@GRAD", {"x"}).Out("X@GRAD", {"dx"}).Build();
   EXPECT_NE(err(grad_bad, {{"x", x}, {"m", RandomTensor({3, 4}, DataType::kFP32, rng)}})
                 .find("input Out@GRAD: expected dims [3,4] (as Mask), got [4,3]"),
             std::string::npos);

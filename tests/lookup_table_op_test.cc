@@ -42,12 +42,12 @@ Tensor RandomIds(const Dims& dims, int64_t rows, std::mt19937& rng) {
 
 TEST(LookupTableOpTest, GathersRowsForAnyLeadingShape) {
   std::mt19937 rng(1);
-  const std::vector<std::pair<Dims, Dims>> cases = {  // W, Ids
-      {{10, 7}, {5, 1}},
-      {{1, 1}, {3, 1}},
-      {{33, 17}, {2, 9, 1}},
-      {{5, 3}, {1}},
-      {{65, 4}, {2, 3, 4, 1}}};
+  const std::vector<std::pair<Dims, Dims>> cases = {// W, Ids
+                                                    {{10, 7}, {5, 1}},
+                                                    {{1, 1}, {3, 1}},
+                                                    {{33, 17}, {2, 9, 1}},
+                                                    {{5, 3}, {1}},
+                                                    {{65, 4}, {2, 3, 4, 1}}};
   for (const auto& [wd, idd] : cases) {
     for (DataType dtype : {DataType::kFP32, DataType::kFP64}) {
       SCOPED_TRACE(DimsToString(wd) + " " + DimsToString(idd) + " " + DataTypeName(dtype));
@@ -87,11 +87,13 @@ TEST(LookupTableGradTest, AccumulatesRepeatedIdsAndSkipsPadding) {
   std::mt19937 rng(3);
   const Tensor ids = Int64Tensor({5, 1}, {2, 2, 4, 2, 0});
   const Tensor dout = RandomTensor({5, 3}, DataType::kFP64, rng);
-  auto scope = RunOp(LookupGradOp(4), {{"w", RandomTensor({6, 3}, DataType::kFP64, rng)}, {"ids", ids}, {"dout", dout}});
+  auto scope =
+      RunOp(LookupGradOp(4), {{"w", RandomTensor({6, 3}, DataType::kFP64, rng)}, {"ids", ids}, {"dout", dout}});
   const Tensor& dw = scope->GetVar("dw")->Get();
   ASSERT_EQ(dw.dims(), (Dims{6, 3}));
   for (int64_t j = 0; j < 3; ++j) {
-    EXPECT_DOUBLE_EQ(ValueAt(dw, 2 * 3 + j), ValueAt(dout, 0 * 3 + j) + ValueAt(dout, 1 * 3 + j) + ValueAt(dout, 3 * 3 + j));
+    EXPECT_DOUBLE_EQ(ValueAt(dw, 2 * 3 + j),
+                     ValueAt(dout, 0 * 3 + j) + ValueAt(dout, 1 * 3 + j) + ValueAt(dout, 3 * 3 + j));
     EXPECT_DOUBLE_EQ(ValueAt(dw, 0 * 3 + j), ValueAt(dout, 4 * 3 + j));
     for (int64_t row : {1, 3, 4, 5}) EXPECT_EQ(ValueAt(dw, row * 3 + j), 0.0) << row;
   }
@@ -156,7 +158,8 @@ TEST(LookupTableErrorTest, IdOutOfRangeNamesTheIdAndItsPosition) {
   const std::string neg = ErrorOf([&] { RunOp(LookupOp(), {{"w", w}, {"ids", Int64Tensor({3, 1}, {0, -1, 1})}}); });
   EXPECT_NE(neg.find("id -1 at position 1"), std::string::npos) << neg;
   const std::string grad = ErrorOf([&] {
-    RunOp(LookupGradOp(), {{"w", w}, {"ids", Int64Tensor({2, 1}, {0, 11})}, {"dout", RandomTensor({2, 4}, DataType::kFP32, rng)}});
+    RunOp(LookupGradOp(),
+          {{"w", w}, {"ids", Int64Tensor({2, 1}, {0, 11})}, {"dout", RandomTensor({2, 4}, DataType::kFP32, rng)}});
   });
   EXPECT_NE(grad.find("id 11 at position 1"), std::string::npos) << grad;
 }
@@ -168,16 +171,19 @@ TEST(LookupTableErrorTest, BadShapesDtypesAndPadding) {
   auto err = [&](const proto::OpDesc& op, const Tensor& wt, const Tensor& it) {
     return ErrorOf([&] { RunOp(op, {{"w", wt}, {"ids", it}}); });
   };
-  EXPECT_NE(err(LookupOp(), w, Int64Tensor({2, 2}, {1, 2, 3, 4})).find("input Ids: expected dims [..., 1] (one id per row), got [2,2]"),
+  EXPECT_NE(err(LookupOp(), w, Int64Tensor({2, 2}, {1, 2, 3, 4}))
+                .find("input Ids: expected dims [..., 1] (one id per row), got [2,2]"),
             std::string::npos);
   EXPECT_NE(err(LookupOp(), w, test::FloatTensor({2, 1}, {1, 2})).find("input Ids: expected dtype i64, got f32"),
             std::string::npos);
-  EXPECT_NE(err(LookupOp(), RandomTensor({10}, DataType::kFP32, rng), ids).find("input W: expected rank 2 [V, D], got f32[10]"),
+  EXPECT_NE(err(LookupOp(), RandomTensor({10}, DataType::kFP32, rng), ids)
+                .find("input W: expected rank 2 [V, D], got f32[10]"),
             std::string::npos);
   EXPECT_NE(err(LookupOp(), Int64Tensor({2, 2}, {1, 2, 3, 4}), ids).find("input W: expected dtype f32 or f64, got i64"),
             std::string::npos);
-  EXPECT_NE(err(LookupOp(10), w, ids).find("attribute padding_idx: expected -1 (none) or a row of W in [0, 10), got 10"),
-            std::string::npos);
+  EXPECT_NE(
+      err(LookupOp(10), w, ids).find("attribute padding_idx: expected -1 (none) or a row of W in [0, 10), got 10"),
+      std::string::npos);
   EXPECT_NE(err(LookupOp(-2), w, ids).find("got -2"), std::string::npos);
   std::map<std::string, Tensor> g = {{"w", w}, {"ids", ids}, {"dout", RandomTensor({2, 5}, DataType::kFP32, rng)}};
   EXPECT_NE(ErrorOf([&] { RunOp(LookupGradOp(), g); }).find("input Out@GRAD: expected dims [2,4] (as Out), got [2,5]"),

@@ -63,7 +63,8 @@ std::string BatchNorm(ProgramBuilder& b, const std::string& x, int64_t c, bool i
 
 // softmax_with_cross_entropy + mean, the backward and sgd on every parameter.
 void FinishTraining(ProgramBuilder& b, Net& n, const std::string& logits, const std::string& labels) {
-  const auto outs = b.Op("softmax_with_cross_entropy", {{"Logits", {logits}}, {"Label", {labels}}}, {"Softmax", "Loss"});
+  const auto outs =
+      b.Op("softmax_with_cross_entropy", {{"Logits", {logits}}, {"Label", {labels}}}, {"Softmax", "Loss"});
   n.loss = b.Op1("mean", {{"X", {outs[1]}}});
   const auto params = AppendBackward(&b.main(), n.loss);
   const std::string lr = b.Persistable("lr", {1}, 0.2f);
@@ -92,8 +93,8 @@ Net CnnWithBatchNorm(bool is_test) {
   const std::string x = b.Data("x", {-1, 3, 6, 6});
   const std::string labels = b.Data("labels", {-1, 1}, DataType::kINT64);
   const std::string f = b.Param("conv.w", {4, 3, 3, 3}, Init::HeUniform(27));
-  std::string h = b.Op1("conv2d", {{"Input", {x}}, {"Filter", {f}}}, {{"paddings", std::vector<int64_t>{1, 1}}},
-                        "Output");
+  std::string h =
+      b.Op1("conv2d", {{"Input", {x}}, {"Filter", {f}}}, {{"paddings", std::vector<int64_t>{1, 1}}}, "Output");
   h = b.Op1("relu", {{"X", {BatchNorm(b, h, 4, is_test, "bn0", &n.state)}}});
   h = b.Op1("reshape2", {{"X", {h}}}, {{"shape", std::vector<int64_t>{0, 144}}});
   h = b.Op1("matmul", {{"X", {h}}, {"Y", {b.Param("fc0.w", {144, 16}, Init::XavierUniform(144, 16))}}});

@@ -47,8 +47,8 @@ PrimitiveEntry BatchNormHandler::CreateBackward() const {
   return MakeEntry(pd, dnnl::batch_normalization_backward(pd));
 }
 
-bool BatchNormHandler::RunTraining(const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor* y,
-                                   Tensor* mean, Tensor* variance) {
+bool BatchNormHandler::RunTraining(const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor* y, Tensor* mean,
+                                   Tensor* variance) {
   if (global_stats_ || !Valid() || !AcquireForwardPrimitive()) return false;
   const dnnl::memory::desc md = PlainDesc(fwd_key_.dims[0]);
   const dnnl::memory::desc channel = PlainDesc({c_});

@@ -26,8 +26,8 @@ class BatchNormHandler : public OneDnnHandler {
                     const Tensor& variance, Tensor* y);
   // `mean`/`variance`: the statistics the forward normalised with. Outputs
   // may be null (not wanted).
-  bool RunBackward(const Tensor& x, const Tensor& scale, const Tensor& mean, const Tensor& variance,
-                   const Tensor& d_y, Tensor* d_x, Tensor* d_scale, Tensor* d_shift);
+  bool RunBackward(const Tensor& x, const Tensor& scale, const Tensor& mean, const Tensor& variance, const Tensor& d_y,
+                   Tensor* d_x, Tensor* d_scale, Tensor* d_shift);
 
  protected:
   PrimitiveEntry CreateForward() const override;

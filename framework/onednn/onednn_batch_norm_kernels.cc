@@ -43,20 +43,26 @@ void WriteSaved(ExecContext& ctx, const Tensor& mean, const Tensor& var, double 
 
 // running = momentum * running + (1 - momentum) * batch, the variance with
 // the unbiased batch variance (oneDNN's is biased: times m / (m - 1)).
+// Without batch statistics (is_test) the running ones pass through.
 // MeanOut/VarianceOut are usually Mean/Variance: read before written.
-void UpdateRunning(ExecContext& ctx, const Tensor& batch_mean, const Tensor& batch_var, int64_t m) {
+void UpdateRunning(ExecContext& ctx, const Tensor* batch_mean, const Tensor* batch_var, int64_t m) {
   const double momentum = ctx.Attr<float>("momentum");
-  const int64_t c = batch_mean.numel();
-  const float* old_mean = ctx.Input("Mean").data<float>();
+  const Tensor& mean = ctx.Input("Mean");
+  const float* old_mean = mean.data<float>();
   const float* old_var = ctx.Input("Variance").data<float>();
-  float* mean_out = ctx.Output("MeanOut")->mutable_data<float>();
-  float* var_out = ctx.Output("VarianceOut")->mutable_data<float>();
-  const float* bm = batch_mean.data<float>();
-  const float* bv = batch_var.data<float>();
-  for (int64_t ch = 0; ch < c; ++ch) {
-    const double om = old_mean[ch], ov = old_var[ch];
-    mean_out[ch] = static_cast<float>(momentum * om + (1 - momentum) * bm[ch]);
-    var_out[ch] = static_cast<float>(momentum * ov + (1 - momentum) * (static_cast<double>(bv[ch]) * m / (m - 1)));
+  Tensor* mean_t = ctx.OutputOrNull("MeanOut");
+  Tensor* var_t = ctx.OutputOrNull("VarianceOut");
+  float* mean_out = mean_t ? mean_t->mutable_data<float>() : nullptr;
+  float* var_out = var_t ? var_t->mutable_data<float>() : nullptr;
+  const float* bm = batch_mean ? batch_mean->data<float>() : nullptr;
+  const float* bv = batch_var ? batch_var->data<float>() : nullptr;
+  for (int64_t ch = 0; ch < mean.numel(); ++ch) {
+    const float om = old_mean[ch], ov = old_var[ch];
+    if (mean_out) mean_out[ch] = bm ? static_cast<float>(momentum * om + (1 - momentum) * bm[ch]) : om;
+    if (var_out) {
+      var_out[ch] =
+          bv ? static_cast<float>(momentum * ov + (1 - momentum) * (static_cast<double>(bv[ch]) * m / (m - 1))) : ov;
+    }
   }
 }
 
@@ -75,11 +81,12 @@ bool BatchNormKernel(ExecContext& ctx) {
   if (is_test) {
     if (!h.RunInference(x, scale, bias, mean, var, y)) return false;
     WriteSaved(ctx, mean, var, eps);
+    UpdateRunning(ctx, nullptr, nullptr, 0);
     return true;
   }
   Tensor batch_mean(DataType::kFP32, {v.c}), batch_var(DataType::kFP32, {v.c});
   if (!h.RunTraining(x, scale, bias, y, &batch_mean, &batch_var)) return false;
-  UpdateRunning(ctx, batch_mean, batch_var, v.n * v.s);
+  UpdateRunning(ctx, &batch_mean, &batch_var, v.n * v.s);
   WriteSaved(ctx, batch_mean, batch_var, eps);
   return true;
 }

@@ -44,7 +44,8 @@ DataType CheckCommon(const InferShapeContext& ctx, const std::vector<const char*
   const float eps = ctx.Attr<float>("epsilon");
   if (!(eps >= 0.0f) || std::isinf(eps)) ctx.Fail("attribute epsilon: expected a finite value >= 0, got ", eps);
   const float momentum = ctx.Attr<float>("momentum");
-  if (!(momentum >= 0.0f && momentum <= 1.0f)) ctx.Fail("attribute momentum: expected a value in [0, 1], got ", momentum);
+  if (!(momentum >= 0.0f && momentum <= 1.0f))
+    ctx.Fail("attribute momentum: expected a value in [0, 1], got ", momentum);
   for (const char* slot : channel_slots) {
     if (!ctx.HasInput(slot)) continue;
     ops_b::CheckSameDtype(ctx, slot, dtype, "X");
@@ -68,8 +69,8 @@ void BatchNormInferShape(InferShapeContext& ctx) {
     // (PyTorch refuses m = 1 in training too).
     const int64_t numel = ops_b::ProdOrUnknown(x, 0, x.size());
     if (numel >= 0 && x[1] > 0 && numel / x[1] <= 1) {
-      ctx.Fail("input X ", DimsToString(x), ": training needs more than one value per channel (N * spatial = ",
-               numel / x[1], ")");
+      ctx.Fail("input X ", DimsToString(x),
+               ": training needs more than one value per channel (N * spatial = ", numel / x[1], ")");
     }
   }
   const Dims channels = {x[1]};
@@ -138,8 +139,8 @@ void BatchNormKernel(ExecContext& ctx) {
   const T* run_mean = ctx.Input("Mean").data<T>();
   const T* run_var = ctx.Input("Variance").data<T>();
   T* y = ctx.Output("Y")->mutable_data<T>();
-  T* mean_out = is_test ? nullptr : DataOrNull<T>(ctx.OutputOrNull("MeanOut"));
-  T* var_out = is_test ? nullptr : DataOrNull<T>(ctx.OutputOrNull("VarianceOut"));
+  T* mean_out = DataOrNull<T>(ctx.OutputOrNull("MeanOut"));
+  T* var_out = DataOrNull<T>(ctx.OutputOrNull("VarianceOut"));
   T* saved_mean = DataOrNull<T>(ctx.OutputOrNull("SavedMean"));
   T* saved_inv_std = DataOrNull<T>(ctx.OutputOrNull("SavedVariance"));
   const int64_t m = v.PerChannel();
@@ -162,10 +163,11 @@ void BatchNormKernel(ExecContext& ctx) {
     }
     if (saved_mean) saved_mean[ch] = static_cast<T>(mean);
     if (saved_inv_std) saved_inv_std[ch] = static_cast<T>(inv_std);
-    if (is_test) continue;
-    const double old_mean = run_mean[ch], old_var = run_var[ch];
-    if (mean_out) mean_out[ch] = static_cast<T>(momentum * old_mean + (1 - momentum) * mean);
-    if (var_out) var_out[ch] = static_cast<T>(momentum * old_var + (1 - momentum) * var * m / (m - 1));
+    // is_test passes the running statistics through unchanged.
+    const T old_mean = run_mean[ch], old_var = run_var[ch];
+    if (mean_out) mean_out[ch] = is_test ? old_mean : static_cast<T>(momentum * old_mean + (1 - momentum) * mean);
+    if (var_out)
+      var_out[ch] = is_test ? old_var : static_cast<T>(momentum * old_var + (1 - momentum) * var * m / (m - 1));
   }
 }
 
@@ -286,8 +288,8 @@ void RegisterBatchNormOps(OpRegistry& r) {
     DispatchFloat(ctx, "X", [&](auto tag) { BatchNormKernel<decltype(tag)>(ctx); });
   };
   bn.grad_maker = [](const proto::OpDesc& op) {
-    return std::vector<proto::OpDesc>{MakeGradOp(op, {"X", "Scale", "Mean", "Variance"},
-                                                 {"SavedMean", "SavedVariance"}, {"Y"}, {"X", "Scale", "Bias"})};
+    return std::vector<proto::OpDesc>{MakeGradOp(op, {"X", "Scale", "Mean", "Variance"}, {"SavedMean", "SavedVariance"},
+                                                 {"Y"}, {"X", "Scale", "Bias"})};
   };
   bn.inplace = {{"Mean", "MeanOut"}, {"Variance", "VarianceOut"}};
   // Running statistics are state, not differentiable inputs.

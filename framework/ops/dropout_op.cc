@@ -99,8 +99,8 @@ void DropoutKernel(ExecContext& ctx) {
   Tensor* mask_t = ctx.OutputOrNull("Mask");
   T* mask = mask_t != nullptr ? mask_t->mutable_data<T>() : nullptr;
   const Tensor* seed_t = ctx.InputOrNull("Seed");
-  const uint64_t state = static_cast<uint64_t>(seed_t != nullptr ? seed_t->data<int64_t>()[0]
-                                                                 : ctx.Attr<int64_t>("seed"));
+  const uint64_t state =
+      static_cast<uint64_t>(seed_t != nullptr ? seed_t->data<int64_t>()[0] : ctx.Attr<int64_t>("seed"));
   Tensor* seed_out = ctx.OutputOrNull("SeedOut");
   if (a.is_test) {
     const T f = static_cast<T>(a.TestFactor());
@@ -184,9 +184,9 @@ constexpr const char* kDropoutDoc =
     "or 1; the constant factor at test time), so X@GRAD = Out@GRAD * Mask. Randomness: element i is kept when "
     "a counter-based hash (SplitMix64's output function) of (state, i) is at least p; the same state gives the "
     "same mask on any thread count. The state is input Seed (int64 [1], a persistable var) when given, and "
-    "SeedOut (the same var) receives the next state, so every run draws a new mask and a checkpointed state "
-    "resumes the sequence; is_test leaves the state unchanged. Without Seed the state is attribute seed: the "
-    "same mask on every run";
+    "SeedOut (the same var) receives the next state, Seed + 0x9E3779B97F4A7C15 (wrapping int64), so every run "
+    "draws a new mask and a checkpointed state resumes the sequence; is_test leaves the state unchanged. Without "
+    "Seed the state is attribute seed: the same mask on every run";
 
 }  // namespace
 
@@ -211,8 +211,9 @@ void RegisterDropoutOps(OpRegistry& r) {
 
   OpInfo grad;
   grad.type = "dropout_grad";
-  grad.doc = "Gradient of dropout: X@GRAD = Out@GRAD * Mask (Out@GRAD times the test factor when is_test and "
-             "there is no Mask)";
+  grad.doc =
+      "Gradient of dropout: X@GRAD = Out@GRAD * Mask (Out@GRAD times the test factor when is_test and "
+      "there is no Mask)";
   grad.inputs = {{"Mask", false, true}, {"Out@GRAD", false, true}};
   grad.outputs = {{"X@GRAD", false, true}};
   grad.attrs = DropoutAttrDefs();

@@ -20,7 +20,8 @@ constexpr int64_t kNoPadding = -1;
 Dims CheckTableAndIds(const InferShapeContext& ctx, std::string_view w_slot, DataType* dtype) {
   *dtype = ops_b::CheckFloatInput(ctx, w_slot);
   const Dims w = ctx.InputDims(w_slot);
-  if (w.size() != 2) ctx.Fail("input ", w_slot, ": expected rank 2 [V, D], got ", DataTypeName(*dtype), DimsToString(w));
+  if (w.size() != 2)
+    ctx.Fail("input ", w_slot, ": expected rank 2 [V, D], got ", DataTypeName(*dtype), DimsToString(w));
   if (ctx.InputDtype("Ids") != DataType::kINT64) {
     ctx.Fail("input Ids: expected dtype i64, got ", DataTypeName(ctx.InputDtype("Ids")));
   }
@@ -60,8 +61,8 @@ void LookupTableGradInferShape(InferShapeContext& ctx) {
 int64_t CheckedId(const ExecContext& ctx, const Tensor& ids, int64_t i, int64_t rows) {
   const int64_t id = ids.data<int64_t>()[i];
   if (id < 0 || id >= rows) {
-    ctx.Fail("input Ids: id ", id, " at position ", i, " (flat index into Ids ", ids.ShapeString(),
-             ") is outside [0, ", rows, ") (the rows of W)");
+    ctx.Fail("input Ids: id ", id, " at position ", i, " (flat index into Ids ", ids.ShapeString(), ") is outside [0, ",
+             rows, ") (the rows of W)");
   }
   return id;
 }
