@@ -161,6 +161,30 @@ TEST(DropoutOpTest, EveryRunDrawsANewMaskFromTheAdvancedState) {
   }
 }
 
+// Neighbouring elements of one mask, and the masks of neighbouring states
+// (one state var per dropout op, initialised to seed + k), look independent:
+// with p = 0.5 a pair is kept together a quarter of the time and agrees half
+// of the time.
+TEST(DropoutOpTest, NeighbouringElementsAndStatesAreIndependent) {
+  const int64_t n = 1 << 16;
+  const Tensor x = test::FloatTensor({n}, std::vector<float>(n, 1.0f));
+  const double sigma = 0.5 / std::sqrt(static_cast<double>(n));
+  std::vector<Tensor> masks;
+  for (int64_t state : {0, 1, 2}) {
+    auto scope = RunOp(DropoutOp(), {{"x", x}, {"state", State(state)}});
+    masks.emplace_back();
+    masks.back().CopyFrom(scope->GetVar("mask")->Get());
+    int64_t both = 0;
+    for (int64_t i = 0; i + 1 < n; ++i) both += ValueAt(masks.back(), i) != 0 && ValueAt(masks.back(), i + 1) != 0;
+    EXPECT_NEAR(static_cast<double>(both) / (n - 1), 0.25, 5 * sigma) << "state " << state;
+  }
+  for (size_t a = 0; a + 1 < masks.size(); ++a) {
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; ++i) same += (ValueAt(masks[a], i) != 0) == (ValueAt(masks[a + 1], i) != 0);
+    EXPECT_NEAR(static_cast<double>(same) / n, 0.5, 5 * sigma) << "states " << a << " and " << a + 1;
+  }
+}
+
 TEST(DropoutOpTest, SameStateGivesTheSameMaskAndAResumedStateContinuesTheSequence) {
   std::mt19937 rng(6);
   const Tensor x = RandomTensor({3, 257}, DataType::kFP32, rng);

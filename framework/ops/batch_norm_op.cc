@@ -44,8 +44,9 @@ DataType CheckCommon(const InferShapeContext& ctx, const std::vector<const char*
   const float eps = ctx.Attr<float>("epsilon");
   if (!(eps >= 0.0f) || std::isinf(eps)) ctx.Fail("attribute epsilon: expected a finite value >= 0, got ", eps);
   const float momentum = ctx.Attr<float>("momentum");
-  if (!(momentum >= 0.0f && momentum <= 1.0f))
+  if (!(momentum >= 0.0f && momentum <= 1.0f)) {
     ctx.Fail("attribute momentum: expected a value in [0, 1], got ", momentum);
+  }
   for (const char* slot : channel_slots) {
     if (!ctx.HasInput(slot)) continue;
     ops_b::CheckSameDtype(ctx, slot, dtype, "X");
@@ -166,8 +167,9 @@ void BatchNormKernel(ExecContext& ctx) {
     // is_test passes the running statistics through unchanged.
     const T old_mean = run_mean[ch], old_var = run_var[ch];
     if (mean_out) mean_out[ch] = is_test ? old_mean : static_cast<T>(momentum * old_mean + (1 - momentum) * mean);
-    if (var_out)
+    if (var_out) {
       var_out[ch] = is_test ? old_var : static_cast<T>(momentum * old_var + (1 - momentum) * var * m / (m - 1));
+    }
   }
 }
 

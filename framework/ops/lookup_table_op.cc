@@ -20,8 +20,9 @@ constexpr int64_t kNoPadding = -1;
 Dims CheckTableAndIds(const InferShapeContext& ctx, std::string_view w_slot, DataType* dtype) {
   *dtype = ops_b::CheckFloatInput(ctx, w_slot);
   const Dims w = ctx.InputDims(w_slot);
-  if (w.size() != 2)
+  if (w.size() != 2) {
     ctx.Fail("input ", w_slot, ": expected rank 2 [V, D], got ", DataTypeName(*dtype), DimsToString(w));
+  }
   if (ctx.InputDtype("Ids") != DataType::kINT64) {
     ctx.Fail("input Ids: expected dtype i64, got ", DataTypeName(ctx.InputDtype("Ids")));
   }
