@@ -9,6 +9,7 @@
 
 #include "compiler/jit_compiler.h"
 #include "framework/backward.h"
+#include "framework/checkpoint/inference.h"
 #include "framework/program_builder.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
@@ -277,6 +278,66 @@ TEST_F(ModelOpsJitTest, DropoutMatchesJitOff) {
   uint64_t want = 5;
   for (int s = 0; s < 6; ++s) want += 0x9E3779B97F4A7C15ULL;
   EXPECT_EQ(r.state.at("drop.state").data<int64_t>()[0], static_cast<int64_t>(want));
+}
+
+// The inference form (kiln export) of a forward program with batch_norm and
+// dropout: both in is_test, so two runs agree, the running statistics and
+// the dropout state stay as they are, and the JIT gives the same result.
+TEST_F(ModelOpsJitTest, InferenceFormIsDeterministicAndLeavesStateAlone) {
+  Net n = CnnWithBatchNorm(/*is_test=*/false);
+  // The forward part of the training program: up to the loss.
+  proto::ProgramDesc forward = n.train;
+  auto* ops = forward.mutable_blocks(0)->mutable_ops();
+  int softmax_at = 0;
+  while (ops->Get(softmax_at).type() != "softmax_with_cross_entropy") ++softmax_at;
+  const std::string logits = InputArgs(ops->Get(softmax_at), "Logits")[0];
+  ops->DeleteSubrange(softmax_at, ops->size() - softmax_at);
+  const proto::ProgramDesc inference = PruneForInference(forward, {"x"}, {logits});
+  for (const auto& op : inference.blocks(0).ops()) {
+    if (op.type() == "batch_norm") {
+      EXPECT_TRUE(FindAttr(op, "is_test")->b());
+    }
+  }
+  auto run = [&](const proto::ProgramDesc& program) {
+    Scope scope;
+    Executor().RunProgram(n.startup, scope);
+    std::vector<Tensor> outs;
+    for (int r = 0; r < 2; ++r) {
+      FeedTensor(program.blocks(0), scope, "x", n.steps[0].at("x"));
+      Executor().RunProgram(program, scope);
+      outs.emplace_back();
+      outs.back().CopyFrom(scope.GetVar(logits)->Get());
+    }
+    EXPECT_EQ(test::CompareTensors(outs[0], outs[1], 0, 0), "");
+    EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(scope.GetVar("bn0.mean")->Get(), 0)), 0.1f);
+    EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(scope.GetVar("bn1.var")->Get(), 5)), 0.9f);
+    return outs[0];
+  };
+  const Tensor off = run(inference);
+  BuildJitPassOptions options;
+  options.keep_vars = {"x", logits};
+  const proto::ProgramDesc jitted = test::ApplyBuildJit(inference, options);
+  EXPECT_EQ(CountOps(jitted, "batch_norm"), 0);
+  EXPECT_EQ(test::CompareTensors(run(jitted), off, 1e-6, 1e-6), "");
+}
+
+// dropout in its inference form: the identity (upscale_in_train), and the
+// state var it reads is not advanced.
+TEST_F(ModelOpsJitTest, InferenceFormOfDropoutIsTheIdentity) {
+  const Net n = WithDropout();
+  proto::ProgramDesc forward = n.train;
+  auto* ops = forward.mutable_blocks(0)->mutable_ops();
+  int drop_at = 0;
+  while (ops->Get(drop_at).type() != "dropout") ++drop_at;
+  ops->DeleteSubrange(drop_at + 1, ops->size() - drop_at - 1);
+  const proto::ProgramDesc inference = PruneForInference(forward, {"x"}, {"drop.out"});
+  Scope scope;
+  Executor().RunProgram(n.startup, scope);
+  FeedTensor(inference.blocks(0), scope, "x", n.steps[0].at("x"));
+  Executor().RunProgram(inference, scope);
+  const std::string relu_out = InputArgs(ops->Get(drop_at), "X")[0];
+  EXPECT_EQ(test::CompareTensors(scope.GetVar("drop.out")->Get(), scope.GetVar(relu_out)->Get(), 0, 0), "");
+  EXPECT_EQ(scope.GetVar("drop.state")->Get().data<int64_t>()[0], 5);
 }
 
 }  // namespace
