@@ -1,7 +1,9 @@
 // batch_norm, lookup_table and dropout inside JIT clusters: small training
 // programs (forward, append_backward, sgd) run with the JIT off and on, in
 // both launch modes, give the same losses, parameters and state (running
-// statistics, dropout state), and the new ops sit inside the clusters.
+// statistics, dropout state), and the new ops sit inside the clusters. Their
+// inference forms (kiln export's pruning) are deterministic and leave the
+// state alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
