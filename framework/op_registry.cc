@@ -59,6 +59,9 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterOptimizerOps(r);
   RegisterConcatSplitSliceOps(r);
   RegisterClipLogSoftmaxOps(r);
+  RegisterBatchNormOps(r);
+  RegisterLookupTableOps(r);
+  RegisterDropoutOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -177,7 +177,7 @@ enum class JitLowering {
   kReduction,    // reduction (oneDNN reduction or generated)
   kOptimizer,    // parameter update, fusable as elementwise
   kLayout,       // reshape/transpose: a view or a copy; concat/split/slice: their kernels
-  kFramework,    // clustered, runs its framework reference kernel inside the cluster
+  kFramework,    // clustered; runs its framework kernel (oneDNN where it has one) there
 };
 const char* JitLoweringName(JitLowering j);
 

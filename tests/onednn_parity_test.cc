@@ -128,11 +128,11 @@ class OneDnnParityTest : public ::testing::Test {
 
 TEST_F(OneDnnParityTest, KernelsAreAttachedToEveryListedOp) {
   const std::vector<std::string> want = {
-      "concat", "conv2d", "conv2d_grad", "elementwise_add", "elementwise_div", "elementwise_mul", "elementwise_sub",
-      "exp", "exp_grad", "gelu", "gelu_grad", "layer_norm", "layer_norm_grad", "log_softmax", "log_softmax_grad",
-      "matmul", "matmul_grad", "mean", "pool2d", "pool2d_grad", "reduce_mean", "reduce_sum", "relu", "relu_grad",
-      "scale", "scale_grad", "sigmoid", "sigmoid_grad", "softmax", "softmax_grad", "split_grad", "sum", "tanh",
-      "tanh_grad"};
+      "batch_norm", "batch_norm_grad", "concat", "conv2d", "conv2d_grad", "elementwise_add", "elementwise_div",
+      "elementwise_mul", "elementwise_sub", "exp", "exp_grad", "gelu", "gelu_grad", "layer_norm", "layer_norm_grad",
+      "log_softmax", "log_softmax_grad", "matmul", "matmul_grad", "mean", "pool2d", "pool2d_grad", "reduce_mean",
+      "reduce_sum", "relu", "relu_grad", "scale", "scale_grad", "sigmoid", "sigmoid_grad", "softmax", "softmax_grad",
+      "split_grad", "sum", "tanh", "tanh_grad"};
   EXPECT_EQ(OneDnnKernelOps(), want);
   for (const auto& type : want) {
     const OpInfo* info = OpRegistry::Global().Find(type);

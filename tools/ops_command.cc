@@ -37,7 +37,7 @@ int OpsMarkdown(const OpRegistry& r) {
       "Slots: `NAME...` takes several vars, `NAME?` is optional. Kernels: `reference` C++ for every op, `onednn` "
       "where a oneDNN kernel exists. In-place: input slot -> output slot pairs that may share a buffer. JIT: how "
       "build_jit_pass and the compiler lower it (`none`: never clustered; `framework`: clustered, runs its "
-      "reference kernel inside the cluster).\n\n"
+      "framework kernel inside the cluster).\n\n"
       "| op | inputs | outputs | attributes (default) | kernels | grad | in-place | JIT | description |\n"
       "|---|---|---|---|---|---|---|---|---|\n",
       r.Types().size());

@@ -7,6 +7,7 @@
 
 #include "framework/onednn/handlers.h"
 #include "framework/onednn/onednn_concat_log_softmax_kernels.h"
+#include "framework/onednn/onednn_batch_norm_kernels.h"
 #include "framework/op_registry.h"
 #include "framework/shape_util.h"
 
@@ -401,6 +402,7 @@ std::vector<std::pair<std::string, OneDnnKernelFn>> KernelTable() {
     t.emplace_back(std::string(act) + "_grad", ActivationGradKernel(act));
   }
   for (auto& kernel : ConcatLogSoftmaxOneDnnKernels()) t.push_back(std::move(kernel));
+  for (auto& kernel : BatchNormOneDnnKernels()) t.push_back(std::move(kernel));
   std::sort(t.begin(), t.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return t;
 }

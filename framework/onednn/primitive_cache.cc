@@ -27,6 +27,8 @@ const char* PrimitiveKindName(PrimitiveKind kind) {
     case PrimitiveKind::kConcat: return "concat";
     case PrimitiveKind::kLogSoftmaxForward: return "logsoftmax_fwd";
     case PrimitiveKind::kLogSoftmaxBackward: return "logsoftmax_bwd";
+    case PrimitiveKind::kBatchNormForward: return "batch_norm_fwd";
+    case PrimitiveKind::kBatchNormBackward: return "batch_norm_bwd";
   }
   return "?";
 }

@@ -42,6 +42,8 @@ enum class PrimitiveKind : uint8_t {
   kConcat,
   kLogSoftmaxForward,
   kLogSoftmaxBackward,
+  kBatchNormForward,
+  kBatchNormBackward,
 };
 const char* PrimitiveKindName(PrimitiveKind kind);
 
@@ -82,8 +84,8 @@ struct PrimitiveKey {
   Dims padding_r;            // bottom, right
   float alpha = 0.0f;        // eltwise alpha
   float beta = 0.0f;         // eltwise beta
-  float epsilon = 0.0f;      // layer_norm
-  uint32_t flags = 0;        // layer_norm dnnl::normalization_flags
+  float epsilon = 0.0f;      // layer_norm, batch_norm
+  uint32_t flags = 0;        // layer_norm, batch_norm: dnnl::normalization_flags
   // What a fused forward primitive adds (dnnl::primitive_attr and the bias
   // argument): dst = post_ops(output_scale * (op result) + bias).
   float output_scale = 1.0f;    // fixed at creation; matmul: its alpha
