@@ -14,9 +14,10 @@ class EwRuntimeKernel final : public runtime::Kernel {
   void Run(const runtime::BufferView* args) const override {
     const int n_in = static_cast<int>(kernel_->layout().inputs.size());
     const int n_out = static_cast<int>(kernel_->layout().outputs.size());
-    const float* in[64];
-    float* out[64];
-    KILN_CHECK(n_in <= 64 && n_out <= 64, "ew kernel with more than 64 operands");
+    const float* in[kMaxEwOperands];
+    float* out[kMaxEwOperands];
+    KILN_CHECK(n_in <= static_cast<int>(kMaxEwOperands) && n_out <= static_cast<int>(kMaxEwOperands),
+               "ew kernel with more than ", kMaxEwOperands, " operands");
     for (int i = 0; i < n_in; ++i) in[i] = static_cast<const float*>(args[i].data);
     for (int o = 0; o < n_out; ++o) out[o] = static_cast<float*>(args[n_in + o].data);
     kernel_->Run(in, out);

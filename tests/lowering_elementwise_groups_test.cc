@@ -3,6 +3,7 @@
 // grouping puts fragments.
 #include <gtest/gtest.h>
 
+#include "compiler/ew_runtime_kernel.h"
 #include "tests/lowering_test_util.h"
 
 namespace kiln::test {
@@ -45,6 +46,37 @@ TEST(ElementwiseGroupsTest, DoesNotFireWithoutFusion) {
   CheckLoweringGolden(c);
   const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-5);
   EXPECT_FALSE(StepMatched(*obj, "elementwise_groups")) << obj->lowering;
+}
+
+// Forty scale ops over [1] vars (as adam's beta powers of forty parameters)
+// would share one space: the groups split so that no kernel takes more than
+// kMaxEwOperands inputs or outputs. A sum of more inputs than one kernel
+// takes runs on its framework kernel.
+TEST(ElementwiseGroupsTest, GroupsStayWithinTheOperandLimit) {
+  LoweringCase c;
+  c.name = "elementwise_groups_operand_limit";
+  for (int i = 0; i < 80; ++i) {
+    const std::string n = std::to_string(i);
+    c.ops.push_back(OpBuilder("scale").In("X", {"p" + n}).Out("Out", {"q" + n}).Attr("scale", 0.5f).Build());
+    c.inputs.push_back({"p" + n, {1}});
+    c.outputs.push_back("q" + n);
+  }
+  std::vector<std::string> many;
+  for (int i = 0; i < 70; ++i) many.push_back("q" + std::to_string(i));
+  c.ops.push_back(OpBuilder("sum").In("X", many).Out("Out", {"total"}).Build());
+  c.outputs.push_back("total");
+  c.options.use_onednn = false;
+  const auto obj = CheckLoweringNumerics(c, 1e-6, 1e-6);
+  int groups = 0;
+  for (const auto& ins : obj->program.instructions) {
+    if (ins.kernel->name().rfind("ew_", 0) != 0) {
+      EXPECT_EQ(ins.kernel->name(), "sum") << obj->Listing();
+      continue;
+    }
+    ++groups;
+    EXPECT_LE(ins.args.size(), 2 * jit::kMaxEwOperands) << obj->Listing();
+  }
+  EXPECT_EQ(groups, 2) << obj->Listing();  // 64 + 16 scales
 }
 
 }  // namespace

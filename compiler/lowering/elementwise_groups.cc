@@ -10,7 +10,10 @@ namespace kiln::jit {
 EwGroupUnit::EwGroupUnit(const std::string& step, Dims iter) : Unit(step, {}, {}, {}), iter_(std::move(iter)) {}
 
 void EwGroupUnit::Add(int op, const EwFragment& f) {
-  for (const EwAccess& r : f.reads) reads_.insert(r.var);
+  for (const EwAccess& r : f.reads) {
+    reads_.insert(r.var);
+    loads_.insert({r.var, r.dims});
+  }
   for (const EwAccess& w : f.writes) {
     writes_.insert(w.var);
     if (w.dims == iter_) {
@@ -21,6 +24,13 @@ void EwGroupUnit::Add(int op, const EwFragment& f) {
   }
   AddOps({op});
   pieces_.push_back({op, f});
+}
+
+bool EwGroupUnit::Fits(const EwFragment& f) const {
+  size_t loads = loads_.size(), writes = writes_.size();
+  for (const EwAccess& r : f.reads) loads += loads_.count({r.var, r.dims}) ? 0 : 1;
+  for (const EwAccess& w : f.writes) writes += writes_.count(w.var) ? 0 : 1;
+  return loads <= kMaxEwOperands && writes <= kMaxEwOperands;
 }
 
 std::string EwGroupUnit::Describe(const Cluster&) const {
@@ -132,7 +142,7 @@ class Grouper {
   // reads there, and nothing after that place may touch what it writes.
   bool CanJoin(const EwFragment& f, int gi) const {
     const auto& g = static_cast<const EwGroupUnit&>(*out_[gi]);
-    if (g.iter() != f.iter) return false;
+    if (g.iter() != f.iter || !g.Fits(f)) return false;
     for (const EwAccess& r : f.reads) {
       // A later unit writes the value f must read (an in-place update).
       if (Last(last_writer_, r.var) > gi) return false;
@@ -177,6 +187,14 @@ Units GroupElementwise(const Cluster& c, Units units, StepTrace& trace) {
       continue;
     }
     const std::vector<EwFragment>& frags = c.fragments(i);
+    // An op with a fragment too wide for one kernel (a sum of more than
+    // kMaxEwOperands vars) stays whole for the steps after this one.
+    const bool fits = std::all_of(frags.begin(), frags.end(),
+                                  [](const EwFragment& f) { return EwGroupUnit(kStep, f.iter).Fits(f); });
+    if (!fits) {
+      grouper.Append(std::move(unit));
+      continue;
+    }
     for (size_t k = 0; k < frags.size(); ++k) {
       if (Deferrable(c, i, frags[k])) {
         deferred.push_back({k, {i, &frags[k]}});

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 
 #include "compiler/lowering/trace.h"
 #include "compiler/lowering/unit.h"
@@ -21,6 +22,9 @@ class EwGroupUnit final : public Unit {
   // True when the group holds the latest value of `var` over its whole space
   // (a later fragment reads it from a register).
   bool HoldsFull(const std::string& var) const { return full_defined_.count(var) > 0; }
+  // Whether adding `fragment` keeps the kernel within kMaxEwOperands
+  // inputs (distinct var and dims read) and outputs (vars written).
+  bool Fits(const EwFragment& fragment) const;
   void Add(int op, const EwFragment& fragment);
   std::string Describe(const Cluster& c) const override;
   // One generated kernel (compiler/ew_codegen.h); throws when the group
@@ -35,6 +39,7 @@ class EwGroupUnit final : public Unit {
   Dims iter_;
   std::vector<Piece> pieces_;
   std::map<std::string, Dims> full_defined_;
+  std::set<std::pair<std::string, Dims>> loads_;  // every access read, an upper bound of the kernel's inputs
 };
 
 Units GroupElementwise(const Cluster& c, Units units, StepTrace& trace);
