@@ -19,6 +19,7 @@ p.add_argument("--max_steps", type=int, default=0)
 p.add_argument("--seq", type=int, default=64)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--d", type=int, default=128)
+p.add_argument("--dropout", type=float, default=0.2)
 p.add_argument("--no_jit", action="store_true")
 a = p.parse_args()
 
@@ -34,6 +35,7 @@ with kiln.program_guard(main, startup):
     ids = kiln.data("ids", [-1, S, 1], dtype="int64")
     targets = kiln.data("targets", [-1, S, 1], dtype="int64")
     x = kiln.nn.embedding(ids, size=[256, D]) + kiln.create_parameter("pos", [S, D], "uniform", limit=0.02)
+    x = kiln.nn.dropout(x, a.dropout)
     for layer in range(2):
         h = kiln.nn.layer_norm(x, begin_norm_axis=2)
         q, k, v = (kiln.nn.transpose2(kiln.nn.reshape2(kiln.nn.fc(h, D, num_flatten_dims=2), shape=[0, 0, H, D // H]),
@@ -41,9 +43,10 @@ with kiln.program_guard(main, startup):
         att = kiln.nn.fused_softmax_mask_upper_triangle(kiln.nn.matmul(q, k, transpose_Y=True,
                                                                        alpha=1 / math.sqrt(D // H)))
         ctx = kiln.nn.reshape2(kiln.nn.transpose2(kiln.nn.matmul(att, v), axis=[0, 2, 1, 3]), shape=[0, 0, D])
-        x = x + kiln.nn.fc(ctx, D, num_flatten_dims=2)
+        x = x + kiln.nn.dropout(kiln.nn.fc(ctx, D, num_flatten_dims=2), a.dropout)
         h = kiln.nn.layer_norm(x, begin_norm_axis=2)
-        x = x + kiln.nn.fc(kiln.nn.fc(h, 4 * D, num_flatten_dims=2, act="gelu"), D, num_flatten_dims=2)
+        h = kiln.nn.fc(kiln.nn.fc(h, 4 * D, num_flatten_dims=2, act="gelu"), D, num_flatten_dims=2)
+        x = x + kiln.nn.dropout(h, a.dropout)
     logits = kiln.nn.fc(kiln.nn.layer_norm(x, begin_norm_axis=2), 256, num_flatten_dims=2)
     loss = kiln.nn.mean(kiln.nn.softmax_with_cross_entropy(logits, targets))
     test_program = main.clone(for_test=True)

@@ -45,7 +45,7 @@ with kiln.program_guard(main, startup):
     loss, probs = kiln.nn.softmax_with_cross_entropy(logits, labels, return_softmax=True)
     loss = kiln.nn.mean(loss)
     test_program = main.clone(for_test=True)
-    kiln.optimizer.Momentum(0.05, 0.9).minimize(loss)
+    lr, _ = kiln.optimizer.Momentum(0.05, 0.9).minimize(loss)
 
 exe = kiln.Executor(use_jit=not args.no_jit)
 exe.run(startup)
@@ -60,6 +60,8 @@ def accuracy():
 
 
 for epoch in range(args.epochs):
+    # Step decay: the last epoch at a tenth of the first's rate.
+    kiln.global_scope().set(lr.name, np.array([0.05 * (0.1 ** (epoch / max(1, args.epochs - 1)))], "float32"))
     start, losses = time.time(), []
     for step, (x, y) in enumerate(kiln.datasets.batches(x_train, y_train, args.batch_size, seed=epoch + 1)):
         if args.max_steps and step == args.max_steps:

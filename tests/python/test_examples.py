@@ -29,6 +29,16 @@ class ExamplesTest(unittest.TestCase):
         self.assertGreater(figures(out, "test accuracy")[-1], 0.6, out)
         self.assertIn("jit: on", out)
 
+    def test_resnet_small(self):
+        out = run_example("resnet_small.py", "--epochs", "1", "--max_steps", "100")
+        self.assertGreater(figures(out, "test accuracy")[-1], 0.5, out)
+        self.assertIn("jit: on", out)
+
+    def test_char_lm(self):
+        out = run_example("char_lm.py", "--max_steps", "120", "--minutes", "2")
+        # Uniform over 256 bytes is 8 bits; 120 steps learn the letter frequencies.
+        self.assertLess(figures(out, "held-out bits per character")[-1], 4.5, out)
+
 
 if __name__ == "__main__":
     unittest.main()
