@@ -72,6 +72,7 @@ void* CachingAllocator::Allocate(size_t bytes) {
       stats_.cached_bytes -= cls;
       stats_.in_use_bytes += bytes;
       stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
+      stats_.window_peak_in_use_bytes = std::max(stats_.window_peak_in_use_bytes, stats_.in_use_bytes);
       ++stats_.live_blocks;
       return p;
     }
@@ -89,6 +90,7 @@ void* CachingAllocator::Allocate(size_t bytes) {
   stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, stats_.held_bytes);
   stats_.in_use_bytes += bytes;
   stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
+  stats_.window_peak_in_use_bytes = std::max(stats_.window_peak_in_use_bytes, stats_.in_use_bytes);
   ++stats_.live_blocks;
   return p;
 }
@@ -139,6 +141,11 @@ AllocatorStats CachingAllocator::stats() const {
   return stats_;
 }
 
+void CachingAllocator::ResetWindowPeak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.window_peak_in_use_bytes = stats_.in_use_bytes;
+}
+
 void CachingAllocator::ResetPeak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_in_use_bytes = stats_.in_use_bytes;
@@ -148,7 +155,7 @@ void CachingAllocator::ResetPeak() {
 void CachingAllocator::ResetStats() {
   std::lock_guard<std::mutex> lock(mu_);
   AllocatorStats s;
-  s.in_use_bytes = s.peak_in_use_bytes = stats_.in_use_bytes;
+  s.in_use_bytes = s.peak_in_use_bytes = s.window_peak_in_use_bytes = stats_.in_use_bytes;
   s.held_bytes = s.peak_held_bytes = stats_.held_bytes;
   s.cached_bytes = stats_.cached_bytes;
   s.live_blocks = stats_.live_blocks;

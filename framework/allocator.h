@@ -33,6 +33,9 @@ struct AllocatorStats {
   size_t peak_in_use_bytes = 0;  // high-water mark of in_use_bytes (since ResetPeak)
   size_t held_bytes = 0;         // class bytes held from the system: live + cached
   size_t peak_held_bytes = 0;    // high-water mark of held_bytes (since ResetPeak)
+  // high-water mark of in_use_bytes since ResetWindowPeak: a second peak for
+  // measuring one phase (evaluation) without disturbing the first.
+  size_t window_peak_in_use_bytes = 0;
   size_t cached_bytes = 0;       // class bytes on the free lists
   size_t system_bytes = 0;       // class bytes obtained from the system, cumulative
   int64_t allocations = 0;       // Allocate calls
@@ -80,6 +83,8 @@ class CachingAllocator {
   AllocatorStats stats() const;
   // Peaks restart from the current values (cumulative counters stay).
   void ResetPeak();
+  // Only window_peak_in_use_bytes restarts from in_use_bytes.
+  void ResetWindowPeak();
   // Every counter to zero except what is live or cached now.
   void ResetStats();
 

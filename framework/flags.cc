@@ -37,6 +37,7 @@ DEFINE_string(dataset, "", "Dataset: digits | fashion-mnist | synthetic (default
 DEFINE_string(data_dir, "", "Where the dataset files are (default: tools/data for digits, /usr/share/datasets/fashion-mnist)");
 DEFINE_int32(epochs, 10, "Training epochs");
 DEFINE_int32(batch_size, 32, "Samples per training step");
+DEFINE_int32(eval_batch_size, 0, "Samples per evaluation step (0: --batch_size)");
 DEFINE_double(lr, 0.1, "Learning rate (a finite number > 0)");
 DEFINE_bool(stop_on_nonfinite, true, "kiln train: stop with an error naming the step and the last finite loss when the loss becomes NaN or Inf");
 DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam");

@@ -51,6 +51,7 @@ DECLARE_string(dataset);
 DECLARE_string(data_dir);
 DECLARE_int32(epochs);
 DECLARE_int32(batch_size);
+DECLARE_int32(eval_batch_size);
 DECLARE_double(lr);
 DECLARE_bool(stop_on_nonfinite);
 DECLARE_string(optimizer);

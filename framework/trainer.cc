@@ -1,5 +1,6 @@
 #include "framework/trainer.h"
 
+#include "framework/allocator.h"
 #include "framework/checkpoint/checkpoint.h"
 
 #include <algorithm>
@@ -102,6 +103,20 @@ void CheckOptions(const Dataset& train, const TrainOptions& options) {
   if (options.save_every_steps < 0) ThrowInvalidArgument("save_every_steps must be >= 0");
 }
 
+// Evaluate, measuring the tensor bytes it keeps live above what was live
+// before it (into result->eval_peak_tensor_bytes, the highest so far).
+double MeasuredEvaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& test,
+                        const TrainOptions& options, TrainResult* result) {
+  CachingAllocator& allocator = CachingAllocator::Global();
+  const size_t before = allocator.stats().in_use_bytes;
+  allocator.ResetWindowPeak();
+  const int64_t batch = options.eval_batch_size > 0 ? options.eval_batch_size : options.batch_size;
+  const double accuracy = Evaluate(model, forward, scope, test, batch, options.exec);
+  const size_t peak = allocator.stats().window_peak_in_use_bytes;
+  result->eval_peak_tensor_bytes = std::max(result->eval_peak_tensor_bytes, peak > before ? peak - before : 0);
+  return accuracy;
+}
+
 // --stop_on_nonfinite: the step, where it was, and the last finite loss.
 void CheckLossFinite(float loss, int64_t step, int epoch, int64_t batch, const TrainResult& so_far) {
   if (std::isfinite(loss)) return;
@@ -172,7 +187,9 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
       }
       if (stop) break;
     }
-    if (options.on_epoch) options.on_epoch(epoch, Evaluate(model, forward_program, scope, test, 256, options.exec));
+    if (options.on_epoch) {
+      options.on_epoch(epoch, MeasuredEvaluate(model, forward_program, scope, test, options, &result));
+    }
   }
   if (!options.save_dir.empty() && step != saved_step && step > at.step) {
     const LoopState end{step, options.epochs, 0, at.shuffle_seed, options.batch_size};
@@ -180,7 +197,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
   }
   result.train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   Summarise(&result, std::move(step_ms));
-  result.test_accuracy = Evaluate(model, forward_program, scope, test, 256, options.exec);
+  result.test_accuracy = MeasuredEvaluate(model, forward_program, scope, test, options, &result);
   return result;
 }
 

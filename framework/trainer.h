@@ -29,6 +29,7 @@ struct TrainProgress {
 struct TrainOptions {
   int epochs = 1;
   int64_t batch_size = 32;
+  int64_t eval_batch_size = 0;  // evaluation's batch (0: batch_size)
   uint64_t seed = 1;      // shuffling
   int64_t max_steps = 0;  // 0: no limit
   ExecutorOptions exec;
@@ -64,6 +65,9 @@ struct TrainResult {
   int64_t steps = 0;  // steps run here
   double step_ms_median = 0.0;
   double train_seconds = 0.0;
+  // Highest tensor bytes live during an evaluation above what was live when
+  // it started (the allocator's window peak).
+  size_t eval_peak_tensor_bytes = 0;
 };
 
 TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options);

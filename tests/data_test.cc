@@ -561,6 +561,40 @@ TEST(SyntheticTest, FeaturesAreStandardNormal) {
   EXPECT_NEAR(sq / n, 1.0, 0.02);
 }
 
+// Without holding its features, a synthetic set makes each row when a batch
+// asks for it: the same values and labels, through slices, splits, gathers
+// and a Batcher, while the set itself holds only the labels.
+TEST(SyntheticTest, GeneratedRowsEqualHeldRows) {
+  const Dataset held = MakeSyntheticSequences(300, 6, 8, 4, 11);
+  const Dataset lazy = MakeSyntheticSequences(300, 6, 8, 4, 11, kSyntheticTeacherSeed, /*hold_features=*/false);
+  ASSERT_TRUE(lazy.generate);
+  EXPECT_FALSE(lazy.features.initialized());
+  EXPECT_EQ(lazy.features.ShapeString(), "f32[300,6,8]");
+  EXPECT_EQ(std::memcmp(held.labels.raw_data(), lazy.labels.raw_data(), held.labels.bytes()), 0);
+  auto same = [](const Dataset& a, const Dataset& b) {
+    ASSERT_EQ(a.features.dims(), b.features.dims());
+    EXPECT_EQ(std::memcmp(a.features.raw_data(), b.features.raw_data(), a.features.bytes()), 0);
+    EXPECT_EQ(std::memcmp(a.labels.raw_data(), b.labels.raw_data(), a.labels.bytes()), 0);
+  };
+  same(GatherRows(held, {299, 0, 17}), GatherRows(lazy, {299, 0, 17}));
+  const auto [held_train, held_test] = SplitDataset(held, 0.8);
+  const auto [lazy_train, lazy_test] = SplitDataset(lazy, 0.8);
+  EXPECT_FALSE(lazy_test.features.initialized());  // a slice of a generated set is generated too
+  same(GatherRows(held_test, {0, 59}), GatherRows(lazy_test, {0, 59}));
+  BatcherOptions bo;
+  bo.batch_size = 32;
+  bo.seed = 5;
+  Batcher a(held_train, bo), b(lazy_train, bo);
+  Dataset x, y;
+  int batches = 0;
+  while (a.Next(&x)) {
+    ASSERT_TRUE(b.Next(&y));
+    same(x, y);
+    ++batches;
+  }
+  EXPECT_EQ(batches, 7);
+}
+
 TEST(SyntheticTest, BadArguments) {
   ExpectError([] { MakeSyntheticSequences(10, 1, 4, 2, 0); }, ErrorCode::kInvalidArgument, {"seq_len >= 2", "seq_len=1"});
   ExpectError([] { MakeSyntheticSequences(10, 4, 4, 1, 0); }, ErrorCode::kInvalidArgument, {"classes=1"});

@@ -168,9 +168,10 @@ TEST_F(DumpTest, ExplainWhyNamesCycleAndDenyList) {
 
 TEST_F(DumpTest, TrainDumpsEachCompileExplainsAndLogsRecompiles) {
   // Digits: 1437 training rows in batches of 32 (the last partial batch is
-  // dropped), evaluation in batches of 256: 360 test rows end in a batch of 104.
+  // dropped), evaluation in batches of --eval_batch_size 256: 360 test rows
+  // end in a batch of 104.
   const Result r = Kiln("train --model mlp --use_jit --epochs 1 --progress=false --jit_explain --jit_verbose 1 "
-                        "--jit_dump_dir " + dir_ + "/jd");
+                        "--eval_batch_size 256 --jit_dump_dir " + dir_ + "/jd");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("recompiles: input features dims [256,64] -> [104,64]"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("kiln jit explain: 3 clusters"), std::string::npos) << r.output;

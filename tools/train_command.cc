@@ -38,7 +38,10 @@ TrainTest LoadDataset(const std::string& dataset, const Model& model) {
   } else {
     const int64_t n = FLAGS_synthetic_size;
     if (n < 10) ThrowInvalidArgument("--synthetic_size must be at least 10, got ", n);
-    const Dataset all = MakeSyntheticSequences(n, FLAGS_seq_len, FLAGS_d_model, 10, FLAGS_seed);
+    // The rows are made a batch at a time: at --seq_len 1024 --d_model 256
+    // the default 2048 sequences would hold 2 GiB.
+    const Dataset all = MakeSyntheticSequences(n, FLAGS_seq_len, FLAGS_d_model, 10, FLAGS_seed,
+                                               kSyntheticTeacherSeed, /*hold_features=*/false);
     auto split = SplitDataset(all, 0.8);
     data.train = std::move(split.first);
     data.test = std::move(split.second);
@@ -100,6 +103,7 @@ std::string MetricsJson(const std::string& dataset, const TrainResult& r, const 
   j["step_ms_median"] = r.step_ms_median;
   j["train_seconds"] = r.train_seconds;
   j["peak_tensor_bytes"] = mem.peak_tensor_bytes;
+  j["eval_peak_tensor_bytes"] = r.eval_peak_tensor_bytes;
   j["allocated_bytes"] = mem.allocated_bytes;
   if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
   return j.dump(2) + "\n";
@@ -148,6 +152,8 @@ int TrainCommand() {
   options.epochs = FLAGS_epochs;
   options.stop_on_nonfinite = FLAGS_stop_on_nonfinite;
   options.batch_size = FLAGS_batch_size;
+  if (FLAGS_eval_batch_size < 0) ThrowInvalidArgument("--eval_batch_size must be >= 0, got ", FLAGS_eval_batch_size);
+  options.eval_batch_size = FLAGS_eval_batch_size;
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();

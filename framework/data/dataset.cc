@@ -43,7 +43,7 @@ void CheckDataset(const Dataset& data, const std::string& what) {
   if (l.dtype() != DataType::kINT64 || l.rank() != 2 || l.dim(1) != 1 || l.dim(0) != f.dim(0)) {
     ThrowInvalidArgument(what, ": labels: expected i64[", f.dim(0), ",1], got ", l.ShapeString());
   }
-  if (!f.initialized() || !l.initialized()) ThrowInvalidArgument(what, ": dataset holds no data");
+  if ((!f.initialized() && !data.generate) || !l.initialized()) ThrowInvalidArgument(what, ": dataset holds no data");
 }
 
 std::vector<int64_t> ShuffledIndices(int64_t n, uint64_t seed) {
@@ -72,7 +72,11 @@ Dataset GatherRows(const Dataset& data, const std::vector<int64_t>& rows) {
   for (int64_t i = 0; i < count; ++i) {
     int64_t r = rows[i];
     if (r < 0 || r >= n) ThrowInvalidArgument("GatherRows: row ", r, " outside [0, ", n, ")");
-    if (row_bytes > 0) std::memcpy(dst + i * row_bytes, src + r * row_bytes, row_bytes);
+    if (data.generate) {
+      data.generate(r, reinterpret_cast<float*>(dst + i * row_bytes));
+    } else if (row_bytes > 0) {
+      std::memcpy(dst + i * row_bytes, src + r * row_bytes, row_bytes);
+    }
     dst_labels[i] = src_labels[r];
   }
   return out;
@@ -82,6 +86,18 @@ Dataset SliceRows(const Dataset& data, int64_t begin, int64_t end) {
   const int64_t n = data.size();
   if (begin < 0 || begin > end || end > n) {
     ThrowInvalidArgument("SliceRows: range [", begin, ", ", end, ") outside [0, ", n, "]");
+  }
+  if (data.generate) {
+    Dataset out;
+    out.features = Tensor(DataType::kFP32, WithLeading(data.features.dims(), end - begin));
+    out.features.ReleaseBuffer();  // shape-only: the rows are made on demand
+    out.labels = Tensor(DataType::kINT64, {end - begin, 1});
+    if (end > begin) {
+      std::memcpy(out.labels.mutable_data<int64_t>(), data.labels.data<int64_t>() + begin,
+                  static_cast<size_t>(end - begin) * sizeof(int64_t));
+    }
+    out.generate = [generate = data.generate, begin](int64_t row, float* x) { generate(begin + row, x); };
+    return out;
   }
   std::vector<int64_t> rows(static_cast<size_t>(end - begin));
   for (int64_t i = begin; i < end; ++i) rows[i - begin] = i;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,9 +17,16 @@
 
 namespace kiln {
 
+// Writes the features of row `row` (Numel of the per-row dims floats) to
+// `out`: for datasets too large to hold, made a batch at a time.
+using RowGenerator = std::function<void(int64_t row, float* out)>;
+
 struct Dataset {
-  Tensor features;  // FP32 [N, ...]
+  Tensor features;  // FP32 [N, ...]; shape-only when `generate` makes the rows
   Tensor labels;    // INT64 [N, 1]
+  // When set, the features are not held: GatherRows makes the rows it is
+  // asked for (so does every batch a Batcher yields).
+  RowGenerator generate;
   // N (0 for a default-constructed dataset).
   int64_t size() const;
 };
@@ -30,7 +38,8 @@ struct TrainTest {
 };
 
 // Throws InvalidArgument (prefixed by `what`) unless features are FP32 of rank
-// >= 1, labels INT64 [N, 1] with the same N, and both hold data.
+// >= 1, labels INT64 [N, 1] with the same N, and both hold data (or the
+// features are generated).
 void CheckDataset(const Dataset& data, const std::string& what);
 
 // A permutation of [0, n) determined by `seed` alone: Fisher-Yates from the
@@ -38,9 +47,11 @@ void CheckDataset(const Dataset& data, const std::string& what);
 // sampling on std::mt19937_64(seed) output.
 std::vector<int64_t> ShuffledIndices(int64_t n, uint64_t seed);
 
-// The rows `rows` of `data`, in that order, copied into new buffers.
+// The rows `rows` of `data`, in that order, copied (or generated) into new
+// buffers.
 Dataset GatherRows(const Dataset& data, const std::vector<int64_t>& rows);
-// Rows [begin, end) copied into new buffers.
+// Rows [begin, end) copied into new buffers; of a generated dataset, a
+// generated dataset of those rows (nothing is made now).
 Dataset SliceRows(const Dataset& data, int64_t begin, int64_t end);
 // GatherRows(data, ShuffledIndices(data.size(), seed)).
 Dataset ShuffleDataset(const Dataset& data, uint64_t seed);

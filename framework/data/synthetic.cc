@@ -58,64 +58,82 @@ SyntheticTeacher MakeSyntheticTeacher(int64_t d_model, int64_t classes, uint64_t
   return teacher;
 }
 
+namespace {
+
+// Row i draws from its own stream, so that any row can be made alone (a
+// dataset too large to hold makes its rows a batch at a time).
+uint64_t RowSeed(uint64_t seed, int64_t row) {
+  uint64_t x = seed ^ (0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(row) + 1));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+void MakeRow(uint64_t seed, int64_t row, int64_t n_values, float* x) {
+  NormalSource normal(RowSeed(seed, row));
+  for (int64_t i = 0; i < n_values; ++i) x[i] = static_cast<float>(normal.Next());
+}
+
+// The teacher's label of one row (the rule in synthetic.h), from the stored
+// FP32 values, so a model sees exactly what the label was computed from.
+int64_t TeacherLabel(const SyntheticTeacher& teacher, const float* xi, int64_t L) {
+  const int64_t D = teacher.d_model, C = teacher.classes;
+  std::vector<double> m(D, 0.0), c(D, 0.0), s(L);
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t d = 0; d < D; ++d) m[d] += xi[t * D + d];
+  }
+  for (double& v : m) v /= static_cast<double>(L);
+  const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D));
+  double s_max = -INFINITY;
+  for (int64_t t = 1; t < L; ++t) {
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(xi[d]) * xi[t * D + d];
+    s[t] = dot * inv_sqrt_d;
+    s_max = std::max(s_max, s[t]);
+  }
+  double z = 0;
+  for (int64_t t = 1; t < L; ++t) z += (s[t] = std::exp(s[t] - s_max));
+  for (int64_t t = 1; t < L; ++t) {
+    const double a = s[t] / z;
+    for (int64_t d = 0; d < D; ++d) c[d] += a * xi[t * D + d];
+  }
+  const double m_scale = std::sqrt(static_cast<double>(L));
+  int64_t best = 0;
+  double best_logit = -INFINITY;
+  for (int64_t k = 0; k < C; ++k) {
+    double v = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      v += m_scale * m[d] * teacher.w1[d * C + k] + kInteractionScale * c[d] * teacher.w2[d * C + k];
+    }
+    if (v > best_logit) best = k, best_logit = v;
+  }
+  return best;
+}
+
+}  // namespace
+
 Dataset MakeSyntheticSequences(int64_t n, int64_t seq_len, int64_t d_model, int64_t classes, uint64_t seed,
-                               uint64_t teacher_seed) {
+                               uint64_t teacher_seed, bool hold_features) {
   if (n < 0 || seq_len < 2 || d_model < 1 || classes < 2) {
     ThrowInvalidArgument("MakeSyntheticSequences: need n >= 0, seq_len >= 2, d_model >= 1, classes >= 2; got n=",
                          n, " seq_len=", seq_len, " d_model=", d_model, " classes=", classes);
   }
-  const int64_t L = seq_len;
-  const int64_t D = d_model;
-  const int64_t C = classes;
-
-  const SyntheticTeacher teacher = MakeSyntheticTeacher(D, C, teacher_seed);
-  const std::vector<double>& w1 = teacher.w1;
-  const std::vector<double>& w2 = teacher.w2;
-
+  const SyntheticTeacher teacher = MakeSyntheticTeacher(d_model, classes, teacher_seed);
+  const int64_t row_values = seq_len * d_model;
   Dataset data;
-  data.features = Tensor(DataType::kFP32, {n, L, D});
+  data.features = Tensor(DataType::kFP32, {n, seq_len, d_model});
   data.labels = Tensor(DataType::kINT64, {n, 1});
-  float* x = data.features.mutable_data<float>();
   int64_t* labels = data.labels.mutable_data<int64_t>();
-  NormalSource normal(seed);
-  for (int64_t i = 0; i < n * L * D; ++i) x[i] = static_cast<float>(normal.Next());
-
-  // The teacher reads the stored FP32 values, so a model sees exactly what
-  // the labels were computed from.
-  std::vector<double> m(D), c(D), s(L), logits(C);
-  const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<float> scratch(hold_features ? 0 : static_cast<size_t>(row_values));
+  float* x = hold_features ? data.features.mutable_data<float>() : nullptr;
   for (int64_t i = 0; i < n; ++i) {
-    const float* xi = x + i * L * D;
-    std::fill(m.begin(), m.end(), 0.0);
-    for (int64_t t = 0; t < L; ++t) {
-      for (int64_t d = 0; d < D; ++d) m[d] += xi[t * D + d];
-    }
-    for (double& v : m) v /= static_cast<double>(L);
-
-    double s_max = -INFINITY;
-    for (int64_t t = 1; t < L; ++t) {
-      double dot = 0;
-      for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(xi[d]) * xi[t * D + d];
-      s[t] = dot * inv_sqrt_d;
-      s_max = std::max(s_max, s[t]);
-    }
-    double z = 0;
-    for (int64_t t = 1; t < L; ++t) z += (s[t] = std::exp(s[t] - s_max));
-    std::fill(c.begin(), c.end(), 0.0);
-    for (int64_t t = 1; t < L; ++t) {
-      const double a = s[t] / z;
-      for (int64_t d = 0; d < D; ++d) c[d] += a * xi[t * D + d];
-    }
-
-    const double m_scale = std::sqrt(static_cast<double>(L));
-    int64_t best = 0;
-    for (int64_t k = 0; k < C; ++k) {
-      double v = 0;
-      for (int64_t d = 0; d < D; ++d) v += m_scale * m[d] * w1[d * C + k] + kInteractionScale * c[d] * w2[d * C + k];
-      logits[k] = v;
-      if (v > logits[best]) best = k;
-    }
-    labels[i] = best;
+    float* xi = hold_features ? x + i * row_values : scratch.data();
+    MakeRow(seed, i, row_values, xi);
+    labels[i] = TeacherLabel(teacher, xi, seq_len);
+  }
+  if (!hold_features) {
+    data.features.ReleaseBuffer();
+    data.generate = [seed, row_values](int64_t row, float* out) { MakeRow(seed, row, row_values, out); };
   }
   return data;
 }

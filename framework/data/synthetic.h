@@ -47,8 +47,11 @@ SyntheticTeacher MakeSyntheticTeacher(int64_t d_model, int64_t classes,
                                       uint64_t teacher_seed = kSyntheticTeacherSeed);
 
 // Requires n >= 0, seq_len >= 2, d_model >= 1, classes >= 2 (InvalidArgument
-// otherwise).
+// otherwise). Row i's features come from a stream of its own (seeded by
+// `seed` and i), so with hold_features false the dataset keeps only the
+// labels and makes each row when a batch asks for it (Dataset::generate):
+// the same values, without holding n * seq_len * d_model floats.
 Dataset MakeSyntheticSequences(int64_t n, int64_t seq_len, int64_t d_model, int64_t classes, uint64_t seed,
-                               uint64_t teacher_seed = kSyntheticTeacherSeed);
+                               uint64_t teacher_seed = kSyntheticTeacherSeed, bool hold_features = true);
 
 }  // namespace kiln
