@@ -210,8 +210,7 @@ void Executor::CheckInputsNanInf(const ExecutionPlan::PreparedOp& op, std::set<c
 
 void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& name, const Tensor& value,
                 bool share) {
-  const proto::VarDesc* v = FindVarDesc(block, name);
-  if (v == nullptr) ThrowNotFound("feed '", name, "': the program declares no such variable");
+  const proto::VarDesc* v = &RequireVarDesc(block, name, "feed");
   if (FromProto(v->dtype()) != value.dtype()) {
     ThrowInvalidArgument("feed '", name, "': expected dtype ", DataTypeName(FromProto(v->dtype())), ", got ",
                          DataTypeName(value.dtype()));

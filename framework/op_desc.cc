@@ -1,4 +1,5 @@
 #include "framework/op_desc.h"
+#include "framework/suggest.h"
 
 #include <algorithm>
 
@@ -76,6 +77,13 @@ proto::VarDesc* FindMutableVarDesc(proto::BlockDesc* block, std::string_view nam
     if (v.name() == name) return &v;
   }
   return nullptr;
+}
+
+const proto::VarDesc& RequireVarDesc(const proto::BlockDesc& block, std::string_view name, std::string_view role) {
+  if (const proto::VarDesc* v = FindVarDesc(block, name)) return *v;
+  std::vector<std::string> names;
+  for (const auto& v : block.vars()) names.push_back(v.name());
+  ThrowNotFound(role, " '", name, "': the program declares no such variable", DidYouMean(name, names));
 }
 
 Dims VarDims(const proto::VarDesc& var) { return Dims(var.dims().begin(), var.dims().end()); }

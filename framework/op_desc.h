@@ -63,6 +63,9 @@ class OpBuilder {
 
 // Block helpers.
 const proto::VarDesc* FindVarDesc(const proto::BlockDesc& block, std::string_view name);
+// The var `name` of `block`; throws NotFound "<role> '<name>': the program
+// declares no such variable; did you mean 'x'?" (role: "feed", "fetch", ...).
+const proto::VarDesc& RequireVarDesc(const proto::BlockDesc& block, std::string_view name, std::string_view role);
 proto::VarDesc* FindMutableVarDesc(proto::BlockDesc* block, std::string_view name);
 Dims VarDims(const proto::VarDesc& var);
 // "op #3 'matmul'": how errors name an op.

@@ -2,6 +2,7 @@
 
 #include "framework/onednn/onednn_kernels.h"
 #include "framework/ops/ops.h"
+#include "framework/suggest.h"
 
 namespace kiln {
 
@@ -37,7 +38,7 @@ OpInfo* OpRegistry::FindMutable(std::string_view type) {
 
 const OpInfo& OpRegistry::Get(std::string_view type) const {
   const OpInfo* info = Find(type);
-  if (info == nullptr) ThrowNotFound("unknown op type '", type, "'");
+  if (info == nullptr) ThrowNotFound("unknown op type '", type, "'", DidYouMean(type, Types()));
   return *info;
 }
 

@@ -23,7 +23,7 @@ class OpRegistry {
   OpInfo& Add(OpInfo info);  // aborts on a duplicate type (programming error)
   const OpInfo* Find(std::string_view type) const;
   OpInfo* FindMutable(std::string_view type);
-  // Throws NotFound: "unknown op type 'foo'".
+  // Throws NotFound: "unknown op type 'relo'; did you mean 'relu'?".
   const OpInfo& Get(std::string_view type) const;
   std::vector<std::string> Types() const;  // sorted
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/op_desc.h"
+#include "framework/suggest.h"
 
 namespace kiln {
 namespace {
@@ -59,7 +60,8 @@ OptimizerKind ParseOptimizer(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "momentum") return OptimizerKind::kMomentum;
   if (name == "adam") return OptimizerKind::kAdam;
-  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum or adam");
+  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum or adam",
+                       DidYouMean(name, {"sgd", "momentum", "adam"}));
 }
 
 std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,

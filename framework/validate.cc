@@ -3,6 +3,7 @@
 #include <map>
 
 #include "framework/shape_util.h"
+#include "framework/suggest.h"
 
 namespace kiln {
 namespace {
@@ -90,7 +91,9 @@ class BuildInferShapeContext final : public InferShapeContext {
 void InferShapeAtBuild(proto::BlockDesc* block, int op_index, bool declare_outputs, const OpRegistry& registry) {
   const proto::OpDesc& op = block->ops(op_index);
   const OpInfo* info = registry.Find(op.type());
-  if (info == nullptr) ThrowNotFound(OpLabel(op, op_index), ": unknown op type '", op.type(), "'");
+  if (info == nullptr) {
+    ThrowNotFound(OpLabel(op, op_index), ": unknown op type '", op.type(), "'", DidYouMean(op.type(), registry.Types()));
+  }
   CheckSlots(*info, op, op_index);
   AttrMap attrs = ResolveAttrs(*info, op, op_index);
   // Every input must be a declared var.

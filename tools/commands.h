@@ -14,10 +14,14 @@ int RunCommand(const std::vector<std::string>& feeds);
 int ProgramCommand();
 int OpsCommand();
 int DumpCommand();
-int FlagsCommand();
+// --all: gflags' own flags too.
+int FlagsCommand(bool all);
 int BenchCommand();
 // kiln export --from CKPT --out MODEL_DIR; kiln predict --model MODEL_DIR --feed ... --out DIR.
 int ExportCommand();
 int PredictCommand(const std::vector<std::string>& feeds);
+// kiln completion bash: the script BashCompletion returns.
+int CompletionCommand(const std::vector<std::string>& args);
+std::string BashCompletion();
 
 }  // namespace kiln::tools

@@ -96,9 +96,7 @@ std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
 DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   const proto::ProgramDesc& program = src.program;
   for (const auto& [name, dims] : src.feed_dims) {
-    if (FindVarDesc(program.blocks(0), name) == nullptr) {
-      ThrowNotFound("feed shape of '", name, "': the program declares no such variable");
-    }
+    RequireVarDesc(program.blocks(0), name, "feed shape of");
   }
   const proto::BlockDesc concrete = ConcreteBlock(program.blocks(0), src.feed_dims, src.batch);
 

@@ -92,7 +92,7 @@ int PredictCommand(const std::vector<std::string>& feed_args) {
     keep.insert(arg.substr(0, eq));
   }
   for (const auto& f : fetches) {
-    if (FindVarDesc(program.blocks(0), f) == nullptr) ThrowNotFound("fetch '", f, "': the model has no such var");
+    RequireVarDesc(program.blocks(0), f, "fetch");
   }
   program = RunPipelineFromFlags(program, keep);
   Executor exec(ExecutorOptionsFromFlags());

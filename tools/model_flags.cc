@@ -4,6 +4,7 @@
 
 #include "framework/error.h"
 #include "framework/flags.h"
+#include "framework/suggest.h"
 
 namespace kiln::tools {
 
@@ -19,7 +20,8 @@ Model BuildModelFromFlags(const std::string& dataset) {
   tc.seed = FLAGS_seed;
   const bool image = dataset == "digits" || dataset == "fashion-mnist";
   if (!image && dataset != "synthetic") {
-    ThrowInvalidArgument("unknown dataset '", dataset, "': expected digits, fashion-mnist or synthetic");
+    ThrowInvalidArgument("unknown dataset '", dataset, "': expected digits, fashion-mnist or synthetic",
+                         DidYouMean(dataset, {"digits", "fashion-mnist", "synthetic"}));
   }
   const int64_t side = dataset == "digits" ? 8 : 28;
   if (FLAGS_model == "mlp") {
@@ -57,7 +59,8 @@ Model BuildModelFromFlags(const std::string& dataset) {
     c.ffn_dim = FLAGS_ffn_dim;
     return BuildTransformer(c, tc);
   }
-  ThrowInvalidArgument("unknown model '", FLAGS_model, "': expected mlp, cnn or transformer");
+  ThrowInvalidArgument("unknown model '", FLAGS_model, "': expected mlp, cnn or transformer",
+                       DidYouMean(FLAGS_model, {"mlp", "cnn", "transformer"}));
 }
 
 }  // namespace kiln::tools

@@ -66,7 +66,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   ValidateProgram(program);
   const proto::BlockDesc& block = program.blocks(0);
   for (const auto& f : fetches) {
-    if (FindVarDesc(block, f) == nullptr) ThrowNotFound("fetch '", f, "': the program declares no such variable");
+    RequireVarDesc(block, f, "fetch");
   }
 
   // Read and check every feed before running anything.

@@ -58,13 +58,12 @@ class Executor {
     }
     const proto::BlockDesc& block = program.desc().blocks(0);
     for (const auto& f : fetch) {
-      if (FindVarDesc(block, f) == nullptr) ThrowNotFound("fetch '", f, "': the program declares no such variable");
+      RequireVarDesc(block, f, "fetch");
     }
     std::set<std::string> fed;
     for (const auto& [k, value] : feed) {
       const std::string name = k.cast<std::string>();
-      const proto::VarDesc* v = FindVarDesc(block, name);
-      if (v == nullptr) ThrowNotFound("feed '", name, "': the program declares no such variable");
+      const proto::VarDesc* v = &RequireVarDesc(block, name, "feed");
       // A persistable var is updated in place by the program (optimizer
       // state, parameters): it gets a copy, never the caller's memory.
       Binding how;
