@@ -50,7 +50,7 @@ DEFINE_int32(num_heads, 4, "Transformer: attention heads");
 DEFINE_int32(ffn_dim, 64, "Transformer: feed-forward width");
 DEFINE_int32(synthetic_size, 2048, "Synthetic dataset: number of sequences (80% train, 20% test)");
 DEFINE_int32(max_steps, 0, "Stop training after this many steps (0: no limit)");
-DEFINE_bool(progress, true, "Show a progress bar while training");
+DEFINE_bool(progress, true, "On a terminal, show a progress bar with an ETA (kiln train; kiln run and kiln bench when they run over a second)");
 DEFINE_string(save_dir, "", "kiln train: write checkpoints (parameters, optimizer state, the loop's position) under DIR/ckpt-<step>/ every --save_every_steps steps and after the last step");
 DEFINE_int64(save_every_steps, 0, "kiln train: steps between checkpoints (0: only after the last step)");
 DEFINE_int32(keep_checkpoints, 0, "kiln train: keep the newest K checkpoints in --save_dir (0: all)");

@@ -114,6 +114,19 @@ blocks { idx: 0 parent_idx: -1
   std::filesystem::remove_all(dir);
 }
 
+// On a terminal (script(1) gives the command one), kiln train draws a bar
+// with the step, the steps in all and an ETA; piped, it prints plain lines.
+TEST(CliHelpTest, ProgressOnATerminalAndPlainLinesOtherwise) {
+  if (test::RunCommand("command -v script >/dev/null").code != 0) GTEST_SKIP() << "script(1) is not installed";
+  const std::string train = std::string(KILN_BINARY) + " train --model mlp --epochs 2";
+  const CliResult tty = test::RunCommand("script -qec '" + train + "' /dev/null");
+  EXPECT_EQ(tty.code, 0) << tty.output;
+  ExpectHas(tty, "epoch 2/2 [##############################] 88/88  ETA 0:00  loss ");
+  const CliResult piped = test::RunCommand(train + " 2>&1 | cat");
+  ExpectHas(piped, "epoch 1/2  loss ");
+  EXPECT_EQ(piped.output.find("ETA"), std::string::npos) << piped.output;
+}
+
 // Drives the completion function as bash would: COMP_WORDS and COMP_CWORD.
 std::string Complete(const std::string& words, int cword) {
   const std::string script = std::string(KILN_BINARY) + " completion bash";

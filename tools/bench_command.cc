@@ -29,6 +29,7 @@
 #include "framework/op_registry.h"
 #include "framework/validate.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 #include "tools/pipeline_setup.h"
 #include "tools/model_flags.h"
 
@@ -193,7 +194,9 @@ int BenchModel() {
   std::vector<double> ms;
   float loss = 0.f;
   const int total = FLAGS_bench_warmup + FLAGS_bench_steps;
+  ProgressBar bar("kiln bench", total, FLAGS_progress, /*delay_s=*/1.0);
   for (int s = 0; s < total; ++s) {
+    bar.Update(s);
     FeedTensor(program.blocks(0), scope, model.features, features);
     FeedTensor(program.blocks(0), scope, model.labels, labels);
     const auto t0 = Clock::now();
@@ -202,6 +205,8 @@ int BenchModel() {
     const double t = MsSince(t0);
     if (s >= FLAGS_bench_warmup) ms.push_back(t);
   }
+  bar.Update(total);
+  bar.Finish();
   const Timing t = Summarise(ms);
   const double gflops = t.median > 0 ? flops.flops / (t.median * 1e6) : 0.0;
   std::printf(
@@ -236,7 +241,9 @@ int BenchMatmul() {
     for (int64_t i = 0; i < n * n; ++i) p[i] = u(rng);
   }
   std::vector<double> ms;
+  ProgressBar bar("kiln bench", FLAGS_bench_warmup + FLAGS_bench_steps, FLAGS_progress, /*delay_s=*/1.0);
   for (int s = 0; s < FLAGS_bench_warmup + FLAGS_bench_steps; ++s) {
+    bar.Update(s);
     const auto t0 = Clock::now();
     prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     stream.wait();

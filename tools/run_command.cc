@@ -17,6 +17,7 @@
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
 #include "tools/pipeline_setup.h"
+#include "tools/progress.h"
 
 namespace kiln::tools {
 namespace {
@@ -92,7 +93,9 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   program = RunPipelineFromFlags(program, jit_keep);
   auto plan = exec.Prepare(program, 0, keep);
   std::map<std::string, std::vector<Tensor>> fetched;
+  ProgressBar bar("kiln run", FLAGS_steps, FLAGS_progress, /*delay_s=*/1.0);
   for (int step = 0; step < FLAGS_steps; ++step) {
+    bar.Update(step);
     if (step > 0) {
       for (const auto& [name, value] : per_step_feeds) scope.Var(name)->GetMutable()->CopyFrom(value);
     }
@@ -104,6 +107,8 @@ int RunCommand(const std::vector<std::string>& feed_args) {
       fetched[f].back().CopyFrom(t);
     }
   }
+  bar.Update(FLAGS_steps);
+  bar.Finish();
 
   MaybePrintJitExplain();
 

@@ -18,6 +18,7 @@
 #include "framework/flags.h"
 #include "framework/trainer.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 #include "tools/jit_setup.h"
 #include "tools/memory_setup.h"
 #include "tools/pipeline_setup.h"
@@ -58,25 +59,37 @@ TrainTest LoadDataset(const std::string& dataset, const Model& model) {
   return data;
 }
 
-void PrintProgress(const TrainProgress& p, bool tty) {
-  const int64_t every = std::max<int64_t>(1, p.batches / 50);
-  const bool last = p.batch + 1 == p.batches;
-  if (!tty) {
-    if (last) {
-      std::fprintf(stderr, "epoch %d/%d  loss %.4f  %.0f samples/s\n", p.epoch + 1, p.epochs, p.loss,
-                   p.samples_per_sec);
+// Piped: one plain line per epoch. On a terminal: a bar over the whole run
+// with the step, the steps in all and an ETA, one line per epoch.
+class TrainProgressPrinter {
+ public:
+  explicit TrainProgressPrinter(int64_t max_steps) : max_steps_(max_steps), tty_(::isatty(STDERR_FILENO)) {}
+  void operator()(const TrainProgress& p) {
+    const bool last = p.batch + 1 == p.batches;
+    if (!tty_) {
+      if (last) {
+        std::fprintf(stderr, "epoch %d/%d  loss %.4f  %.0f samples/s\n", p.epoch + 1, p.epochs, p.loss,
+                     p.samples_per_sec);
+      }
+      return;
     }
-    return;
+    if (!bar_) {
+      int64_t total = p.batches * p.epochs;
+      if (max_steps_ > 0) total = std::min(total, max_steps_);
+      bar_ = std::make_unique<ProgressBar>("", total, true, 0.0, p.step - 1);
+    }
+    bar_->set_label("epoch " + std::to_string(p.epoch + 1) + "/" + std::to_string(p.epochs));
+    char detail[64];
+    std::snprintf(detail, sizeof detail, "loss %.4f  %.0f samples/s", p.loss, p.samples_per_sec);
+    bar_->Update(p.step, detail);
+    if (last) bar_->Finish();
   }
-  if (p.batch % every != 0 && !last) return;
-  const int width = 30;
-  const int filled = static_cast<int>(width * (p.batch + 1) / std::max<int64_t>(1, p.batches));
-  std::string bar(static_cast<size_t>(filled), '#');
-  bar.resize(width, '.');
-  std::fprintf(stderr, "\repoch %d/%d [%s] %3d%%  loss %.4f  %.0f samples/s", p.epoch + 1, p.epochs, bar.c_str(),
-               static_cast<int>(100 * (p.batch + 1) / std::max<int64_t>(1, p.batches)), p.loss, p.samples_per_sec);
-  if (last) std::fputc('\n', stderr);
-}
+
+ private:
+  int64_t max_steps_;
+  bool tty_;
+  std::shared_ptr<ProgressBar> bar_;
+};
 
 // What `kiln export` and `kiln predict` need besides the programs.
 std::string ModelJson(const Model& model) {
@@ -173,11 +186,11 @@ int TrainCommand() {
   AllocatorStats train_stats = baseline;
   ResetPeakRecord();
   PeakRecord train_peak;
-  const bool tty = ::isatty(STDERR_FILENO);
-  options.on_step = [tty, &allocator, &train_stats, &train_peak](const TrainProgress& p) {
+  TrainProgressPrinter progress(FLAGS_max_steps);
+  options.on_step = [&progress, &allocator, &train_stats, &train_peak](const TrainProgress& p) {
     train_stats = allocator.stats();
     if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
-    if (FLAGS_progress) PrintProgress(p, tty);
+    if (FLAGS_progress) progress(p);
   };
 
   std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
