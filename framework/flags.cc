@@ -43,6 +43,11 @@ DEFINE_bool(stop_on_nonfinite, true, "kiln train: stop with an error naming the 
 DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam");
 DEFINE_uint64(seed, 1, "Seed of parameter initialisation, shuffling and synthetic data");
 DEFINE_string(metrics_out, "", "Write training metrics as JSON to this file");
+DEFINE_string(history, "", "kiln train: write one JSON line per step (step, loss, samples/s, step ms) and per epoch (test accuracy) to this file");
+DEFINE_bool(data_parallel, false, "kiln train under mpirun: each rank trains its shard of every global batch (--batch_size), gradients averaged over the ranks (MPI)");
+DEFINE_double(dp_bucket_mb, 25, "--data_parallel: gradients averaged together in buckets of about this many MiB, each started as soon as the backward pass has made it");
+DEFINE_int32(dp_check_every, 0, "--data_parallel: every N steps compare a checksum of every parameter across the ranks and fail naming the first that differs (0: never)");
+DEFINE_double(dp_timeout_s, 300, "--data_parallel: seconds a rank waits for the others before the job is aborted (a rank died or hangs)");
 DEFINE_string(mlp_hidden, "128", "Hidden layer sizes of the MLP, comma-separated");
 DEFINE_int32(seq_len, 16, "Transformer: sequence length");
 DEFINE_int32(d_model, 32, "Transformer: model width");

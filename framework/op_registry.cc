@@ -63,6 +63,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterBatchNormOps(r);
   RegisterLookupTableOps(r);
   RegisterDropoutOps(r);
+  RegisterCollectiveOps(r);
   AttachOneDnnKernels(r);
 }
 

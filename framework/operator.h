@@ -198,6 +198,11 @@ struct OpInfo {
   // fragments it computes. Set for kElementwise and kOptimizer ops; empty
   // for every other op.
   EwLoweringFn elementwise;
+  // No cluster spans across the op: build_jit_pass puts every op before it
+  // (in program order) and every op after it in different clusters. For
+  // collectives (c_allreduce_start), so that the work after one overlaps
+  // with its communication.
+  bool cluster_boundary = false;
   // Inputs through which no gradient flows (labels, learning rate, ...).
   std::vector<std::string> no_grad_inputs;
   // Input slots whose data the kernels never read, only dims and dtype

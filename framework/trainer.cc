@@ -97,6 +97,14 @@ void Summarise(TrainResult* result, std::vector<double> step_ms) {
 void CheckOptions(const Dataset& train, const TrainOptions& options) {
   CheckDataset(train, "training data");
   if (options.batch_size < 1) ThrowInvalidArgument("batch size must be at least 1, got ", options.batch_size);
+  const DataParallelTraining& dp = options.data_parallel;
+  if (dp.size < 1 || dp.rank < 0 || dp.rank >= dp.size) {
+    ThrowInvalidArgument("data parallel: rank ", dp.rank, " of ", dp.size, " ranks");
+  }
+  if (options.batch_size % dp.size != 0) {
+    ThrowInvalidArgument("data parallel: the global batch size ", options.batch_size, " is not a multiple of the ",
+                         dp.size, " ranks");
+  }
   if (options.batch_size > train.size()) {
     ThrowInvalidArgument("batch size ", options.batch_size, " exceeds the ", train.size(), " training rows");
   }
@@ -166,18 +174,23 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
     for (int64_t b = 0; batcher.Next(&batch); ++b) {
       if (epoch == at.epoch && b < at.batch) continue;  // consumed before the checkpoint
       const auto t0 = Clock::now();
-      FeedBatch(model, train_program, scope, batch);
+      const DataParallelTraining& dp = options.data_parallel;
+      const int64_t shard = batch.size() / dp.size;
+      FeedBatch(model, train_program, scope,
+                dp.size == 1 ? batch : SliceRows(batch, dp.rank * shard, (dp.rank + 1) * shard));
       exec.Run(*plan, scope);
-      const float loss = scope.GetVar(model.loss)->Get().data<float>()[0];
+      float loss = scope.GetVar(model.loss)->Get().data<float>()[0];
+      if (dp.average_loss) loss = dp.average_loss(loss);
       if (options.stop_on_nonfinite) CheckLossFinite(loss, step + 1, epoch, b, result);
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       result.losses.push_back(loss);
       samples += batch.size();
       ++step;
+      if (dp.check && dp.check_every > 0 && step % dp.check_every == 0) dp.check(scope, step);
       if (options.on_step) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_epoch).count();
         options.on_step(TrainProgress{epoch, options.epochs, b, batcher.num_batches(), step, loss,
-                                      secs > 0 ? static_cast<double>(samples) / secs : 0.0});
+                                      secs > 0 ? static_cast<double>(samples) / secs : 0.0, step_ms.back()});
       }
       stop = options.max_steps > 0 && step >= options.max_steps;
       if (!options.save_dir.empty() && ((options.save_every_steps > 0 && step % options.save_every_steps == 0) ||

@@ -24,6 +24,23 @@ struct TrainProgress {
   int64_t step = 0;  // global, 1-based after the step
   float loss = 0.f;
   double samples_per_sec = 0.0;  // over the epoch so far
+  double step_ms = 0.0;          // this step's time
+};
+
+// Data-parallel training as the trainer sees it: this process is rank `rank`
+// of `size` and trains rows [rank * B / size, (rank + 1) * B / size) of
+// every global batch of B rows; the global order of the rows does not depend
+// on `size`. The hooks do the communication (the tool wires them to
+// framework/distributed/communicator.h).
+struct DataParallelTraining {
+  int rank = 0;
+  int size = 1;
+  // The job's loss of a step from this rank's (the mean over the ranks).
+  std::function<float(float)> average_loss;
+  // Called every check_every steps (0: never) after the step, to compare the
+  // parameters across ranks.
+  int64_t check_every = 0;
+  std::function<void(const Scope&, int64_t step)> check;
 };
 
 struct TrainOptions {
@@ -53,6 +70,7 @@ struct TrainOptions {
   // A NaN or Inf loss stops training with an error naming the step and the
   // last finite loss (before any checkpoint of that step is written).
   bool stop_on_nonfinite = true;
+  DataParallelTraining data_parallel;
 };
 
 struct TrainResult {

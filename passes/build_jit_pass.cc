@@ -249,13 +249,22 @@ struct Clusters {
 // the clusters of at least min_cluster_size ops, and give the ops of the
 // others their reason.
 Clusters MergeCandidates(const ir::Graph& graph, const std::vector<NodeId>& topo, const std::vector<int>& pos,
-                         int min_cluster_size, std::vector<std::optional<Excluded>>& excluded) {
+                         int min_cluster_size, const OpRegistry& registry,
+                         std::vector<std::optional<Excluded>>& excluded) {
   const int n = static_cast<int>(topo.size());
   // 2. Dependencies: data and the graph's ordering constraints, so a path
   // through a write-after-read counts as a cycle too.
   std::vector<std::vector<int>> preds(n);
   for (int i = 0; i < n; ++i) {
     for (NodeId d : graph.OpDependencies(topo[i])) preds[i].push_back(pos[d]);
+  }
+  // A cluster-boundary op (a collective) comes after every op before it and
+  // before every op after it: merging across it would close a cycle.
+  for (int b = 0; b < n; ++b) {
+    const OpInfo* info = registry.Find(graph.op(topo[b]).type());
+    if (info == nullptr || !info->cluster_boundary) continue;
+    for (int i = 0; i < b; ++i) preds[b].push_back(i);
+    for (int i = b + 1; i < n; ++i) preds[i].push_back(b);
   }
   ClusterGraph clusters(preds);
 
@@ -368,7 +377,7 @@ bool BuildJitPass::Run(ir::Graph& graph, BuildJitReport* report) const {
   std::vector<std::optional<Excluded>> excluded = FindCandidates(graph, topo, options_, registry_);
   const bool any_candidate = std::any_of(excluded.begin(), excluded.end(), [](const auto& e) { return !e; });
   Clusters clusters;
-  if (any_candidate) clusters = MergeCandidates(graph, topo, pos, options_.min_cluster_size, excluded);
+  if (any_candidate) clusters = MergeCandidates(graph, topo, pos, options_.min_cluster_size, registry_, excluded);
 
   BuildJitReport out;
   for (int i = 0; i < n; ++i) {

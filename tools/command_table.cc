@@ -26,9 +26,10 @@ const std::map<std::string, Flags>& GroupFlags() {
        {"free_intermediates", "release_shape_only", "use_inplace", "recompute", "recompute_ops", "cache_allocations",
         "memory_report"}},
       {"output",
-       {"out", "metrics_out", "save_dir", "save_every_steps", "keep_checkpoints", "dump_passes", "progress",
-        "markdown"}},
+       {"out", "metrics_out", "history", "save_dir", "save_every_steps", "keep_checkpoints", "dump_passes",
+        "progress", "markdown"}},
       {"bench", {"bench_what", "bench_warmup", "bench_steps", "bench_matmul_size", "bench_copy_mib"}},
+      {"distributed", {"data_parallel", "dp_bucket_mb", "dp_check_every", "dp_timeout_s"}},
   };
   return groups;
 }
@@ -51,8 +52,9 @@ std::vector<CommandInfo> MakeCommands() {
       {"train", "[--flags]",
        "Trains a model (--model) on a dataset, then prints the test accuracy, the final loss and, with --use_jit, "
        "what the JIT compiled.",
-       Join({Group("model"), Group("data"), Group("training"), Running(),
-             {"metrics_out", "save_dir", "save_every_steps", "keep_checkpoints", "dump_passes", "progress"}}),
+       Join({Group("model"), Group("data"), Group("training"), Running(), Group("distributed"),
+             {"metrics_out", "history", "save_dir", "save_every_steps", "keep_checkpoints", "dump_passes",
+              "progress"}}),
        {}},
       {"run", "--program P.pbtxt [--feed NAME=FILE.npy ...] --fetch NAME[,NAME] --out DIR [--flags]",
        "Runs a program file on .npy feeds and writes each fetched var to DIR/NAME.npy (OPS.md's contract).",
@@ -66,7 +68,8 @@ std::vector<CommandInfo> MakeCommands() {
        "Compiles every cluster of a model's training program or a program file for --batch_size and writes what "
        "was compiled (docs/dump.md).",
        Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "seed", "batch_size"},
-             {"program", "append_backward", "fetch", "out", "dump_passes"}, Running()}),
+             {"program", "append_backward", "fetch", "out", "dump_passes", "data_parallel", "dp_bucket_mb"},
+             Running()}),
        {}},
       {"flags", "[--markdown] [--all]",
        "Lists kiln's flags with their defaults (--all adds gflags' own flags).",
@@ -96,7 +99,7 @@ const std::map<std::string, std::string>& ValueForms() {
   static const std::map<std::string, std::string> forms = {
       {"fetch", "NAME[,NAME]"},     {"program", "P.pbtxt"},        {"out", "PATH"},
       {"from", "CKPT"},             {"save_dir", "DIR"},           {"resume", "DIR"},
-      {"metrics_out", "FILE.json"}, {"dump_passes", "DIR"},        {"jit_dump_dir", "DIR"},
+      {"metrics_out", "FILE.json"}, {"history", "FILE.jsonl"},     {"dump_passes", "DIR"},        {"jit_dump_dir", "DIR"},
       {"data_dir", "DIR"},          {"append_backward", "LOSS"},   {"model", "NAME"},
       {"dataset", "NAME"},          {"optimizer", "NAME"},         {"jit_allow_ops", "OP[,OP]"},
       {"jit_deny_ops", "OP[,OP]"},  {"jit_deny_clusters", "KEY[,KEY]"}, {"recompute_ops", "OP[,OP]"},
@@ -155,8 +158,8 @@ std::vector<std::string> CommandNames() {
 }
 
 const std::vector<std::string>& FlagGroups() {
-  static const std::vector<std::string> order = {"model",  "data",    "training", "program", "JIT",
-                                                 "kernels", "memory", "output",   "bench"};
+  static const std::vector<std::string> order = {"model",  "data",   "training", "program",    "JIT",
+                                                 "kernels", "memory", "output",   "distributed", "bench"};
   return order;
 }
 

@@ -29,7 +29,7 @@ const CommandInfo* FindCommand(const std::string& name);
 std::vector<std::string> CommandNames();
 
 // The groups in the order help shows them: model, data, training, program,
-// JIT, kernels, memory, output, bench.
+// JIT, kernels, memory, output, distributed, bench.
 const std::vector<std::string>& FlagGroups();
 // The group of a kiln flag ("" for a flag no group lists).
 std::string FlagGroup(const std::string& flag);

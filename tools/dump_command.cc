@@ -7,6 +7,7 @@
 #include <set>
 
 #include "framework/backward.h"
+#include "framework/distributed/data_parallel.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
 #include "framework/op_desc.h"
@@ -29,6 +30,12 @@ DumpSource LoadDumpSource() {
   if (FLAGS_program.empty()) {
     const Model m = BuildModelFromFlags(DatasetFromFlags());
     s.program = m.train;
+    // With --data_parallel, the program a data-parallel job runs.
+    if (FLAGS_data_parallel) {
+      DataParallelOptions dpo;
+      dpo.bucket_bytes = static_cast<int64_t>(FLAGS_dp_bucket_mb * (1 << 20));
+      AppendDataParallel(&s.program, dpo);
+    }
     s.keep = {m.features, m.labels, m.loss};
     s.description = "the training program of model `" + FLAGS_model + "` (" + DatasetFromFlags() + ", optimizer " +
                     FLAGS_optimizer + ")";

@@ -71,6 +71,35 @@ std::string PassList(const PipelineOptions& options) {
   return out;
 }
 
+// Where the gradient averaging of a data-parallel program sits in the
+// program after the pipeline: each bucket's start and wait, with the op
+// before the start and after the wait. Empty for other programs.
+std::string CollectivesMarkdown(const proto::ProgramDesc& after) {
+  const proto::BlockDesc& block = after.blocks(0);
+  std::string out;
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const proto::OpDesc& op = block.ops(i);
+    if (op.type() != "c_allreduce_start") continue;
+    const std::string bucket = FindAttr(op, "bucket")->s();
+    int wait = -1;
+    for (int j = i + 1; j < block.ops_size() && wait < 0; ++j) {
+      const proto::AttrDesc* b = FindAttr(block.ops(j), "bucket");
+      if (block.ops(j).type() == "c_allreduce_wait" && b != nullptr && b->s() == bucket) wait = j;
+    }
+    const std::vector<std::string> grads = InputArgs(op, "X");
+    out += "| " + bucket + " | " + std::to_string(grads.size()) + " | " +
+           (i > 0 ? OpLabel(block.ops(i - 1), i - 1) : std::string("-")) + " | " +
+           (wait >= 0 && wait + 1 < block.ops_size() ? OpLabel(block.ops(wait + 1), wait + 1) : std::string("-")) +
+           " | " + std::to_string(wait - i - 1) + " |\n";
+  }
+  if (out.empty()) return "";
+  return "\n## Gradient averaging (data parallel)\n\nEach bucket of gradients is averaged over the ranks "
+         "between its `c_allreduce_start` and its `c_allreduce_wait`, while the ops between them run (positions "
+         "in `program.after.pbtxt`).\n\n| bucket | gradients | started after | waited for before | ops run "
+         "meanwhile |\n|---|---|---|---|---|\n" +
+         out;
+}
+
 }  // namespace
 
 std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
@@ -153,7 +182,7 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
       PassList(options) + "), "
       "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
       "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
-  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats());
+  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats()) + CollectivesMarkdown(after);
   files.push_back({"index.md", index});
   files.push_back({"program.before.pbtxt", ProgramToText(program)});
   files.push_back({"program.after.pbtxt", ProgramToText(after)});

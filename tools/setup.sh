@@ -19,7 +19,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libxbyak-dev libprotobuf-dev protobuf-compiler
   libboost-graph-dev libgflags-dev libzydis-dev zlib1g-dev libgtest-dev libbenchmark-dev
   dataset-fashion-mnist python3-numpy time nlohmann-json3-dev libssl-dev
-  pybind11-dev python3-dev
+  pybind11-dev python3-dev libopenmpi-dev openmpi-bin
 )
 # The PyTorch parity test and the benchmarks' peer (tests skip without it).
 if [ "$mode" = "--test" ]; then packages+=(python3-torch); fi

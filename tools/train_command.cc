@@ -18,6 +18,7 @@
 #include "framework/flags.h"
 #include "framework/trainer.h"
 #include "tools/commands.h"
+#include "tools/data_parallel_setup.h"
 #include "tools/progress.h"
 #include "tools/jit_setup.h"
 #include "tools/memory_setup.h"
@@ -124,27 +125,90 @@ std::string MetricsJson(const std::string& dataset, const TrainResult& r, const 
 
 // --save_dir, --save_every_steps, --keep_checkpoints, --resume. A checkpoint
 // also holds the programs and the model's feed and fetch names (model.json),
-// so that `kiln export` needs nothing else.
-void SetCheckpointOptions(const Model& model, TrainOptions* options) {
+// so that `kiln export` needs nothing else. Only a process that `writes`
+// (rank 0 of a data-parallel job) saves; every one resumes.
+void SetCheckpointOptions(const Model& model, bool writes, TrainOptions* options) {
   if (FLAGS_save_every_steps < 0) ThrowInvalidArgument("--save_every_steps must be >= 0");
   if (FLAGS_keep_checkpoints < 0) ThrowInvalidArgument("--keep_checkpoints must be >= 0");
   if (FLAGS_save_every_steps > 0 && FLAGS_save_dir.empty()) {
     ThrowInvalidArgument("--save_every_steps needs --save_dir");
   }
-  if (!FLAGS_save_dir.empty()) {  // an unusable directory fails before training
-    MakeDirsOrThrow(FLAGS_save_dir);
-    CheckWritableDir(FLAGS_save_dir, "--save_dir");
-  }
-  if (!FLAGS_resume.empty()) ResolveCheckpoint(FLAGS_resume);    // so does a missing checkpoint
+  if (!FLAGS_resume.empty()) ResolveCheckpoint(FLAGS_resume);  // a missing checkpoint fails before training
+  options->resume_from = FLAGS_resume;
+  if (!writes || FLAGS_save_dir.empty()) return;
+  MakeDirsOrThrow(FLAGS_save_dir);  // so does an unusable directory
+  CheckWritableDir(FLAGS_save_dir, "--save_dir");
   options->save_dir = FLAGS_save_dir;
   options->save_every_steps = FLAGS_save_every_steps;
   options->keep_checkpoints = FLAGS_keep_checkpoints;
-  options->resume_from = FLAGS_resume;
-  if (FLAGS_save_dir.empty()) return;
   options->checkpoint_files = {{"startup.pbtxt", ProgramToText(model.startup)},
                                {"train.pbtxt", ProgramToText(model.train)},
                                {"forward.pbtxt", ProgramToText(model.forward)},
                                {"model.json", ModelJson(model)}};
+}
+
+TrainOptions OptionsFromFlags() {
+  if (FLAGS_epochs < 1) ThrowInvalidArgument("--epochs must be at least 1, got ", FLAGS_epochs);
+  if (FLAGS_eval_batch_size < 0) ThrowInvalidArgument("--eval_batch_size must be >= 0, got ", FLAGS_eval_batch_size);
+  TrainOptions options;
+  options.epochs = FLAGS_epochs;
+  options.stop_on_nonfinite = FLAGS_stop_on_nonfinite;
+  options.batch_size = FLAGS_batch_size;
+  options.eval_batch_size = FLAGS_eval_batch_size;
+  options.seed = FLAGS_seed;
+  options.max_steps = FLAGS_max_steps;
+  options.exec = ExecutorOptionsFromFlags();
+  return options;
+}
+
+// --history: one JSON line per step and per evaluated epoch, written whole
+// (atomically) at the end.
+class History {
+ public:
+  void Step(const TrainProgress& p) {
+    nlohmann::ordered_json j;
+    j["step"] = p.step;
+    j["epoch"] = p.epoch + 1;
+    j["loss"] = p.loss;
+    j["samples_per_s"] = p.samples_per_sec;
+    j["step_ms"] = p.step_ms;
+    text_ += j.dump() + "\n";
+  }
+  void Epoch(int epoch, double accuracy) {
+    nlohmann::ordered_json j;
+    j["epoch"] = epoch + 1;
+    j["test_accuracy"] = accuracy;
+    text_ += j.dump() + "\n";
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+void PrintJitLine() {
+  const jit::JitStats js = jit::JitCompiler::Instance().stats();
+  const jit::LaunchStats ls = jit::GetLaunchStats();
+  std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed, %lld units fell back "
+              "alone; %lld launches, %lld in-place updates donated, %lld copy-protected, %lld ran the framework "
+              "ops (%lld of a denied cluster)\n",
+              static_cast<long long>(js.compiles), js.compile_ms, static_cast<long long>(js.hits),
+              static_cast<long long>(js.evictions), static_cast<long long>(js.failures),
+              static_cast<long long>(js.unit_fallbacks), static_cast<long long>(ls.launches),
+              static_cast<long long>(ls.donated), static_cast<long long>(ls.copy_protected),
+              static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
+}
+
+void PrintStart(const std::string& dataset, const TrainTest& data, const DataParallelSetup& dp) {
+  std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
+               FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
+               static_cast<long long>(data.test.size()), FLAGS_optimizer.c_str(), FLAGS_lr, FLAGS_batch_size,
+               FLAGS_epochs, FLAGS_use_onednn ? "oneDNN" : "reference");
+  if (FLAGS_use_jit) std::fprintf(stderr, "kiln train: JIT on (%s launch mode)\n", FLAGS_jit_launch_mode.c_str());
+  if (dp.on) {
+    std::fprintf(stderr, "kiln train: data parallel over %d ranks, %d rows each per step, %zu gradient buckets\n",
+                 dp.size, FLAGS_batch_size / dp.size, dp.report.buckets.size());
+  }
 }
 
 }  // namespace
@@ -154,23 +218,17 @@ int TrainCommand() {
   if (!(std::isfinite(FLAGS_lr) && FLAGS_lr > 0)) {
     ThrowInvalidArgument("--lr must be a finite number greater than 0, got ", FLAGS_lr);
   }
-  // Every output path is checked before any training, not after it.
-  if (!FLAGS_metrics_out.empty()) CheckWritableFile(FLAGS_metrics_out, "--metrics_out");
   const std::string dataset = DatasetFromFlags();
-  const Model model = BuildModelFromFlags(dataset);
+  Model model = BuildModelFromFlags(dataset);
+  TrainOptions options = OptionsFromFlags();
+  const DataParallelSetup dp = SetUpDataParallel(&model, &options);
+  // Rank 0 alone writes files and prints; every output path is checked
+  // before any training, not after it.
+  const bool lead = dp.rank == 0;
+  if (lead && !FLAGS_metrics_out.empty()) CheckWritableFile(FLAGS_metrics_out, "--metrics_out");
+  if (lead && !FLAGS_history.empty()) CheckWritableFile(FLAGS_history, "--history");
+  SetCheckpointOptions(model, lead, &options);
   const TrainTest data = LoadDataset(dataset, model);
-  if (FLAGS_epochs < 1) ThrowInvalidArgument("--epochs must be at least 1, got ", FLAGS_epochs);
-
-  TrainOptions options;
-  options.epochs = FLAGS_epochs;
-  options.stop_on_nonfinite = FLAGS_stop_on_nonfinite;
-  options.batch_size = FLAGS_batch_size;
-  if (FLAGS_eval_batch_size < 0) ThrowInvalidArgument("--eval_batch_size must be >= 0, got ", FLAGS_eval_batch_size);
-  options.eval_batch_size = FLAGS_eval_batch_size;
-  options.seed = FLAGS_seed;
-  options.max_steps = FLAGS_max_steps;
-  options.exec = ExecutorOptionsFromFlags();
-  SetCheckpointOptions(model, &options);
   // Both programs go through the pass pipeline; the training program's reports
   // are kept, the evaluation program's --dump_passes files go to DIR/forward/.
   PipelineReports train_reports;
@@ -187,33 +245,22 @@ int TrainCommand() {
   ResetPeakRecord();
   PeakRecord train_peak;
   TrainProgressPrinter progress(FLAGS_max_steps);
-  options.on_step = [&progress, &allocator, &train_stats, &train_peak](const TrainProgress& p) {
+  History history;
+  const bool keep_history = lead && !FLAGS_history.empty();
+  options.on_step = [&, lead](const TrainProgress& p) {
     train_stats = allocator.stats();
     if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
-    if (FLAGS_progress) progress(p);
+    if (FLAGS_progress && lead) progress(p);
+    if (keep_history) history.Step(p);
   };
+  if (keep_history) options.on_epoch = [&history](int epoch, double accuracy) { history.Epoch(epoch, accuracy); };
 
-  std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
-               FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
-               static_cast<long long>(data.test.size()), FLAGS_optimizer.c_str(), FLAGS_lr, FLAGS_batch_size,
-               FLAGS_epochs, FLAGS_use_onednn ? "oneDNN" : "reference");
-  if (FLAGS_use_jit) std::fprintf(stderr, "kiln train: JIT on (%s launch mode)\n", FLAGS_jit_launch_mode.c_str());
+  if (lead) PrintStart(dataset, data, dp);
   const TrainResult r = Train(model, data.train, data.test, options);
+  if (!lead) return 0;
   std::printf("test accuracy: %.4f  final loss: %.4f  steps: %lld  median step: %.3f ms\n", r.test_accuracy,
               r.final_loss, static_cast<long long>(r.steps), r.step_ms_median);
-
-  if (FLAGS_use_jit) {
-    const jit::JitStats js = jit::JitCompiler::Instance().stats();
-    const jit::LaunchStats ls = jit::GetLaunchStats();
-    std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed, %lld units fell back "
-                "alone; %lld launches, %lld in-place updates donated, %lld copy-protected, %lld ran the framework "
-                "ops (%lld of a denied cluster)\n",
-                static_cast<long long>(js.compiles), js.compile_ms, static_cast<long long>(js.hits),
-                static_cast<long long>(js.evictions), static_cast<long long>(js.failures),
-                static_cast<long long>(js.unit_fallbacks),
-                static_cast<long long>(ls.launches), static_cast<long long>(ls.donated),
-                static_cast<long long>(ls.copy_protected), static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
-  }
+  if (FLAGS_use_jit) PrintJitLine();
   MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_reports.inplace, FLAGS_batch_size, r.steps);
   if (!train_reports.recompute.vars.empty()) {
     mem.recomputed = train_reports.recompute.ToString();
@@ -227,6 +274,7 @@ int TrainCommand() {
   }
   MaybePrintJitExplain();
   if (!FLAGS_metrics_out.empty()) WriteFileAtomic(FLAGS_metrics_out, MetricsJson(dataset, r, mem));
+  if (keep_history) WriteFileAtomic(FLAGS_history, history.text());
   return 0;
 }
 

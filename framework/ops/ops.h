@@ -21,4 +21,6 @@ void RegisterBatchNormOps(OpRegistry& r);    // batch_norm (+grad)
 void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
 void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
 
+void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
+
 }  // namespace kiln
