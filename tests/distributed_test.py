@@ -111,6 +111,23 @@ class DistributedTest(unittest.TestCase):
         self.assertIn("| dp_bucket_1 |", index[True])
         self.assertNotIn("Gradient averaging", index[False])
 
+    def test_python_api(self):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "dp_train.py")
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(os.path.dirname(KILN), "..", "python"))
+        results = {}
+        for n in (1, 2):
+            out = os.path.join(self.dir, "py%d.json" % n)
+            r = subprocess.run([*MPIRUN, "-x", "PYTHONPATH", "-np", str(n), "/usr/bin/python3", script, out],
+                               capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(out) as f:
+                results[n] = json.load(f)
+        self.assertEqual(results[2]["world_size"], 2)
+        self.assertGreater(results[2]["stats"]["averages"], 20)  # several buckets a step
+        worst = max(abs(a - b) / abs(b) for a, b in zip(results[2]["losses"], results[1]["losses"]))
+        self.assertLess(worst, 1e-5)
+        self.assertLess(results[1]["losses"][-1], results[1]["losses"][0])
+
     def test_a_dead_rank_fails_the_job(self):
         args = MODELS["mlp"] + ["--epochs", "1000", "--use_jit"]
         cmd = [*MPIRUN, "-np", "2", KILN, "train", "--progress=false", "--data_parallel", *args]

@@ -1,6 +1,7 @@
 #include "tools/data_parallel_setup.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "framework/distributed/communicator.h"
@@ -45,6 +46,17 @@ void CheckParametersAgree(const Model& model, const Scope& scope, int64_t step) 
                            r, " (--dp_check_every ", FLAGS_dp_check_every, ")");
     }
   }
+}
+
+void PrintDataParallelLine(int64_t steps) {
+  const distributed::Communicator& comm = distributed::Communicator::Global();
+  const distributed::Communicator::Stats s = comm.stats();
+  const double n = static_cast<double>(std::max<int64_t>(1, steps));
+  const double hidden = s.comm_ms > 0 ? std::max(0.0, 1.0 - s.waited_ms / s.comm_ms) : 0.0;
+  std::printf("data parallel: %d ranks; %.1f gradient averages of %.1f KiB a step, %.3f ms of communication a step, "
+              "%.3f ms of it waited for: %.0f%% hidden behind the backward pass\n",
+              comm.size(), static_cast<double>(s.averages) / n, static_cast<double>(s.bytes) / n / 1024.0,
+              s.comm_ms / n, s.waited_ms / n, 100.0 * hidden);
 }
 
 DataParallelSetup SetUpDataParallel(Model* model, TrainOptions* options) {

@@ -24,6 +24,10 @@ struct DataParallelSetup {
 // options->data_parallel.
 DataParallelSetup SetUpDataParallel(Model* model, TrainOptions* options);
 
+// "data parallel: ..." on stdout: the gradient averages per step, their
+// communication time and how much of it the backward pass hid.
+void PrintDataParallelLine(int64_t steps);
+
 // Throws InvalidArgument naming the first parameter (by name) whose bytes
 // differ between the ranks at `step`.
 void CheckParametersAgree(const Model& model, const Scope& scope, int64_t step);

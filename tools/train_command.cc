@@ -261,6 +261,7 @@ int TrainCommand() {
   std::printf("test accuracy: %.4f  final loss: %.4f  steps: %lld  median step: %.3f ms\n", r.test_accuracy,
               r.final_loss, static_cast<long long>(r.steps), r.step_ms_median);
   if (FLAGS_use_jit) PrintJitLine();
+  if (dp.on) PrintDataParallelLine(r.steps);
   MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_reports.inplace, FLAGS_batch_size, r.steps);
   if (!train_reports.recompute.vars.empty()) {
     mem.recomputed = train_reports.recompute.ToString();

@@ -146,7 +146,8 @@ void RegisterCollectiveOps(OpRegistry& r) {
       if (it == Buckets().end() || !it->second.pending) ctx.Fail("bucket '", name, "' was not started");
       b = &it->second;
     }
-    Communicator::Global().Wait(b->done, "gradient bucket '" + name + "' (" + ctx.OpName() + ")");
+    Communicator::Global().Wait(b->done, "gradient bucket '" + name + "' (" + ctx.OpName() + ")",
+                                /*gradients=*/true);
     Unpack(ctx, b->buffer);
     std::lock_guard<std::mutex> lock(BucketsMutex());
     b->pending = false;

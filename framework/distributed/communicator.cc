@@ -106,7 +106,8 @@ std::shared_future<void> Communicator::AllreduceAverageAsync(float* data, int64_
     return done.get_future().share();
   }
   const int n = size_;
-  return Enqueue([data, count, n] {
+  return Enqueue([this, data, count, n] {
+    const auto t0 = std::chrono::steady_clock::now();
     // MPI counts are ints: reduce in chunks below 2^31 elements.
     constexpr int64_t kChunk = int64_t{1} << 30;
     for (int64_t off = 0; off < count; off += kChunk) {
@@ -115,16 +116,36 @@ std::shared_future<void> Communicator::AllreduceAverageAsync(float* data, int64_
     }
     const float inv = 1.0f / static_cast<float>(n);
     for (int64_t i = 0; i < count; ++i) data[i] *= inv;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.averages;
+    stats_.bytes += count * static_cast<int64_t>(sizeof(float));
+    stats_.comm_ms += ms;
   });
 }
 
-void Communicator::Wait(const std::shared_future<void>& f, const std::string& what) const {
+Communicator::Stats Communicator::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Communicator::ResetStats() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_ = Stats{};
+}
+
+void Communicator::Wait(const std::shared_future<void>& f, const std::string& what, bool gradients) {
+  const auto t0 = std::chrono::steady_clock::now();
   const auto timeout = std::chrono::duration<double>(timeout_s_);
   if (f.wait_for(timeout) != std::future_status::ready) {
     Abort("data parallel: rank " + std::to_string(rank_) + " waited " + std::to_string(static_cast<int>(timeout_s_)) +
           " s for " + what + " (--dp_timeout_s): another rank died or hangs; aborting the job");
   }
   f.get();  // rethrows what the task threw
+  if (!gradients) return;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.waited_ms += ms;
 }
 
 void Communicator::AllreduceAverage(float* data, int64_t count, const std::string& what) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,13 +46,26 @@ class Communicator {
   std::shared_future<void> AllreduceAverageAsync(float* data, int64_t count);
   // Waits for `f` at most timeout_seconds(); on timeout prints which rank
   // waited for `what` and aborts the job (never returns then).
-  void Wait(const std::shared_future<void>& f, const std::string& what) const;
+  // `gradients`: count the blocked time in stats().waited_ms.
+  void Wait(const std::shared_future<void>& f, const std::string& what, bool gradients = false);
 
   // Blocking collectives (queued like the others, waited with the timeout).
   void AllreduceAverage(float* data, int64_t count, const std::string& what);
   double AllreduceSum(double value, const std::string& what);
   // Every rank's `value`, by rank.
   std::vector<uint64_t> Allgather(uint64_t value, const std::string& what);
+
+  // What the gradient averages cost: time the communication thread spent in
+  // them, and time callers spent blocked waiting for them (Wait with
+  // `gradients`); the difference was hidden behind the caller's work.
+  struct Stats {
+    int64_t averages = 0;
+    int64_t bytes = 0;
+    double comm_ms = 0;
+    double waited_ms = 0;
+  };
+  Stats stats() const;
+  void ResetStats();
 
   // Aborts every rank of the job with `message` on this rank's stderr.
   [[noreturn]] void Abort(const std::string& message) const;
@@ -64,6 +78,8 @@ class Communicator {
 
   struct Worker;
   std::unique_ptr<Worker> worker_;
+  mutable std::mutex stats_mu_;
+  Stats stats_;
   int rank_ = 0;
   int size_ = 1;
   double timeout_s_ = 300.0;

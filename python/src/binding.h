@@ -50,5 +50,6 @@ void BindExecutor(pybind11::module_& m);
 void BindFlags(pybind11::module_& m);
 void BindIo(pybind11::module_& m);
 void BindDatasets(pybind11::module_& m);
+void BindDistributed(pybind11::module_& m);
 
 }  // namespace kiln::python

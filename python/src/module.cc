@@ -51,6 +51,7 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::BindFlags(m);
   kiln::python::BindIo(m);
   kiln::python::BindDatasets(m);
+  kiln::python::BindDistributed(m);
   m.def("op_schemas", &kiln::python::OpSchemas);
   m.attr("version") = KILN_VERSION;
 }
