@@ -6,6 +6,7 @@
 
 #include "compiler/lower.h"
 #include "framework/hash.h"
+#include "framework/trace.h"
 
 namespace kiln::jit {
 namespace {
@@ -114,6 +115,8 @@ std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck,
 }
 
 std::shared_ptr<const CompiledObject> JitCompiler::Build(const CacheKey& ck, const JitSubgraph& subgraph) {
+  TraceSpan span("compile", "compile " + ck.key);
+  span.Arg("signature", ck.signature.ToString());
   try {
     std::unique_ptr<CompiledObject> obj = Lower(ck.key, subgraph, ck.signature, ck.options);
     std::lock_guard<std::mutex> lock(mu_);

@@ -6,6 +6,7 @@
 
 #include "framework/allocator.h"
 #include "framework/shape_util.h"
+#include "framework/trace.h"
 
 namespace kiln {
 
@@ -125,6 +126,26 @@ void ResetPeakRecord() {
   g_peak = PeakRecord{};
 }
 
+namespace {
+
+// A traced op's arguments: its label, the kernel that ran, the shapes it
+// wrote, and a jit_launch's cluster key.
+void AnnotateSpan(const ExecutionPlan::PreparedOp& op, bool onednn, TraceSpan* span) {
+  span->Arg("op", OpLabel(op.desc, op.index));
+  span->Arg("kernel", onednn ? "oneDNN" : "reference");
+  std::string shapes;
+  for (const auto& s : op.outputs) {
+    for (size_t k = 0; k < s.vars.size(); ++k) {
+      if (s.vars[k] == nullptr) continue;
+      shapes += (shapes.empty() ? "" : ", ") + s.args[k] + " " + s.vars[k]->Get().ShapeString();
+    }
+  }
+  span->Arg("outputs", shapes);
+  if (const proto::AttrDesc* key = FindAttr(op.desc, "compilation_key")) span->Arg("cluster", key->s());
+}
+
+}  // namespace
+
 void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
   Bind(plan, scope);
   std::set<const Variable*> written;  // by this run, for --check_nan_inf
@@ -133,6 +154,7 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
     if (options_.check_nan_inf) CheckInputsNanInf(op, &written);
     ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index);
     ctx.set_check_nan_inf(options_.check_nan_inf);
+    TraceSpan span("op", op.desc.type());
     RunInferShape(*op.info, ctx);
     bool done = false;
     if (options_.use_onednn && op.info->onednn_kernel) done = op.info->onednn_kernel(ctx);
@@ -140,6 +162,7 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
       if (!op.info->reference_kernel) ThrowUnimplemented(ctx.OpName(), ": no kernel");
       op.info->reference_kernel(ctx);
     }
+    if (Tracer::Global().on()) AnnotateSpan(op, done, &span);
     if (options_.check_nan_inf) CheckNanInf(op);
     if (options_.track_peak) RecordPeak(op, scope, peak_before);
     for (Variable* v : op.release_after) v->GetMutable()->ReleaseBuffer();

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "framework/error.h"
+#include "framework/trace.h"
 
 namespace kiln::runtime {
 namespace {
@@ -91,10 +92,14 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
     }
     args.clear();
     for (int b : ins.args) args.push_back(views[b]);
-    if (profiler != nullptr) {
-      profiler->RunTimed(*ins.kernel, args.data());
-    } else {
-      ins.kernel->Run(args.data());
+    {
+      TraceSpan span("kernel", ins.kernel->name());
+      if (profiler != nullptr) {
+        profiler->RunTimed(*ins.kernel, args.data());
+      } else {
+        ins.kernel->Run(args.data());
+      }
+      if (Tracer::Global().on()) span.Arg("does", ins.kernel->Describe());
     }
     if (after) after(i, args.data());
     if (!owned.empty() && i < plan.free_after.size()) {

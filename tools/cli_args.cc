@@ -122,7 +122,7 @@ CliArgs ParseCommandLine(int argc, char** argv) {
       ParseFlag(argc, argv, &i, command, &out);
       continue;
     }
-    if (out.command == "completion") {
+    if (out.command == "completion" || out.command == "plot") {
       out.positional.push_back(arg);
       continue;
     }

@@ -20,6 +20,9 @@ int BenchCommand();
 // kiln export --from CKPT --out MODEL_DIR; kiln predict --model MODEL_DIR --feed ... --out DIR.
 int ExportCommand();
 int PredictCommand(const std::vector<std::string>& feeds);
+// kiln plot A.jsonl [B.jsonl ...] --out curves.svg; PlotSvg is the document.
+int PlotCommand(const std::vector<std::string>& paths);
+std::string PlotSvg(const std::vector<std::string>& paths);
 // kiln completion bash: the script BashCompletion returns.
 int CompletionCommand(const std::vector<std::string>& args);
 std::string BashCompletion();

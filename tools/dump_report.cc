@@ -201,9 +201,18 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
     }
     return out + "\"";
   };
+  std::map<std::string, std::string> left_out;  // op label -> why
+  for (const auto& e : report.excluded) {
+    left_out[e.op] = "left out: " + std::string(JitExclusionName(e.reason)) + (e.detail.empty() ? "" : " (" + e.detail + ")");
+  }
   auto node_line = [&](ir::NodeId n) {
     const std::string id = "n" + std::to_string(n);
-    if (g.IsOp(n)) return id + " [shape=box, label=" + quote(g.op(n).type()) + "];\n";
+    if (g.IsOp(n)) {
+      auto why = left_out.find(g.OpLabel(n));
+      // An op left out of clusters: dashed, its reason on hover.
+      const std::string extra = why == left_out.end() ? "" : ", style=dashed, tooltip=" + quote(g.OpLabel(n) + ": " + why->second);
+      return id + " [shape=box, label=" + quote(g.op(n).type()) + extra + "];\n";
+    }
     std::string label = g.VarName(n);
     if (g.VarVersion(n) > 0) label += " (v" + std::to_string(g.VarVersion(n)) + ")";
     label += "\n" + g.VarShapeString(n);
@@ -225,8 +234,12 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
     }
   }
   for (size_t c = 0; c < boxes.size(); ++c) {
+    // A coloured box that links to the cluster's section of index.html.
+    static const char* kFills[] = {"#e8f0fe", "#fde8e8", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e8f7f9"};
     out += "  subgraph cluster_" + ids[c] + " {\n    label=" + quote(ids[c] + " jit_launch " + report.clusters[c].key) +
-           ";\n    style=rounded;\n    color=blue;\n";
+           ";\n    style=\"rounded,filled\";\n    color=blue;\n    fillcolor=" + quote(kFills[c % 6]) +
+           ";\n    URL=" + quote("#" + ids[c]) + ";\n    tooltip=" +
+           quote(ids[c] + ": " + std::to_string(report.clusters[c].ops.size()) + " ops; click for its kernels") + ";\n";
     for (ir::NodeId n : boxes[c]) out += "    " + node_line(n);
     out += "  }\n";
   }

@@ -13,6 +13,7 @@
 #include "framework/program_io.h"
 #include "framework/shape_util.h"
 #include "framework/validate.h"
+#include "tools/dump_html.h"
 #include "tools/dump_report.h"
 #include "tools/jit_setup.h"
 #include "tools/pipeline_setup.h"
@@ -186,15 +187,23 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   files.push_back({"index.md", index});
   files.push_back({"program.before.pbtxt", ProgramToText(program)});
   files.push_back({"program.after.pbtxt", ProgramToText(after)});
-  files.push_back({"program.dot", ClusteredDot(program, report, ids)});
+  const std::string dot = ClusteredDot(program, report, ids);
+  files.push_back({"program.dot", dot});
+  HtmlDump html;
+  html.description = preamble.substr(0, preamble.find('\n'));
+  html.graph_svg = RenderDotSvg(dot);
+  html.index_md = index;
+  for (const ClusterRow& row : rows) {
+    auto it = cluster_files.find("cluster_" + row.id);
+    html.clusters.push_back({row.id, row.key, it == cluster_files.end() ? std::vector<jit::DumpFile>{} : it->second,
+                             row.objects.empty() ? nullptr : row.objects.front(), row.failure});
+  }
+  files.push_back({"index.html", DumpHtml(html)});
+  if (!html.graph_svg.empty()) files.push_back({"program.svg", html.graph_svg});
 
   // Everything is rendered; now write.
   jit::WriteDumpFiles(out_dir, files);
   for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(out_dir + "/" + dir, fs);
-  if (std::system("command -v dot >/dev/null 2>&1") == 0) {
-    const std::string cmd = "dot -Tsvg '" + out_dir + "/program.dot' -o '" + out_dir + "/program.svg'";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kiln dump: dot could not render program.svg\n");
-  }
   DumpResult result;
   result.explain = ExplainText(rows, excluded, compiler.stats());
   result.clusters = cluster_files.size();

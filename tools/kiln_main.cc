@@ -26,6 +26,7 @@ int Dispatch(const kiln::tools::CliArgs& a) {
   if (c == "export") return t::ExportCommand();
   if (c == "predict") return t::PredictCommand(a.feeds);
   if (c == "completion") return t::CompletionCommand(a.positional);
+  if (c == "plot") return t::PlotCommand(a.positional);
   std::fputs(t::MainHelp().c_str(), stdout);  // kiln help
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "framework/flags.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
+#include "framework/trace.h"
 #include "framework/validate.h"
 #include "tools/commands.h"
 #include "tools/jit_setup.h"
@@ -61,6 +62,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   CheckDumpPassesFlag();
   MakeDirsOrThrow(FLAGS_out);
   CheckWritableDir(FLAGS_out, "--out");
+  if (!FLAGS_trace.empty()) CheckWritableFile(FLAGS_trace, "--trace");
 
   proto::ProgramDesc program = LoadProgram(FLAGS_program);
   if (!FLAGS_append_backward.empty()) AppendBackward(&program, FLAGS_append_backward);
@@ -94,6 +96,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   auto plan = exec.Prepare(program, 0, keep);
   std::map<std::string, std::vector<Tensor>> fetched;
   ProgressBar bar("kiln run", FLAGS_steps, FLAGS_progress, /*delay_s=*/1.0);
+  if (!FLAGS_trace.empty()) Tracer::Global().Start();  // every step; compiles are marked
   for (int step = 0; step < FLAGS_steps; ++step) {
     bar.Update(step);
     if (step > 0) {
@@ -114,6 +117,10 @@ int RunCommand(const std::vector<std::string>& feed_args) {
 
   // Serialise everything first so an error leaves no partial output.
   std::vector<std::pair<std::string, std::string>> files;
+  if (!FLAGS_trace.empty()) {
+    Tracer::Global().Stop();
+    files.emplace_back(FLAGS_trace, Tracer::Global().ToJson());
+  }
   for (const auto& f : fetches) {
     const Tensor out = FLAGS_steps == 1 ? std::move(fetched[f][0]) : Stack(f, fetched[f]);
     files.emplace_back(FLAGS_out + "/" + f + ".npy", NpyBytes(out));

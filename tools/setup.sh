@@ -19,10 +19,11 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libxbyak-dev libprotobuf-dev protobuf-compiler
   libboost-graph-dev libgflags-dev libzydis-dev zlib1g-dev libgtest-dev libbenchmark-dev
   dataset-fashion-mnist python3-numpy time nlohmann-json3-dev libssl-dev
-  pybind11-dev python3-dev libopenmpi-dev openmpi-bin
+  pybind11-dev python3-dev libopenmpi-dev openmpi-bin graphviz
 )
-# The PyTorch parity test and the benchmarks' peer (tests skip without it).
-if [ "$mode" = "--test" ]; then packages+=(python3-torch); fi
+# The PyTorch parity test and the benchmarks' peer, and the browser the
+# visual test drives (both tests skip without them).
+if [ "$mode" = "--test" ]; then packages+=(python3-torch chromium); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

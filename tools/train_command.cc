@@ -17,6 +17,7 @@
 #include "framework/program_io.h"
 #include "framework/flags.h"
 #include "framework/trainer.h"
+#include "framework/trace.h"
 #include "tools/commands.h"
 #include "tools/data_parallel_setup.h"
 #include "tools/progress.h"
@@ -199,6 +200,12 @@ void PrintJitLine() {
               static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
 }
 
+// --trace: record steps trace_warmup + 1 .. trace_warmup + trace_steps.
+void TraceWindow(int64_t step_done) {
+  if (step_done == FLAGS_trace_warmup) Tracer::Global().Start();
+  if (step_done == FLAGS_trace_warmup + FLAGS_trace_steps) Tracer::Global().Stop();
+}
+
 void PrintStart(const std::string& dataset, const TrainTest& data, const DataParallelSetup& dp) {
   std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
                FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
@@ -227,6 +234,11 @@ int TrainCommand() {
   const bool lead = dp.rank == 0;
   if (lead && !FLAGS_metrics_out.empty()) CheckWritableFile(FLAGS_metrics_out, "--metrics_out");
   if (lead && !FLAGS_history.empty()) CheckWritableFile(FLAGS_history, "--history");
+  if (lead && !FLAGS_trace.empty()) CheckWritableFile(FLAGS_trace, "--trace");
+  if (FLAGS_trace_steps < 1 || FLAGS_trace_warmup < 0) {
+    ThrowInvalidArgument("--trace_steps must be >= 1 and --trace_warmup >= 0, got ", FLAGS_trace_steps, " and ",
+                         FLAGS_trace_warmup);
+  }
   SetCheckpointOptions(model, lead, &options);
   const TrainTest data = LoadDataset(dataset, model);
   // Both programs go through the pass pipeline; the training program's reports
@@ -247,12 +259,15 @@ int TrainCommand() {
   TrainProgressPrinter progress(FLAGS_max_steps);
   History history;
   const bool keep_history = lead && !FLAGS_history.empty();
+  const bool tracing = lead && !FLAGS_trace.empty();
   options.on_step = [&, lead](const TrainProgress& p) {
     train_stats = allocator.stats();
     if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
     if (FLAGS_progress && lead) progress(p);
     if (keep_history) history.Step(p);
+    if (tracing) TraceWindow(p.step);
   };
+  if (tracing && FLAGS_trace_warmup == 0) Tracer::Global().Start();
   if (keep_history) options.on_epoch = [&history](int epoch, double accuracy) { history.Epoch(epoch, accuracy); };
 
   if (lead) PrintStart(dataset, data, dp);
@@ -276,6 +291,10 @@ int TrainCommand() {
   MaybePrintJitExplain();
   if (!FLAGS_metrics_out.empty()) WriteFileAtomic(FLAGS_metrics_out, MetricsJson(dataset, r, mem));
   if (keep_history) WriteFileAtomic(FLAGS_history, history.text());
+  if (tracing) {
+    Tracer::Global().Stop();  // a run shorter than the window keeps what it recorded
+    WriteFileAtomic(FLAGS_trace, Tracer::Global().ToJson());
+  }
   return 0;
 }
 
