@@ -30,19 +30,25 @@ int64_t Profiler::calls() const {
   return n;
 }
 
-std::string Profiler::Report() const {
+std::vector<Profiler::Entry> Profiler::Entries() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::pair<std::string, Row>> rows(rows_.begin(), rows_.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  std::vector<Entry> out;
+  for (const auto& [what, r] : rows_) out.push_back({what, r.calls, r.ms});
+  std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.ms > b.ms; });
+  return out;
+}
+
+std::string Profiler::Report() const {
+  const std::vector<Entry> rows = Entries();
   double total = 0;
-  for (const auto& r : rows) total += r.second.ms;
+  for (const auto& r : rows) total += r.ms;
   std::ostringstream os;
   os << "jit profile: " << std::fixed << std::setprecision(3) << total << " ms in compiled instructions\n";
   os << "      ms   share    calls  us/call  kernel\n";
-  for (const auto& [what, e] : rows) {
+  for (const Entry& e : rows) {
     os << std::setw(8) << e.ms << std::setw(7) << std::setprecision(1) << (total > 0 ? 100 * e.ms / total : 0)
        << "%" << std::setw(9) << e.calls << std::setw(9) << std::setprecision(1) << 1000 * e.ms / e.calls << "  "
-       << what << "\n"
+       << e.kernel << "\n"
        << std::setprecision(3);
   }
   return os.str();

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "runtime/program.h"
 
@@ -18,6 +19,13 @@ class Profiler {
   void RunTimed(const Kernel& kernel, const BufferView* args);
   // Time per kernel (name and what it does), slowest first, as a table.
   std::string Report() const;
+  struct Entry {
+    std::string kernel;  // "name  what it does"
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  // The same rows, slowest first.
+  std::vector<Entry> Entries() const;
   void Reset();
   // Calls recorded so far (all kernels).
   int64_t calls() const;

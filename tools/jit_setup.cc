@@ -1,22 +1,21 @@
 #include "tools/jit_setup.h"
-#include "tools/pipeline_setup.h"
-
-#include <cstdio>
-#include <cstdlib>
-
-#include "runtime/runner.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
 #include "compiler/jit_compiler.h"
 #include "compiler/jit_dump.h"
+#include "framework/file_util.h"
 #include "framework/flags.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
+#include "runtime/runner.h"
 #include "tools/dump_report.h"
+#include "tools/pipeline_setup.h"
+#include "tools/svg_chart.h"
 
 namespace kiln::tools {
 namespace {
@@ -74,6 +73,33 @@ std::string ClusterName(const std::string& key) {
   return it == r.id_of_key.end() ? key : it->second;
 }
 
+namespace {
+
+// --jit_profile with --jit_dump_dir: the profile as a bar chart,
+// DIR/profile.svg, beside the clusters' dumps.
+void WriteProfileSvg() {
+  if (FLAGS_jit_dump_dir.empty()) return;
+  std::vector<Bar> bars;
+  double total = 0;
+  for (const auto& e : jit::JitCompiler::Instance().profile().Entries()) total += e.ms;
+  for (const auto& e : jit::JitCompiler::Instance().profile().Entries()) {
+    char detail[64];
+    std::snprintf(detail, sizeof detail, "(%.1f%%, %lld calls)", total > 0 ? 100 * e.ms / total : 0.0,
+                  static_cast<long long>(e.calls));
+    bars.push_back({e.kernel.substr(0, e.kernel.find("  ")), e.ms, detail});
+    if (bars.size() == 40) break;
+  }
+  const double height = 40 + 18 * static_cast<double>(bars.size());
+  try {
+    WriteFileAtomic(FLAGS_jit_dump_dir + "/profile.svg",
+                    SvgDocument(900, height, BarChartSvg("JIT profile: time per compiled kernel", bars, "ms", 900)));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln: --jit_profile: %s\n", e.what());
+  }
+}
+
+}  // namespace
+
 void ConfigureJitFromFlags() {
   jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
   jit::JitCompilerOptions o;
@@ -109,7 +135,10 @@ void ConfigureJitFromFlags() {
   if (FLAGS_jit_profile) {
     // Configured again (the Python front end's set_flags): report once.
     static bool report_at_exit = [] {
-      return std::atexit([] { std::fputs(jit::JitCompiler::Instance().profile().Report().c_str(), stderr); }) == 0;
+      return std::atexit([] {
+               std::fputs(jit::JitCompiler::Instance().profile().Report().c_str(), stderr);
+               WriteProfileSvg();
+             }) == 0;
     }();
     (void)report_at_exit;
   }

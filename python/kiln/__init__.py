@@ -21,4 +21,5 @@ from .framework import (Program, Variable, program_guard, data, default_main_pro
 from .executor import Executor, Scope, global_scope  # noqa: F401
 from .io import (save_program, load_program, dump, save, load, save_inference_model,  # noqa: F401
                  load_inference_model)
+from .history import History  # noqa: F401
 from . import ops, nn, optimizer, datasets, distributed  # noqa: F401

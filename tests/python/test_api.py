@@ -281,6 +281,26 @@ class FilesTest(unittest.TestCase):
             self.assertIn("checkpoint var 'fc_0.b'", str(e.exception))
             self.assertIn("has shape [8], the program declares [9]", str(e.exception))
 
+    def test_history_is_what_kiln_plot_draws(self):
+        main, startup, x, label, logits, loss = mlp()
+        exe = kiln.Executor()
+        scope = kiln.Scope()
+        exe.run(startup, scope=scope)
+        xs, ys = batch()
+        history = kiln.History()
+        for step in range(1, 6):
+            value, = exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[loss], scope=scope)
+            history.step(step, value[0], step_ms=1.0)
+        history.epoch(1, 0.5)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "run.jsonl")
+            history.save(path)
+            r = subprocess.run([os.environ["KILN_BINARY"], "plot", path, "--out", os.path.join(d, "c.svg")],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(d, "c.svg")) as f:
+                self.assertEqual(f.read().count("<polyline"), 3)
+
     def test_inference_model_runs_in_kiln_predict(self):
         main, startup = kiln.Program(), kiln.Program()
         with kiln.program_guard(main, startup):
