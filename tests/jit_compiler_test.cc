@@ -196,26 +196,33 @@ TEST_F(JitCompilerTest, TheCacheDropsTheLeastRecentlyUsedObject) {
   EXPECT_EQ(compiler.CachedObjects(), std::vector<Object>{c});
 }
 
-TEST_F(JitCompilerTest, PastTheRecompileLimitEveryCallOfTheKeyGetsNull) {
-  JitCompiler compiler(Options(256, /*recompile_limit=*/2));
+// Past the limit a cluster compiles no more: new signatures get null (the
+// framework ops), the ones still cached stay compiled.
+TEST_F(JitCompilerTest, PastTheRecompileLimitOnlyCachedSignaturesRunCompiled) {
+  JitCompiler compiler(Options(/*capacity=*/2, /*recompile_limit=*/2));
   const std::string key = compiler.AddSubgraph(ReluScale());
   const std::string other = compiler.AddSubgraph(ReluScale(/*gated=*/true));
-  ASSERT_NE(compiler.Compile(key, kA), nullptr);
+  const Object a = compiler.Compile(key, kA);
+  ASSERT_NE(a, nullptr);
   ASSERT_NE(compiler.Compile(key, kB), nullptr);
   testing::internal::CaptureStderr();
   EXPECT_EQ(compiler.Compile(key, kC), nullptr);
   EXPECT_EQ(compiler.stats().fallback_calls, 1);
-  EXPECT_EQ(compiler.Compile(key, kA), nullptr) << "compiled before, but the key gave up";
+  EXPECT_EQ(compiler.Compile(key, kA), a) << "compiled before and still cached";
   EXPECT_EQ(compiler.Compile(key, kD), nullptr);
   EXPECT_EQ(compiler.Compile(key, kC), nullptr);
+  // Two signatures of another key evict kB, then kA (capacity 2): kA is not compiled again.
+  ASSERT_NE(compiler.Compile(other, kC), nullptr) << "another key has its own count";
+  ASSERT_NE(compiler.Compile(other, kD), nullptr);
+  EXPECT_EQ(compiler.Compile(key, kA), nullptr) << "evicted, and the key compiles no more";
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(Count(err, "recompiled for 2 shape signatures (limit 2"), 1u) << err;
+  EXPECT_EQ(Count(err, "reached 2 shape signatures (limit 2"), 1u) << err;
+  EXPECT_EQ(Count(err, "it compiles no more"), 1u) << err;
   EXPECT_NE(err.find(key), std::string::npos) << err;
   const jit::JitStats s = compiler.stats();
   EXPECT_EQ(s.fallback_calls, 4);
-  EXPECT_EQ(s.compiles, 2);
-  EXPECT_EQ(s.hits, 0);
-  EXPECT_NE(compiler.Compile(other, kC), nullptr) << "another key has its own count";
+  EXPECT_EQ(s.compiles, 4);
+  EXPECT_EQ(s.hits, 1);
 }
 
 // --jit_deny_clusters: a denied key never compiles; other keys do.
