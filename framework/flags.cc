@@ -67,7 +67,8 @@ DEFINE_string(append_backward, "", "Insert the backward ops of this loss variabl
 DEFINE_int32(steps, 1, "Times to run the program");
 
 // kiln bench.
-DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth)");
+DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), churn (a training step of --model for each of --bench_churn_sizes batch sizes, with cache sizes and RSS)");
+DEFINE_int32(bench_churn_sizes, 10000, "kiln bench --bench_what churn: batch sizes 1..N, each once in a seeded random order");
 DEFINE_int32(bench_warmup, 5, "kiln bench: untimed steps first (they include JIT compiles)");
 DEFINE_int32(bench_steps, 20, "kiln bench: timed steps");
 DEFINE_int32(bench_matmul_size, 1024, "kiln bench --bench_what matmul: M = N = K");

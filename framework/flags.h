@@ -83,6 +83,7 @@ DECLARE_int32(steps);
 
 // kiln bench.
 DECLARE_string(bench_what);
+DECLARE_int32(bench_churn_sizes);
 DECLARE_int32(bench_warmup);
 DECLARE_int32(bench_steps);
 DECLARE_int32(bench_matmul_size);

@@ -23,7 +23,7 @@ const char* kUsage =
     "--out DIR)\n"
     "  flags    list kiln's flags with defaults (--markdown: docs/flags.md)\n"
     "  bench    time training steps of a model on random data, or oneDNN matmul / copy bandwidth; one JSON line\n"
-    "           (--model ... --batch_size N --bench_steps N [--use_jit] | --bench_what matmul|copy)\n"
+    "           (--model ... --batch_size N --bench_steps N [--use_jit] | --bench_what matmul|copy|churn)\n"
     "  export   a checkpoint of kiln train --save_dir as an inference model (--from CKPT --out MODEL_DIR)\n"
     "  predict  run an exported model (--model MODEL_DIR --feed NAME=FILE.npy ... [--fetch A,B] --out DIR; JIT on)\n"
     "Every flag can also be set as an environment variable FLAGS_<name>. `kiln <command> --help` lists flags.\n";
