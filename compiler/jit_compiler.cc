@@ -124,12 +124,12 @@ std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck,
   auto last = last_signature_.find(ck.key);
   if (options_.verbose >= 1 && last != last_signature_.end()) {
     const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
-    const bool seen_before = seen.count(ck.signature.ToString()) > 0;
+    const bool seen_before = seen.count(ck.signature.Hash()) > 0;
     std::fprintf(stderr, "kiln jit: cluster %s recompiles: %s\n", name.c_str(),
                  SignatureChange(subgraph, last->second, ck.signature, seen_before).c_str());
   }
   last_signature_[ck.key] = ck.signature;
-  seen.insert(ck.signature.ToString());
+  seen.insert(ck.signature.Hash());
   stats_.evictions += static_cast<int64_t>(cache_.Insert(ck, mine));
   return std::nullopt;
 }

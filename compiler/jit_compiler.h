@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "compiler/compiled_object.h"
 #include "framework/jit_subgraph.h"
@@ -212,7 +213,10 @@ class JitCompiler {
   JitCompilerOptions options_;
   std::map<std::string, JitSubgraph> subgraphs_;
   LruCache<CacheKey, Future, CacheKeyHash> cache_;
-  std::map<std::string, std::set<std::string>> signatures_seen_;  // key -> signatures compiled
+  // key -> hashes of the signatures it compiled: at most recompile_limit
+  // each, a few bytes apiece (the hash is 64 bits: a collision would only
+  // count two signatures as one).
+  std::map<std::string, std::unordered_set<size_t>> signatures_seen_;
   std::map<std::string, ShapeSignature> last_signature_;  // key -> signature of its latest miss (for logs)
   std::set<std::string> given_up_;  // keys past the recompile limit (reported)
   std::set<std::string> shadow_denied_;  // keys whose shadow check failed

@@ -1,5 +1,7 @@
 #include "tools/bench_churn.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -24,6 +26,8 @@ ChurnPoint Measure(int64_t sizes_seen) {
   ChurnPoint p;
   p.sizes_seen = sizes_seen;
   p.rss_mib = CurrentRssMib();
+  const struct mallinfo2 heap = mallinfo2();
+  p.heap_in_use_mib = static_cast<double>(heap.uordblks + heap.hblkhd) / (1 << 20);
   jit::JitCompiler& compiler = jit::JitCompiler::Instance();
   p.jit_cache_entries = compiler.cache_size();
   p.jit_ids_tracked = compiler.ids_tracked();
@@ -134,6 +138,7 @@ int BenchChurn() {
   for (const ChurnPoint& p : points) {
     j["points"].push_back({{"sizes_seen", p.sizes_seen},
                            {"rss_mib", p.rss_mib},
+                           {"heap_in_use_mib", p.heap_in_use_mib},
                            {"jit_cache_entries", p.jit_cache_entries},
                            {"jit_ids_tracked", p.jit_ids_tracked},
                            {"executor_programs", p.executor_programs},
