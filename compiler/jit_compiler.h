@@ -71,7 +71,7 @@ struct ShadowFailure {
 
 struct JitCompilerOptions {
   size_t cache_capacity = 256;  // compiled objects kept (LRU)
-  int recompile_limit = 8;      // distinct signatures per cluster before giving up
+  int recompile_limit = 8;      // distinct signatures a cluster compiles; past them only cached ones run compiled
   CompileOptions compile;
   // Cluster keys (as kiln dump prints them) that never compile: their
   // launches run the subgraph's framework ops (--jit_deny_clusters).
