@@ -28,7 +28,8 @@ std::string ShapeSignature::ToString() const {
 size_t CompileOptions::Hash() const {
   size_t h = 0;
   HashCombine(h, static_cast<uint64_t>(isa));
-  HashCombine(h, (use_onednn ? 1u : 0u) | (fuse_elementwise ? 2u : 0u) | (reuse_buffers ? 4u : 0u));
+  HashCombine(h, (use_onednn ? 1u : 0u) | (fuse_elementwise ? 2u : 0u) | (reuse_buffers ? 4u : 0u) |
+                     (deterministic ? 8u : 0u));
   return h;
 }
 

@@ -36,9 +36,14 @@ struct CompileOptions {
   bool use_onednn = true;          // anchors through oneDNN kernels
   bool fuse_elementwise = true;    // elementwise groups as generated kernels
   bool reuse_buffers = true;       // arena plan reuses dead intermediates
+  // Results independent of the thread count (--deterministic): generated
+  // kernels split sums over rows into chunks fixed by the shape
+  // (FusedElementwiseKernel::set_deterministic); oneDNN primitives follow
+  // the process-wide onednn::SetDeterministic.
+  bool deterministic = false;
   bool operator==(const CompileOptions& o) const {
     return isa == o.isa && use_onednn == o.use_onednn && fuse_elementwise == o.fuse_elementwise &&
-           reuse_buffers == o.reuse_buffers;
+           reuse_buffers == o.reuse_buffers && deterministic == o.deterministic;
   }
   size_t Hash() const;
 };

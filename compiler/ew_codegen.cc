@@ -63,9 +63,22 @@ void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outpu
   if (numel == 0) return;
   const int64_t d0 = layout_.dims[0];
   const int threads = num_threads > 0 ? num_threads : omp_get_max_threads();
+  // Outputs summed over dim 0 would race: chunk c > 0 sums into its own
+  // zeroed scratch, added to the output in chunk order afterwards.
+  std::vector<int> partial;
+  for (int k = 0; k < n_out; ++k) {
+    if (layout_.outputs[k].strides[0] == 0 && d0 > 1 && layout_.IsReduction(k)) partial.push_back(k);
+  }
   int64_t chunks = 1;
-  if (threads > 1 && numel >= kParallelMinElements) {
-    chunks = std::min<int64_t>({threads, d0, numel / (kParallelMinElements / 2)});
+  if (numel >= kParallelMinElements) {
+    const int64_t by_size = std::min<int64_t>(d0, numel / (kParallelMinElements / 2));
+    // The chunks fix the order of those sums: deterministic kernels do not
+    // let the thread count choose them.
+    if (deterministic_ && !partial.empty()) {
+      chunks = std::min<int64_t>(kDeterministicChunks, by_size);
+    } else if (threads > 1) {
+      chunks = std::min<int64_t>(threads, by_size);
+    }
   }
   if (chunks <= 1) {
     const EwKernelArgs args{inputs, outputs, 0, d0};
@@ -81,12 +94,6 @@ void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outpu
     bounds[c] = b;
   }
   bounds[chunks] = d0;
-  // Outputs summed over dim 0 would race: chunk c > 0 sums into its own
-  // zeroed scratch, added to the output in chunk order afterwards.
-  std::vector<int> partial;
-  for (int k = 0; k < n_out; ++k) {
-    if (layout_.outputs[k].strides[0] == 0 && d0 > 1 && layout_.IsReduction(k)) partial.push_back(k);
-  }
   std::vector<std::vector<float>> scratch;
   std::vector<std::vector<float*>> outs(static_cast<size_t>(chunks), std::vector<float*>(outputs, outputs + n_out));
   for (int64_t c = 1; c < chunks; ++c) {

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
 
 #include "compiler/lower.h"
 #include "framework/hash.h"
@@ -30,7 +32,22 @@ std::string SignatureChange(const JitSubgraph& subgraph, const ShapeSignature& b
   return out.empty() ? "compile options changed" : out;
 }
 
+std::string Number(double v) {
+  std::ostringstream os;
+  os << std::setprecision(3) << v;
+  return os.str();
+}
+
 }  // namespace
+
+std::string ShadowFailure::ToString() const {
+  return op + " writes '" + var + "' " + shape + ": max abs error " + Number(max_abs_error) + ", max rel error " +
+         Number(max_rel_error) + ", " + std::to_string(mismatches) + " of " + std::to_string(numel) +
+         " elements beyond the tolerance (first at " + first_mismatch + ")" +
+         (framework_spread >= 0 ? "; the framework's oneDNN and reference kernels differ by up to " +
+                                      Number(framework_spread) + " there"
+                                : "");
+}
 
 JitCompiler& JitCompiler::Instance() {
   static JitCompiler* instance = new JitCompiler();
@@ -38,7 +55,9 @@ JitCompiler& JitCompiler::Instance() {
 }
 
 JitCompiler::JitCompiler(JitCompilerOptions options)
-    : options_(std::move(options)), cache_(options_.cache_capacity) {}
+    : options_(std::move(options)), cache_(options_.cache_capacity) {
+  launch_checks_on_ = options_.shadow.every > 0 || options_.fault_for_testing != nullptr;
+}
 
 size_t JitCompiler::CacheKey::Hash() const {
   size_t h = 0;
@@ -52,6 +71,7 @@ void JitCompiler::Configure(const JitCompilerOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   options_ = options;
   stats_.evictions += static_cast<int64_t>(cache_.set_capacity(options.cache_capacity));
+  launch_checks_on_ = options.shadow.every > 0 || options.fault_for_testing != nullptr;
 }
 
 JitCompilerOptions JitCompiler::options() const {
@@ -83,33 +103,34 @@ std::vector<std::string> JitCompiler::Keys() const {
 std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck, const JitSubgraph& subgraph,
                                                               const Future& mine, bool* give_up) {
   *give_up = false;
-  if (given_up_.count(ck.key)) {
-    *give_up = true;
-    return std::nullopt;
-  }
   if (const Future* f = cache_.Find(ck)) {
     ++stats_.hits;
     return *f;
   }
   auto& seen = signatures_seen_[ck.key];
+  // Past the limit the cluster compiles no more, but the signatures it has in
+  // the cache keep running compiled: under shape churn the common shapes stay
+  // fast, and the cache and the seen set stay bounded.
   if (static_cast<int>(seen.size()) >= options_.recompile_limit) {
-    given_up_.insert(ck.key);
     *give_up = true;
-    std::fprintf(stderr,
-                 "kiln jit: cluster %s recompiled for %zu shape signatures (limit %d, --jit_recompile_limit); "
-                 "newest %s; it runs through the framework ops from now on\n",
-                 ck.key.c_str(), seen.size(), options_.recompile_limit, ck.signature.ToString().c_str());
+    if (given_up_.insert(ck.key).second) {
+      std::fprintf(stderr,
+                   "kiln jit: cluster %s reached %zu shape signatures (limit %d, --jit_recompile_limit); newest %s; "
+                   "it compiles no more: new signatures run through the framework ops, cached ones stay "
+                   "compiled\n",
+                   ck.key.c_str(), seen.size(), options_.recompile_limit, ck.signature.ToString().c_str());
+    }
     return std::nullopt;
   }
   auto last = last_signature_.find(ck.key);
   if (options_.verbose >= 1 && last != last_signature_.end()) {
     const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
-    const bool seen_before = seen.count(ck.signature.ToString()) > 0;
+    const bool seen_before = seen.count(ck.signature.Hash()) > 0;
     std::fprintf(stderr, "kiln jit: cluster %s recompiles: %s\n", name.c_str(),
                  SignatureChange(subgraph, last->second, ck.signature, seen_before).c_str());
   }
   last_signature_[ck.key] = ck.signature;
-  seen.insert(ck.signature.ToString());
+  seen.insert(ck.signature.Hash());
   stats_.evictions += static_cast<int64_t>(cache_.Insert(ck, mine));
   return std::nullopt;
 }
@@ -144,6 +165,11 @@ void JitCompiler::Finish(const CacheKey& ck, const JitSubgraph& subgraph,
     stats_.compile_ms_per_key[ck.key] += obj->compile_ms;
     stats_.unit_fallbacks += static_cast<int64_t>(obj->unit_fallbacks.size());
     by_id_[obj->id] = obj;
+    // Objects evicted and released leave expired entries: drop them now and
+    // then, so the map stays bounded under shape churn.
+    if (by_id_.size() > 2 * cache_.capacity() + 64) {
+      for (auto it = by_id_.begin(); it != by_id_.end();) it = it->second.expired() ? by_id_.erase(it) : std::next(it);
+    }
     on_compile = options_.on_compile;
   }
   if (!on_compile) return;
@@ -165,7 +191,7 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
     auto sit = subgraphs_.find(key);
     if (sit == subgraphs_.end()) ThrowNotFound("jit: no cluster with compilation_key '", key, "'");
     subgraph = &sit->second;  // entries are never erased
-    if (options_.deny_clusters.count(key)) {
+    if (options_.deny_clusters.count(key) || shadow_denied_.count(key)) {
       ++stats_.fallback_calls;
       ++stats_.denied_calls;
       return nullptr;
@@ -191,6 +217,53 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
   promise.set_value(result);
   Finish(ck, *subgraph, result);
   return result;
+}
+
+LaunchChecks JitCompiler::BeginLaunch(const std::string& key) {
+  if (!launch_checks_on_.load(std::memory_order_relaxed)) return {};
+  std::lock_guard<std::mutex> lock(mu_);
+  LaunchChecks c;
+  c.launch = ++compiled_launches_[key];
+  c.fault = options_.fault_for_testing;
+  c.tolerances = options_.shadow;
+  c.shadow = options_.shadow.every > 0 && (c.launch - 1) % options_.shadow.every == 0;
+  if (c.shadow) ++stats_.shadow_checks;
+  return c;
+}
+
+bool JitCompiler::DenyAfterShadowFailure(ShadowFailure failure) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shadow_denied_.insert(failure.key).second) return false;
+    name = options_.cluster_name ? options_.cluster_name(failure.key) : failure.key;
+    stats_.shadow_failures.push_back(failure);
+  }
+  const std::string where = failure.step > 0 ? "at step " + std::to_string(failure.step) + " (launch " +
+                                                   std::to_string(failure.launch) + " of the cluster)"
+                                             : "at launch " + std::to_string(failure.launch) + " of the cluster";
+  const std::string cluster = name == failure.key ? name : name + " (key " + failure.key + ")";
+  std::fprintf(stderr,
+               "kiln jit: shadow check failed for cluster %s %s: %s; the cluster runs on framework kernels from "
+               "now on\n",
+               cluster.c_str(), where.c_str(), failure.ToString().c_str());
+  return true;
+}
+
+InstructionFault JitCompiler::fault_for_testing() const {
+  if (!launch_checks_on_.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_.fault_for_testing;
+}
+
+size_t JitCompiler::cache_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_.size();
+}
+
+size_t JitCompiler::ids_tracked() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_id_.size();
 }
 
 std::shared_ptr<const CompiledObject> JitCompiler::FindById(uint64_t id) const {
@@ -241,6 +314,8 @@ void JitCompiler::ClearCache() {
   signatures_seen_.clear();
   last_signature_.clear();
   given_up_.clear();
+  shadow_denied_.clear();
+  compiled_launches_.clear();
   by_id_.clear();
   stats_ = JitStats();
   for (auto& c : launch_counts_) c = 0;

@@ -9,6 +9,7 @@ DEFINE_bool(free_intermediates, true, "Free non-persistable intermediates after 
 DEFINE_bool(recompute, true, "Recompute activations the backward pass reads (those of the --recompute_ops types) from values it keeps anyway, instead of keeping them from the forward pass (recompute_pass)");
 DEFINE_string(recompute_ops, "layer_norm", "Op types recompute_pass may copy into the backward pass; e.g. layer_norm,softmax,matmul,gelu also recomputes attention probabilities (matmul only as the scores feeding a recomputed op): less memory, more compute");
 DEFINE_bool(release_shape_only, true, "Release an intermediate's buffer once only ops reading its shape remain (reshape2_grad's X, elementwise_add_grad's Y, ...); they keep its dims");
+DEFINE_bool(deterministic, false, "Bitwise identical results across runs and thread counts on one machine: oneDNN primitives run single-threaded, and generated kernels sum over rows in chunks fixed by the shape, not by the thread count (see docs/jit.md)");
 DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and sum in place when their input dies there (inplace_pass)");
 DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");
 DEFINE_bool(memory_report, false, "kiln train: print peak tensor bytes, bytes allocated from the system, what in-place and buffer reuse saved, and the JIT's arena plans");
@@ -19,13 +20,16 @@ DEFINE_bool(jit_profile, false, "JIT: time every compiled instruction and print 
 DEFINE_bool(use_jit, false, "JIT: cluster supported ops and run them as compiled code (jit_launch)");
 DEFINE_string(jit_launch_mode, "runtime", "JIT: run compiled clusters through the runtime (runtime) or as jit_kernel ops through the executor (executor)");
 DEFINE_int32(jit_cache_capacity, 256, "JIT: compiled objects kept in the cache (LRU)");
-DEFINE_int32(jit_recompile_limit, 8, "JIT: shape signatures a cluster may compile for before it runs through the framework ops");
+DEFINE_int32(jit_recompile_limit, 8, "JIT: shape signatures a cluster may compile for; past them it compiles no more: a new signature runs through the framework ops, the ones still cached stay compiled");
 DEFINE_string(jit_isa, "", "JIT: instruction set of generated code, avx512 or avx2 (default: the best this CPU has)");
 DEFINE_bool(jit_fuse_elementwise, true, "JIT: compile groups of elementwise ops into one generated kernel");
 DEFINE_bool(jit_reuse_buffers, true, "JIT: reuse dead intermediates' memory inside a cluster's arena");
 DEFINE_string(jit_allow_ops, "", "JIT: cluster only these op types (comma-separated; default: every type with a JIT lowering)");
 DEFINE_string(jit_deny_ops, "", "JIT: never cluster these op types (comma-separated)");
 DEFINE_string(jit_deny_clusters, "", "JIT: run these clusters (keys as kiln dump and --jit_explain print them, comma-separated) on framework kernels: the first thing to try when a compiled cluster is suspected");
+DEFINE_int32(jit_shadow_every, 0, "JIT: every N-th launch of each cluster (the first included) also runs the cluster's framework ops on copies of its inputs and compares the outputs; a cluster that differs beyond --jit_shadow_rtol/--jit_shadow_atol is reported once and runs on framework kernels from then on (0: off)");
+DEFINE_double(jit_shadow_rtol, 1e-3, "JIT shadow checks: relative tolerance (an element fails when |jit - framework| > atol + rtol * |framework|, or when exactly one is NaN, or they are different infinities)");
+DEFINE_double(jit_shadow_atol, 1e-5, "JIT shadow checks: absolute tolerance");
 DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
 DEFINE_string(jit_dump_dir, "", "JIT: write each cluster's dump (IR, kernels, disassembly, aliases) to DIR/cluster_<id>_<key>_s<n>/ as it compiles (kiln train, kiln run)");
 DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run what was compiled and why the other ops were not (the short kiln dump index)");
@@ -72,7 +76,8 @@ DEFINE_string(append_backward, "", "Insert the backward ops of this loss variabl
 DEFINE_int32(steps, 1, "Times to run the program");
 
 // kiln bench.
-DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth)");
+DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), churn (a training step of --model for each of --bench_churn_sizes batch sizes, with cache sizes and RSS)");
+DEFINE_int32(bench_churn_sizes, 10000, "kiln bench --bench_what churn: batch sizes 1..N, each once in a seeded random order");
 DEFINE_int32(bench_warmup, 5, "kiln bench: untimed steps first (they include JIT compiles)");
 DEFINE_int32(bench_steps, 20, "kiln bench: timed steps");
 DEFINE_int32(bench_matmul_size, 1024, "kiln bench --bench_what matmul: M = N = K");

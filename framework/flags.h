@@ -11,6 +11,7 @@
 // Kernels and executor.
 DECLARE_bool(use_onednn);
 DECLARE_bool(check_nan_inf);
+DECLARE_bool(deterministic);
 DECLARE_bool(free_intermediates);
 DECLARE_bool(release_shape_only);
 DECLARE_bool(recompute);
@@ -35,6 +36,9 @@ DECLARE_string(jit_allow_ops);
 DECLARE_string(jit_deny_ops);
 DECLARE_string(jit_deny_clusters);
 DECLARE_int32(jit_min_cluster_size);
+DECLARE_int32(jit_shadow_every);
+DECLARE_double(jit_shadow_rtol);
+DECLARE_double(jit_shadow_atol);
 
 // The pass pipeline: the program after each pass (passes/pipeline.h).
 DECLARE_string(dump_passes);
@@ -88,6 +92,7 @@ DECLARE_int32(steps);
 
 // kiln bench.
 DECLARE_string(bench_what);
+DECLARE_int32(bench_churn_sizes);
 DECLARE_int32(bench_warmup);
 DECLARE_int32(bench_steps);
 DECLARE_int32(bench_matmul_size);

@@ -173,6 +173,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
     Dataset batch;
     for (int64_t b = 0; batcher.Next(&batch); ++b) {
       if (epoch == at.epoch && b < at.batch) continue;  // consumed before the checkpoint
+      if (options.before_step) options.before_step(step + 1);
       const auto t0 = Clock::now();
       const DataParallelTraining& dp = options.data_parallel;
       const int64_t shard = batch.size() / dp.size;

@@ -50,6 +50,7 @@ struct TrainOptions {
   uint64_t seed = 1;      // shuffling
   int64_t max_steps = 0;  // 0: no limit
   ExecutorOptions exec;
+  std::function<void(int64_t step)> before_step;      // before every step, with its global 1-based number
   std::function<void(const TrainProgress&)> on_step;  // after every step
   std::function<void(int epoch, double test_accuracy)> on_epoch;  // after every epoch (evaluated)
   // Rewrites the training and forward programs before they run (the pass

@@ -3,32 +3,110 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 
 #include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/op_registry.h"
 #include "launch_op/nan_check.h"
+#include "launch_op/shadow_check.h"
 #include "runtime/runner.h"
 
 namespace kiln::jit {
 namespace {
 
 std::atomic<int> g_mode{static_cast<int>(LaunchMode::kRuntime)};
+std::atomic<int64_t> g_executor_programs{0};  // ExecutorModeProgram objects alive
 
-// The cluster's own framework ops over a local scope whose inputs share the
-// caller's buffers; outputs are shared back.
-void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
-  Scope local;
-  for (size_t i = 0; i < sg.inputs.size(); ++i) *local.Var(sg.inputs[i])->GetMutable() = ctx.InputMeta("X", i);
+// The cluster's own framework ops over a local scope holding `inputs` (in
+// the subgraph's input order; shared, or deep copies with `copy_inputs`);
+// the scope holds the outputs afterwards.
+std::unique_ptr<Scope> RunClusterOps(const JitSubgraph& sg, const std::vector<Tensor>& inputs, bool copy_inputs,
+                                     ExecutorOptions options) {
+  auto local = std::make_unique<Scope>();
+  for (size_t i = 0; i < sg.inputs.size(); ++i) {
+    Tensor* t = local->Var(sg.inputs[i])->GetMutable();
+    if (copy_inputs) {
+      t->CopyFrom(inputs[i]);
+    } else {
+      *t = inputs[i];
+    }
+  }
   proto::ProgramDesc program;
   *program.add_blocks() = sg.block;
-  ExecutorOptions options;
-  options.check_nan_inf = ctx.check_nan_inf();
   Executor exec(options);
   auto plan = exec.Prepare(program, 0, std::set<std::string>(sg.outputs.begin(), sg.outputs.end()));
-  exec.Run(*plan, local);
-  for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local.GetVar(sg.outputs[o])->Get();
+  exec.Run(*plan, *local);
+  return local;
+}
+
+// The cluster's framework ops on the caller's buffers (inputs shared, outputs
+// shared back).
+void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < sg.inputs.size(); ++i) inputs.push_back(ctx.InputMeta("X", i));
+  ExecutorOptions options;
+  options.check_nan_inf = ctx.check_nan_inf();
+  const auto local = RunClusterOps(sg, inputs, /*copy_inputs=*/false, options);
+  inputs.clear();
+  for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local->GetVar(sg.outputs[o])->Get();
   JitCompiler::Instance().Count(LaunchEvent::kFrameworkFallback);
+}
+
+// Deep copies of a launch's inputs for its shadow check. Taken before the
+// compiled run: that run updates inputs in place (optimizer updates) and
+// takes over the buffers of dying inputs.
+std::vector<Tensor> CopyInputs(ExecContext& ctx) {
+  std::vector<Tensor> copies(ctx.InputCount("X"));
+  for (size_t i = 0; i < copies.size(); ++i) copies[i].CopyFrom(ctx.InputMeta("X", i));
+  return copies;
+}
+
+std::vector<const Tensor*> OutputsIn(const Scope& scope, const JitSubgraph& sg) {
+  std::vector<const Tensor*> out;
+  for (const auto& name : sg.outputs) out.push_back(&scope.GetVar(name)->Get());
+  return out;
+}
+
+// After a compiled launch: its outputs against the framework ops' on the
+// copies (each run on copies of its own: the ops update inputs in place), and
+// when they differ, once more with the framework's spread between its oneDNN
+// and its reference kernels (shadow_check.h).
+// On a mismatch the cluster is reported and denied, and this launch's
+// outputs are replaced by the framework's, so the run goes on as if the
+// cluster had never been compiled.
+void ShadowCheck(ExecContext& ctx, JitCompiler& compiler, const CompiledObject& obj, const std::vector<Tensor>& copies,
+                 const LaunchChecks& checks) {
+  const JitSubgraph& sg = compiler.GetSubgraph(obj.key);
+  ExecutorOptions options;  // the kernels a run without the JIT would use
+  options.use_onednn = obj.options.use_onednn;
+  const auto local = RunClusterOps(sg, copies, /*copy_inputs=*/true, options);
+  std::vector<const Tensor*> got;
+  for (size_t o = 0; o < sg.outputs.size(); ++o) got.push_back(obj.output_shape_only[o] ? nullptr : ctx.Output("Out", o));
+  const std::vector<const Tensor*> want = OutputsIn(*local, sg);
+  std::optional<ShadowFailure> failure = FindShadowFailure(sg, got, want, checks.tolerances);
+  if (!failure) return;
+  options.use_onednn = !options.use_onednn;  // the other kernels: other summation orders
+  const auto alt = RunClusterOps(sg, copies, /*copy_inputs=*/true, options);
+  failure = FindShadowFailure(sg, got, want, checks.tolerances, OutputsIn(*alt, sg));
+  if (!failure) return;
+  failure->key = obj.key;
+  failure->step = compiler.step();
+  failure->launch = checks.launch;
+  compiler.DenyAfterShadowFailure(std::move(*failure));
+  for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = *want[o];
+  compiler.Count(LaunchEvent::kFrameworkFallback);
+}
+
+// What runs after each instruction: the test fault, then --check_nan_inf.
+runtime::InstructionHook AfterInstruction(const CompiledObject& obj, JitCompiler& compiler, bool check_nan_inf,
+                                          InstructionFault fault) {
+  runtime::InstructionHook check = check_nan_inf ? NanInfCheck(obj, compiler.GetSubgraph(obj.key)) : nullptr;
+  if (!fault) return check;
+  return [&obj, fault = std::move(fault), check = std::move(check)](size_t i, const runtime::BufferView* args) {
+    fault(obj, i, args);
+    if (check) check(i, args);
+  };
 }
 
 // Executor launch mode: the instruction list as a program of jit_kernel ops,
@@ -36,6 +114,8 @@ void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
 // binds the vars of one scope, so launches of one object through it take
 // turns on its scope.
 struct ExecutorModeProgram : CompiledObjectAttachment {
+  ExecutorModeProgram() { ++g_executor_programs; }
+  ~ExecutorModeProgram() override { --g_executor_programs; }
   proto::ProgramDesc program;
   std::unique_ptr<ExecutionPlan> plan;
   mutable std::mutex mu;
@@ -104,9 +184,8 @@ void JitKernelKernel(ExecContext& ctx) {
     data.push_back(t->raw_mutable_data(info.dtype));
   }
   JitCompiler& compiler = JitCompiler::Instance();
-  const runtime::InstructionHook check =
-      ctx.check_nan_inf() ? NanInfCheck(*obj, compiler.GetSubgraph(obj->key)) : nullptr;
-  runtime::Runner::RunInstruction(obj->program, i, data, compiler.profiler(), check);
+  runtime::Runner::RunInstruction(obj->program, i, data, compiler.profiler(),
+                                  AfterInstruction(*obj, compiler, ctx.check_nan_inf(), compiler.fault_for_testing()));
 }
 
 // A dying input (the plan's donors) is donated when this var alone owns its
@@ -131,6 +210,61 @@ void TakeDyingInputs(ExecContext& ctx, const runtime::BufferPlan& plan, JitCompi
       t->ReleaseBuffer();
     }
     compiler.Count(take ? LaunchEvent::kInputDonated : LaunchEvent::kInputKept);
+  }
+}
+
+// Binds the outputs of a launch of `obj` (see the header): their data
+// pointers, null for an output the runner allocates when it is first written
+// (runtime mode) and for one handed out without data.
+std::vector<void*> BindOutputs(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compiler) {
+  std::vector<void*> outs(obj.output_names.size());
+  for (size_t o = 0; o < outs.size(); ++o) {
+    Tensor* t = ctx.Output("Out", o);
+    if (obj.output_shape_only[o]) {
+      // Computed in the arena; later ops read only its dims.
+      t->ShareExternalData(nullptr, obj.output_dtypes[o], obj.output_dims[o]);
+      continue;
+    }
+    if (obj.output_alias[o] >= 0) {
+      // In-place update of an input: donate its buffer when nobody else holds it.
+      if (t->use_count() > 1) {
+        Tensor fresh;
+        fresh.CopyFrom(*t);
+        *t = fresh;
+        compiler.Count(LaunchEvent::kCopyProtected);
+      } else {
+        compiler.Count(LaunchEvent::kDonated);
+      }
+      outs[o] = t->raw_data();
+      continue;
+    }
+    if (t->use_count() > 1) t->Clear();  // never write into a buffer someone shares
+    t->Resize(obj.output_dims[o]);
+    t->set_dtype(obj.output_dtypes[o]);
+    // In runtime mode the runner asks for it when it is about to be written.
+    if (GetLaunchMode() == LaunchMode::kExecutor) outs[o] = t->raw_mutable_data(obj.output_dtypes[o]);
+  }
+  return outs;
+}
+
+void RunCompiled(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compiler, const std::vector<void*>& ins,
+                 InstructionFault fault) {
+  const std::vector<void*> outs = BindOutputs(ctx, obj, compiler);
+  if (GetLaunchMode() == LaunchMode::kExecutor) {
+    RunThroughExecutor(obj, ins, outs, ctx.check_nan_inf());  // its jit_kernel ops apply the fault
+    return;
+  }
+  auto allocate_output = [&ctx, &obj](int o) {
+    return ctx.Output("Out", static_cast<size_t>(o))->raw_mutable_data(obj.output_dtypes[o]);
+  };
+  std::vector<bool> donate;
+  std::vector<std::shared_ptr<Allocation>> owned;
+  TakeDyingInputs(ctx, obj.program.plan, compiler, &donate, &owned);
+  runtime::Runner::Run(obj.program, ins, outs, donate, std::move(owned), allocate_output, compiler.profiler(),
+                       AfterInstruction(obj, compiler, ctx.check_nan_inf(), std::move(fault)));
+  // An output no instruction writes (none today) still gets its buffer.
+  for (size_t o = 0; o < outs.size(); ++o) {
+    if (!obj.output_shape_only[o] && !ctx.Output("Out", o)->initialized()) allocate_output(static_cast<int>(o));
   }
 }
 
@@ -159,50 +293,11 @@ void JitLaunchKernel(ExecContext& ctx) {
   if (n_out != obj->output_names.size()) {
     ctx.Fail("has ", n_out, " outputs, cluster ", key, " produces ", obj->output_names.size());
   }
-  std::vector<void*> outs(n_out);
-  for (size_t o = 0; o < n_out; ++o) {
-    Tensor* t = ctx.Output("Out", o);
-    if (obj->output_shape_only[o]) {
-      // Computed in the arena; later ops read only its dims.
-      t->ShareExternalData(nullptr, obj->output_dtypes[o], obj->output_dims[o]);
-      continue;
-    }
-    if (obj->output_alias[o] >= 0) {
-      // In-place update of an input: donate its buffer when nobody else holds it.
-      if (t->use_count() > 1) {
-        Tensor fresh;
-        fresh.CopyFrom(*t);
-        *t = fresh;
-        compiler.Count(LaunchEvent::kCopyProtected);
-      } else {
-        compiler.Count(LaunchEvent::kDonated);
-      }
-      outs[o] = t->raw_data();
-      continue;
-    }
-    if (t->use_count() > 1) t->Clear();  // never write into a buffer someone shares
-    t->Resize(obj->output_dims[o]);
-    t->set_dtype(obj->output_dtypes[o]);
-    // In runtime mode the runner asks for it when it is about to be written.
-    if (GetLaunchMode() == LaunchMode::kExecutor) outs[o] = t->raw_mutable_data(obj->output_dtypes[o]);
-  }
-  auto allocate_output = [&ctx, &obj](int o) {
-    return ctx.Output("Out", static_cast<size_t>(o))->raw_mutable_data(obj->output_dtypes[o]);
-  };
-  if (GetLaunchMode() == LaunchMode::kExecutor) {
-    RunThroughExecutor(*obj, ins, outs, ctx.check_nan_inf());
-  } else {
-    std::vector<bool> donate;
-    std::vector<std::shared_ptr<Allocation>> owned;
-    TakeDyingInputs(ctx, obj->program.plan, compiler, &donate, &owned);
-    const runtime::InstructionHook check = ctx.check_nan_inf() ? NanInfCheck(*obj, compiler.GetSubgraph(key)) : nullptr;
-    runtime::Runner::Run(obj->program, ins, outs, donate, std::move(owned), allocate_output, compiler.profiler(),
-                         check);
-    // An output no instruction writes (none today) still gets its buffer.
-    for (size_t o = 0; o < n_out; ++o) {
-      if (!obj->output_shape_only[o] && !ctx.Output("Out", o)->initialized()) allocate_output(static_cast<int>(o));
-    }
-  }
+  LaunchChecks checks = compiler.BeginLaunch(key);
+  std::vector<Tensor> copies;
+  if (checks.shadow) copies = CopyInputs(ctx);
+  RunCompiled(ctx, *obj, compiler, ins, std::move(checks.fault));
+  if (checks.shadow) ShadowCheck(ctx, compiler, *obj, copies, checks);
 }
 
 }  // namespace
@@ -215,6 +310,8 @@ LaunchMode ParseLaunchMode(const std::string& name) {
 
 void SetLaunchMode(LaunchMode mode) { g_mode = static_cast<int>(mode); }
 LaunchMode GetLaunchMode() { return static_cast<LaunchMode>(g_mode.load()); }
+
+int64_t ExecutorModeProgramsAlive() { return g_executor_programs.load(); }
 
 LaunchStats GetLaunchStats() { return JitCompiler::Instance().stats().launch; }
 void ResetLaunchStats() { JitCompiler::Instance().ResetLaunchStats(); }

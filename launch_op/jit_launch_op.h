@@ -12,6 +12,12 @@
 // runtime::Runner; kExecutor turns it into a program of jit_kernel ops and
 // runs that through the framework Executor. A cluster the compiler gives up
 // on runs its subgraph's framework ops.
+//
+// Shadow checks (JitCompilerOptions::shadow, --jit_shadow_every): a checked
+// launch copies its inputs first, runs compiled, then runs the subgraph's
+// framework ops on the copies and compares (launch_op/shadow_check.h). A
+// mismatch denies the cluster (reported once) and the launch's outputs become
+// the framework's, so training goes on on framework kernels.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,10 @@ LaunchMode ParseLaunchMode(const std::string& name);
 // Process-wide launch settings, set once at the tool edge.
 void SetLaunchMode(LaunchMode mode);
 LaunchMode GetLaunchMode();
+
+// Executor-mode programs alive (each belongs to a compiled object: bounded
+// by the compiler's cache and the objects launches still hold).
+int64_t ExecutorModeProgramsAlive();
 
 // The launch counters of JitCompiler::Instance() (its stats().launch), which
 // the jit_launch op counts into.

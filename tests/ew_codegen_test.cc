@@ -58,8 +58,10 @@ std::vector<const float*> Ptrs(const Buffers& b) {
 }
 
 // Outputs start as NaN so that an element the kernel fails to write shows.
-Buffers RunJit(const EwProgram& p, const EwLayout& l, Isa isa, const Buffers& in, int threads = 1) {
+Buffers RunJit(const EwProgram& p, const EwLayout& l, Isa isa, const Buffers& in, int threads = 1,
+               bool deterministic = false) {
   FusedElementwiseKernel k("test_kernel", p, l, isa);
+  k.set_deterministic(deterministic);
   k.Create();
   Buffers out;
   std::vector<float*> optr;
@@ -615,6 +617,41 @@ TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
       } else {
         ExpectExact({two[1]}, {one[1]}, what);
       }
+    }
+  }
+}
+
+// --deterministic: sums over dim 0 are cut into chunks fixed by the shape, so
+// every thread count gives the same bits (not only the same value to rounding).
+TEST(EwCodegenTest, DeterministicKernelsSumTheSameBitsOnEveryThreadCount) {
+  struct Shape {
+    Dims x, y;
+  };
+  const std::vector<Shape> shapes = {
+      {{1 << 20}, {1}},              // rank 1, full sum
+      {{2048, 1000}, {1, 1000}},     // column sums (bias gradients)
+      {{64, 32, 1000}, {1, 32, 1}},  // channel sums
+      {{3, 40000}, {1, 40000}},      // fewer rows than chunks
+      {{1000, 10}, {1, 10}},         // below kParallelMinElements: one chunk
+  };
+  for (Isa isa : Isas()) {
+    for (const Shape& s : shapes) {
+      EwProgram p;
+      const EwValue x = p.Load(0);
+      const EwValue y = p.Load(1);
+      const EwValue t = p.Tanh(p.Fma(x, p.Const(0.75f), y));
+      p.Store(0, t);
+      p.Store(1, p.Mul(t, x));
+      const EwLayout l = CollapseLayout(s.x, {s.x, s.y}, {s.x, s.y});
+      const Buffers in = RandomInputs(l, -1.0f, 1.0f, 23);
+      const Buffers one = RunJit(p, l, isa, in, 1, /*deterministic=*/true);
+      const std::string what = "deterministic " + DimsToString(s.x) + " " + IsaName(isa);
+      for (int threads : {2, 3, 8}) {
+        const Buffers got = RunJit(p, l, isa, in, threads, /*deterministic=*/true);
+        ExpectExact(got, one, what + " threads " + std::to_string(threads));
+      }
+      const auto ref = RunRef(p, l, in);
+      ExpectNear({one[1]}, {ref[1]}, [](double r) { return 1e-4 * std::fabs(r) + 1e-4; }, what + " vs ref");
     }
   }
 }

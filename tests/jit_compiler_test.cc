@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -196,26 +197,33 @@ TEST_F(JitCompilerTest, TheCacheDropsTheLeastRecentlyUsedObject) {
   EXPECT_EQ(compiler.CachedObjects(), std::vector<Object>{c});
 }
 
-TEST_F(JitCompilerTest, PastTheRecompileLimitEveryCallOfTheKeyGetsNull) {
-  JitCompiler compiler(Options(256, /*recompile_limit=*/2));
+// Past the limit a cluster compiles no more: new signatures get null (the
+// framework ops), the ones still cached stay compiled.
+TEST_F(JitCompilerTest, PastTheRecompileLimitOnlyCachedSignaturesRunCompiled) {
+  JitCompiler compiler(Options(/*capacity=*/2, /*recompile_limit=*/2));
   const std::string key = compiler.AddSubgraph(ReluScale());
   const std::string other = compiler.AddSubgraph(ReluScale(/*gated=*/true));
-  ASSERT_NE(compiler.Compile(key, kA), nullptr);
+  const Object a = compiler.Compile(key, kA);
+  ASSERT_NE(a, nullptr);
   ASSERT_NE(compiler.Compile(key, kB), nullptr);
   testing::internal::CaptureStderr();
   EXPECT_EQ(compiler.Compile(key, kC), nullptr);
   EXPECT_EQ(compiler.stats().fallback_calls, 1);
-  EXPECT_EQ(compiler.Compile(key, kA), nullptr) << "compiled before, but the key gave up";
+  EXPECT_EQ(compiler.Compile(key, kA), a) << "compiled before and still cached";
   EXPECT_EQ(compiler.Compile(key, kD), nullptr);
   EXPECT_EQ(compiler.Compile(key, kC), nullptr);
+  // Two signatures of another key evict kB, then kA (capacity 2): kA is not compiled again.
+  ASSERT_NE(compiler.Compile(other, kC), nullptr) << "another key has its own count";
+  ASSERT_NE(compiler.Compile(other, kD), nullptr);
+  EXPECT_EQ(compiler.Compile(key, kA), nullptr) << "evicted, and the key compiles no more";
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(Count(err, "recompiled for 2 shape signatures (limit 2"), 1u) << err;
+  EXPECT_EQ(Count(err, "reached 2 shape signatures (limit 2"), 1u) << err;
+  EXPECT_EQ(Count(err, "it compiles no more"), 1u) << err;
   EXPECT_NE(err.find(key), std::string::npos) << err;
   const jit::JitStats s = compiler.stats();
   EXPECT_EQ(s.fallback_calls, 4);
-  EXPECT_EQ(s.compiles, 2);
-  EXPECT_EQ(s.hits, 0);
-  EXPECT_NE(compiler.Compile(other, kC), nullptr) << "another key has its own count";
+  EXPECT_EQ(s.compiles, 4);
+  EXPECT_EQ(s.hits, 1);
 }
 
 // --jit_deny_clusters: a denied key never compiles; other keys do.
@@ -423,11 +431,12 @@ TEST(JitCacheKeyHashTest, SignaturesAndOptionsHashEveryPartInOrder) {
   EXPECT_EQ(Sig({{4, 8}, {8}}).Hash(), Sig({{4, 8}, {8}}).Hash());
 
   jit::CompileOptions base;
-  std::vector<jit::CompileOptions> options(5, base);
+  std::vector<jit::CompileOptions> options(6, base);
   options[1].use_onednn = !base.use_onednn;
   options[2].fuse_elementwise = !base.fuse_elementwise;
   options[3].reuse_buffers = !base.reuse_buffers;
   options[4].isa = base.isa == Isa::kAvx512 ? Isa::kAvx2 : Isa::kAvx512;
+  options[5].deterministic = !base.deterministic;
   for (size_t i = 0; i < options.size(); ++i) {
     for (size_t j = 0; j < i; ++j) EXPECT_NE(options[i].Hash(), options[j].Hash()) << i << " vs " << j;
   }
@@ -454,6 +463,64 @@ TEST_F(JitCompilerTest, OtherCompileOptionsCompileAgain) {
   EXPECT_EQ(a2->options, o.compile);
   EXPECT_EQ(compiler.stats().compiles, 2);
   EXPECT_EQ(compiler.CachedObjects(), (std::vector<Object>{a, a2}));
+}
+
+// Shadow checks: launches 1, 1+N, 1+2N, ... of each cluster are checked, each
+// cluster counted on its own; nothing is counted while checks are off.
+TEST_F(JitCompilerTest, BeginLaunchChecksEveryNthLaunchOfEachCluster) {
+  JitCompiler compiler(Options());
+  const std::string a = compiler.AddSubgraph(ReluScale());
+  const std::string b = compiler.AddSubgraph(ReluScale(/*gated=*/true));
+  EXPECT_FALSE(compiler.BeginLaunch(a).shadow);
+  EXPECT_EQ(compiler.BeginLaunch(a).launch, 0) << "not counted while checks are off";
+  jit::JitCompilerOptions o = Options();
+  o.shadow.every = 3;
+  o.shadow.rtol = 0.25;
+  compiler.Configure(o);
+  std::string checked;
+  for (int i = 0; i < 7; ++i) {
+    const jit::LaunchChecks c = compiler.BeginLaunch(a);
+    EXPECT_EQ(c.launch, i + 1);
+    EXPECT_EQ(c.tolerances.rtol, 0.25);
+    checked += c.shadow ? "x" : ".";
+    if (i < 2) {
+      EXPECT_EQ(compiler.BeginLaunch(b).shadow, i == 0);
+    }
+  }
+  EXPECT_EQ(checked, "x..x..x");
+  EXPECT_EQ(compiler.stats().shadow_checks, 4);  // a: 1, 4, 7; b: 1
+}
+
+// A failed check denies the cluster from the next Compile on, and is kept and
+// reported once however many threads fail it at the same time; ClearCache
+// forgets it.
+TEST_F(JitCompilerTest, AShadowFailureDeniesTheClusterOnceForAllThreads) {
+  JitCompiler compiler(Options());
+  const std::string key = compiler.AddSubgraph(ReluScale());
+  const std::string other = compiler.AddSubgraph(ReluScale(/*gated=*/true));
+  ASSERT_NE(compiler.Compile(key, kA), nullptr);
+  jit::ShadowFailure f;
+  f.key = key;
+  f.op = "op #0 'relu' (relu)";
+  f.var = "r";
+  f.launch = 3;
+  std::atomic<int> first{0};
+  testing::internal::CaptureStderr();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) threads.emplace_back([&] { first += compiler.DenyAfterShadowFailure(f); });
+  for (auto& t : threads) t.join();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(first.load(), 1);
+  EXPECT_EQ(Count(err, "shadow check failed for cluster " + key + " at launch 3 of the cluster: op #0 'relu' (relu)"), 1u)
+      << err;
+  EXPECT_EQ(compiler.Compile(key, kA), nullptr) << "cached, but denied";
+  EXPECT_NE(compiler.Compile(other, kA), nullptr);
+  const jit::JitStats s = compiler.stats();
+  ASSERT_EQ(s.shadow_failures.size(), 1u);
+  EXPECT_EQ(s.shadow_failures[0].var, "r");
+  EXPECT_EQ(s.denied_calls, 1);
+  compiler.ClearCache();
+  EXPECT_NE(compiler.Compile(key, kA), nullptr);
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include "framework/onednn/primitive_cache.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <unordered_set>
@@ -89,6 +91,7 @@ TEST(PrimitiveKeyTest, EqualityAndHashCoverEveryField) {
   vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu, 0.1f)}; });
   vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_linear, 0.0f, 1.0f)}; });
   vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Sum()}; });
+  vary([](PrimitiveKey& k) { k.threads = 1; });
   vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Sum(0.5f)}; });
   vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Sum(), PostOp::Eltwise(dnnl::algorithm::eltwise_relu)}; });
   vary([](PrimitiveKey& k) { k.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu), PostOp::Sum()}; });
@@ -255,6 +258,37 @@ TEST(OneDnnHandlerTest, MatmulHandlerFusesBiasReluAndScale) {
   MatmulHandler plain(cache, a.dims(), false, b.dims(), false, 0.5f);
   ASSERT_TRUE(plain.Run(a, b, &c));
   EXPECT_EQ(cache.stats().size, 2u);
+}
+
+// --deterministic: primitives are created and run for one OpenMP thread, in
+// cache entries of their own; the caller's thread count is left as it was.
+// With a cache per thread count, 1 and 2 threads give the same bits.
+TEST(OneDnnHandlerTest, DeterministicPrimitivesAreSingleThreadedEntries) {
+  const int saved_threads = omp_get_max_threads();
+  std::mt19937 rng(5);
+  const Tensor a = test::RandomTensor({64, 2048}, DataType::kFP32, rng);
+  const Tensor b = test::RandomTensor({2048, 48}, DataType::kFP32, rng);
+  SetDeterministic(true);
+  std::vector<Tensor> results;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    PrimitiveCache cache(4);
+    MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
+    Tensor c(DataType::kFP32, h.dst_dims());
+    ASSERT_TRUE(h.Run(a, b, &c));
+    EXPECT_EQ(omp_get_max_threads(), threads) << "restored after creating and running";
+    EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [64,2048]x[2048,48] scale=1 threads=1");
+    results.push_back(c);
+  }
+  SetDeterministic(false);
+  omp_set_num_threads(saved_threads);
+  EXPECT_EQ(std::memcmp(results[0].raw_data(), results[1].raw_data(), results[0].bytes()), 0);
+  EXPECT_EQ(test::CompareTensors(results[0], NaiveMatmul(a, b), 1e-4, 1e-3), "");
+  PrimitiveCache cache(4);
+  MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
+  Tensor c(DataType::kFP32, h.dst_dims());
+  ASSERT_TRUE(h.Run(a, b, &c));
+  EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [64,2048]x[2048,48] scale=1");
 }
 
 TEST(OneDnnHandlerTest, MatmulHandlerSumPostOpAddsToDst) {

@@ -1,6 +1,7 @@
 // kiln bench: times training steps of a model on seeded random data, or the
-// machine's limits (oneDNN f32 matmul GFLOP/s, copy bandwidth), and prints one
-// JSON line. tools/bench/bench_vs_pytorch.py runs it against PyTorch.
+// machine's limits (oneDNN f32 matmul GFLOP/s, copy bandwidth), or measures
+// what shape churn leaves behind (tools/bench_churn.h), and prints one JSON
+// line. tools/bench/bench_vs_pytorch.py runs it against PyTorch.
 //
 // FLOPs of a step are counted from the training program's ops at the bench's
 // batch size: matmul 2*numel(Out)*K (batched matmuls included), matmul_grad
@@ -28,6 +29,7 @@
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
 #include "framework/validate.h"
+#include "tools/bench_churn.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/pipeline_setup.h"
@@ -307,7 +309,8 @@ int BenchCommand() {
   if (FLAGS_bench_what == "model") return BenchModel();
   if (FLAGS_bench_what == "matmul") return BenchMatmul();
   if (FLAGS_bench_what == "copy") return BenchCopy();
-  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul or copy");
+  if (FLAGS_bench_what == "churn") return BenchChurn();
+  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul, copy or churn");
 }
 
 }  // namespace kiln::tools

@@ -20,15 +20,16 @@ const std::map<std::string, Flags>& GroupFlags() {
       {"JIT",
        {"use_jit", "jit_launch_mode", "jit_isa", "jit_fuse_elementwise", "jit_reuse_buffers", "jit_allow_ops",
         "jit_deny_ops", "jit_deny_clusters", "jit_min_cluster_size", "jit_cache_capacity", "jit_recompile_limit",
-        "jit_explain", "jit_verbose", "jit_dump_dir", "jit_profile"}},
-      {"kernels", {"use_onednn", "check_nan_inf"}},
+        "jit_explain", "jit_verbose", "jit_dump_dir", "jit_profile", "jit_shadow_every", "jit_shadow_rtol",
+        "jit_shadow_atol"}},
+      {"kernels", {"use_onednn", "check_nan_inf", "deterministic"}},
       {"memory",
        {"free_intermediates", "release_shape_only", "use_inplace", "recompute", "recompute_ops", "cache_allocations",
         "memory_report"}},
       {"output",
        {"out", "metrics_out", "history", "trace", "trace_steps", "trace_warmup", "save_dir", "save_every_steps",
         "keep_checkpoints", "dump_passes", "progress", "markdown"}},
-      {"bench", {"bench_what", "bench_warmup", "bench_steps", "bench_matmul_size", "bench_copy_mib"}},
+      {"bench", {"bench_what", "bench_warmup", "bench_steps", "bench_matmul_size", "bench_copy_mib", "bench_churn_sizes"}},
       {"distributed", {"data_parallel", "dp_bucket_mb", "dp_check_every", "dp_timeout_s"}},
   };
   return groups;
@@ -76,7 +77,8 @@ std::vector<CommandInfo> MakeCommands() {
        {"markdown"},
        {{"--all", "also list gflags' own flags (flagfile, fromenv, ...)"}}},
       {"bench", "[--flags]",
-       "Times training steps of a model on random data, or oneDNN matmul or memcpy bandwidth; prints one JSON line.",
+       "Times training steps of a model on random data, oneDNN matmul or memcpy bandwidth, or a run over many batch "
+       "sizes (churn: cache sizes and RSS); prints one JSON line.",
        Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "seed", "batch_size", "progress"},
              Group("bench"), Running()}),
        {}},
@@ -108,7 +110,7 @@ const std::map<std::string, std::string>& ValueForms() {
       {"dataset", "NAME"},          {"optimizer", "NAME"},         {"jit_allow_ops", "OP[,OP]"},
       {"jit_deny_ops", "OP[,OP]"},  {"jit_deny_clusters", "KEY[,KEY]"}, {"recompute_ops", "OP[,OP]"},
       {"mlp_hidden", "N[,N]"},      {"jit_launch_mode", "runtime|executor"}, {"jit_isa", "avx512|avx2"},
-      {"bench_what", "model|matmul|copy"},
+      {"bench_what", "model|matmul|copy|churn"},
   };
   return forms;
 }

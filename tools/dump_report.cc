@@ -83,6 +83,14 @@ std::string ShortKernel(const runtime::Kernel& k) {
   return k.name() + " (" + k.Describe() + ")";
 }
 
+// A cluster's id among `rows` ("c1"), or its key when it is not there.
+std::string NameOf(const std::vector<ClusterRow>& rows, const std::string& key) {
+  for (const ClusterRow& row : rows) {
+    if (row.key == key) return row.id;
+  }
+  return key;
+}
+
 std::string ExclusionProgram(const ExcludedOp& e) { return e.program.empty() ? "" : e.program + ": "; }
 
 }  // namespace
@@ -136,6 +144,14 @@ std::string IndexMarkdown(const std::string& preamble, const std::vector<Cluster
          ", evictions: " + std::to_string(stats.evictions) + ", failures: " + std::to_string(stats.failures) +
          ", units fallen back alone: " + std::to_string(stats.unit_fallbacks) + " (see each cluster's lowering.txt)\n";
   out += "- compile time (timing): " + Ms(stats.compile_ms) + " ms\n";
+  out += "- shadow checks (--jit_shadow_every): " + std::to_string(stats.shadow_checks) +
+         " launches compared with the framework ops; clusters denied by a failed check: " +
+         (stats.shadow_failures.empty() ? "none" : std::to_string(stats.shadow_failures.size())) + "\n";
+  for (const jit::ShadowFailure& f : stats.shadow_failures) {
+    out += "  - " + NameOf(rows, f.key) + " (key " + f.key + "), " +
+           (f.step > 0 ? "step " + std::to_string(f.step) + ", " : "") + "launch " + std::to_string(f.launch) +
+           ": " + Cell(f.ToString()) + "\n";
+  }
   return out;
 }
 
@@ -164,6 +180,11 @@ std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<E
          std::to_string(stats.hits) + " hits, " + std::to_string(stats.evictions) + " evictions, " +
          std::to_string(stats.failures) + " failed, " + std::to_string(stats.unit_fallbacks) +
          " units fell back alone\n";
+  if (stats.shadow_checks > 0 || !stats.shadow_failures.empty()) {
+    out += "  shadow checks: " + std::to_string(stats.shadow_checks) + ", denied:";
+    for (const jit::ShadowFailure& f : stats.shadow_failures) out += " " + NameOf(rows, f.key) + " (" + f.var + ")";
+    out += stats.shadow_failures.empty() ? " none\n" : "\n";
+  }
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "tools/jit_setup.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,6 +12,7 @@
 #include "compiler/jit_dump.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
+#include "framework/onednn/onednn_handler.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
 #include "runtime/runner.h"
@@ -122,8 +125,21 @@ void ConfigureJitFromFlags() {
   // kernel only the group's last output exists, so fusion is off with it.
   o.compile.fuse_elementwise = FLAGS_jit_fuse_elementwise && !FLAGS_check_nan_inf;
   o.compile.reuse_buffers = FLAGS_jit_reuse_buffers;
+  // --deterministic covers the framework's oneDNN kernels as well as the
+  // JIT's (both go through onednn::OneDnnHandler), so it is set here even
+  // with the JIT off.
+  o.compile.deterministic = FLAGS_deterministic;
+  onednn::SetDeterministic(FLAGS_deterministic);
   o.verbose = FLAGS_jit_verbose;
   for (const auto& key : SplitOpList(FLAGS_jit_deny_clusters)) o.deny_clusters.insert(key);
+  if (FLAGS_jit_shadow_every < 0) ThrowInvalidArgument("--jit_shadow_every must be >= 0, got ", FLAGS_jit_shadow_every);
+  for (const auto& [name, value] : {std::pair{"--jit_shadow_rtol", FLAGS_jit_shadow_rtol},
+                                    std::pair{"--jit_shadow_atol", FLAGS_jit_shadow_atol}}) {
+    if (!(std::isfinite(value) && value >= 0)) ThrowInvalidArgument(name, " must be a finite number >= 0, got ", value);
+  }
+  o.shadow.every = FLAGS_jit_shadow_every;
+  o.shadow.rtol = FLAGS_jit_shadow_rtol;
+  o.shadow.atol = FLAGS_jit_shadow_atol;
   o.cluster_name = ClusterName;
   if (!FLAGS_jit_dump_dir.empty()) {
     const std::string dir = FLAGS_jit_dump_dir;

@@ -106,6 +106,37 @@ std::string ModelJson(const Model& model) {
   return j.dump(2) + "\n";
 }
 
+// What the JIT did in the run: compiles, fallbacks, shadow checks and the
+// clusters a failed check denied.
+nlohmann::ordered_json JitJson() {
+  const jit::JitStats s = jit::JitCompiler::Instance().stats();
+  nlohmann::ordered_json j;
+  j["compiles"] = s.compiles;
+  j["cache_hits"] = s.hits;
+  j["evictions"] = s.evictions;
+  j["launches"] = s.launch.launches;
+  j["framework_fallbacks"] = s.launch.framework_fallbacks;
+  j["denied_calls"] = s.denied_calls;
+  j["shadow_checks"] = s.shadow_checks;
+  j["shadow_denied"] = nlohmann::ordered_json::array();
+  for (const jit::ShadowFailure& f : s.shadow_failures) {
+    nlohmann::ordered_json d;
+    d["cluster"] = ClusterName(f.key);
+    d["key"] = f.key;
+    d["op"] = f.op;
+    d["var"] = f.var;
+    d["shape"] = f.shape;
+    d["max_abs_error"] = f.max_abs_error;
+    d["max_rel_error"] = f.max_rel_error;
+    d["mismatches"] = f.mismatches;
+    d["numel"] = f.numel;
+    d["step"] = f.step;
+    d["launch"] = f.launch;
+    j["shadow_denied"].push_back(std::move(d));
+  }
+  return j;
+}
+
 std::string MetricsJson(const std::string& dataset, const TrainResult& r, const MemoryFigures& mem) {
   nlohmann::ordered_json j;
   j["model"] = FLAGS_model;
@@ -121,6 +152,7 @@ std::string MetricsJson(const std::string& dataset, const TrainResult& r, const 
   j["eval_peak_tensor_bytes"] = r.eval_peak_tensor_bytes;
   j["allocated_bytes"] = mem.allocated_bytes;
   if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
+  if (FLAGS_use_jit) j["jit"] = JitJson();
   return j.dump(2) + "\n";
 }
 
@@ -187,7 +219,8 @@ class History {
   std::string text_;
 };
 
-void PrintJitLine() {
+// The jit: lines of kiln train: compiles, launches, fallbacks, shadow checks.
+void PrintJitSummary() {
   const jit::JitStats js = jit::JitCompiler::Instance().stats();
   const jit::LaunchStats ls = jit::GetLaunchStats();
   std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed, %lld units fell back "
@@ -198,6 +231,12 @@ void PrintJitLine() {
               static_cast<long long>(js.unit_fallbacks), static_cast<long long>(ls.launches),
               static_cast<long long>(ls.donated), static_cast<long long>(ls.copy_protected),
               static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
+  if (js.shadow_checks > 0 || !js.shadow_failures.empty()) {
+    std::string denied;
+    for (const jit::ShadowFailure& f : js.shadow_failures) denied += (denied.empty() ? "" : ", ") + ClusterName(f.key);
+    std::printf("jit shadow checks: %lld, clusters denied: %s\n", static_cast<long long>(js.shadow_checks),
+                denied.empty() ? "none" : denied.c_str());
+  }
 }
 
 // --trace: record steps trace_warmup + 1 .. trace_warmup + trace_steps.
@@ -260,7 +299,9 @@ int TrainCommand() {
   History history;
   const bool keep_history = lead && !FLAGS_history.empty();
   const bool tracing = lead && !FLAGS_trace.empty();
+  options.before_step = [](int64_t step) { jit::JitCompiler::Instance().SetStep(step); };
   options.on_step = [&, lead](const TrainProgress& p) {
+    jit::JitCompiler::Instance().SetStep(0);  // evaluation runs between steps
     train_stats = allocator.stats();
     if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
     if (FLAGS_progress && lead) progress(p);
@@ -275,7 +316,7 @@ int TrainCommand() {
   if (!lead) return 0;
   std::printf("test accuracy: %.4f  final loss: %.4f  steps: %lld  median step: %.3f ms\n", r.test_accuracy,
               r.final_loss, static_cast<long long>(r.steps), r.step_ms_median);
-  if (FLAGS_use_jit) PrintJitLine();
+  if (FLAGS_use_jit) PrintJitSummary();
   if (dp.on) PrintDataParallelLine(r.steps);
   MemoryFigures mem = ComputeMemoryFigures(train_stats, baseline, train_reports.inplace, FLAGS_batch_size, r.steps);
   if (!train_reports.recompute.vars.empty()) {

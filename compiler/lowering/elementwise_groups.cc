@@ -80,6 +80,7 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
   std::vector<std::string> types;
   for (int op : ops) types.push_back(c.type(op));
   kernel->set_fused_ops(types);
+  kernel->set_deterministic(c.options().deterministic);
   kernel->Create();
   std::string describe = std::string("generated ") + IsaName(isa) + " kernel, " + std::to_string(program.size()) +
                          " instrs over " + layout.ToString() + " fusing";

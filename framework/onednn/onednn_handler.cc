@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include <omp.h>
+
 #include "framework/shape_util.h"
 
 namespace kiln::onednn {
@@ -35,10 +37,33 @@ bool IsSlowImplementation(const std::string& impl) {
 
 namespace {
 std::atomic<bool> allow_slow_impls{false};
+std::atomic<bool> deterministic{false};
+
+// One OpenMP thread for the calling thread while it lives, in deterministic
+// mode: oneDNN sizes its work split by omp_get_max_threads() when it creates
+// a primitive and runs it with that many threads. The setting is the calling
+// thread's own, so other threads are not affected.
+class DeterministicThreads {
+ public:
+  DeterministicThreads() : saved_(Deterministic() ? omp_get_max_threads() : 0) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~DeterministicThreads() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  DeterministicThreads(const DeterministicThreads&) = delete;
+  DeterministicThreads& operator=(const DeterministicThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace
 
 void SetAllowSlowImplementations(bool allow) { allow_slow_impls.store(allow); }
 bool AllowSlowImplementations() { return allow_slow_impls.load(std::memory_order_relaxed); }
+void SetDeterministic(bool on) { deterministic.store(on); }
+bool Deterministic() { return deterministic.load(std::memory_order_relaxed); }
 
 bool AllFp32(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
@@ -82,8 +107,11 @@ PrimitiveEntry OneDnnHandler::CreateBackward() const {
 bool OneDnnHandler::AcquireForwardPrimitive() { return Acquire(fwd_key_, /*forward=*/true); }
 bool OneDnnHandler::AcquireBackwardPrimitive() { return Acquire(bwd_key_, /*forward=*/false); }
 
-bool OneDnnHandler::Acquire(const PrimitiveKey& key, bool forward) {
+bool OneDnnHandler::Acquire(const PrimitiveKey& handler_key, bool forward) {
+  PrimitiveKey key = handler_key;
+  key.threads = Deterministic() ? 1 : 0;
   entry_ = cache_.GetOrCreate(key, [&]() {
+    DeterministicThreads threads;
     auto created = std::make_shared<PrimitiveEntry>();
     try {
       *created = forward ? CreateForward() : CreateBackward();
@@ -148,6 +176,7 @@ void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base&
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, OneDnnHandler::Engine(), scratch->ptr());
   }
   dnnl::stream& stream = OneDnnHandler::ThreadStream();
+  DeterministicThreads threads;
   p.execute(stream, args);
   stream.wait();
 }

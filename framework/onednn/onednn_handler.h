@@ -46,6 +46,16 @@ bool IsSlowImplementation(const std::string& impl);
 void SetAllowSlowImplementations(bool allow);
 bool AllowSlowImplementations();
 
+// Deterministic mode (--deterministic; process-wide, set at the tool edge):
+// oneDNN picks blockings and splits reductions by the number of OpenMP
+// threads a primitive is created for, so its results differ in the last bits
+// between thread counts. In this mode every primitive is created for one
+// thread and runs on one (the calling thread's OpenMP thread count is set to
+// 1 around creation and execution); cache keys record it (PrimitiveKey::threads),
+// so primitives of the two modes never mix.
+void SetDeterministic(bool on);
+bool Deterministic();
+
 // True when every tensor is FP32 (the only dtype these kernels handle) and
 // non-empty.
 bool AllFp32(std::initializer_list<const Tensor*> tensors);

@@ -96,7 +96,8 @@ bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
          padding_r == o.padding_r && FloatBits(alpha) == FloatBits(o.alpha) &&
          FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags &&
-         FloatBits(output_scale) == FloatBits(o.output_scale) && bias == o.bias && post_ops == o.post_ops;
+         FloatBits(output_scale) == FloatBits(o.output_scale) && bias == o.bias && post_ops == o.post_ops &&
+         threads == o.threads;
 }
 
 size_t PrimitiveKey::Hash() const {
@@ -126,6 +127,7 @@ size_t PrimitiveKey::Hash() const {
     HashCombineFloat(seed, p.alpha);
     HashCombineFloat(seed, p.beta);
   }
+  HashCombine(seed, static_cast<uint64_t>(threads));
   return seed;
 }
 
@@ -151,6 +153,7 @@ std::string PrimitiveKey::ToString() const {
   if (kind == PrimitiveKind::kMatmul || output_scale != 1.0f) os << " scale=" << output_scale;
   if (bias) os << " +bias";
   for (const PostOp& p : post_ops) os << ' ' << p.ToString();
+  if (threads != 0) os << " threads=" << threads;
   return os.str();
 }
 

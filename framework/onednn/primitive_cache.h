@@ -91,6 +91,9 @@ struct PrimitiveKey {
   float output_scale = 1.0f;    // fixed at creation; matmul: its alpha
   bool bias = false;            // matmul: [N] row; conv: [C_out]
   std::vector<PostOp> post_ops;
+  // 0: created for OpenMP's thread count; 1: for one thread (deterministic
+  // mode, onednn_handler.h). Set by the handler base, not by handlers.
+  int threads = 0;
 
   bool operator==(const PrimitiveKey& other) const;
   bool operator!=(const PrimitiveKey& other) const { return !(*this == other); }

@@ -1,0 +1,119 @@
+// Shape churn (tools/bench_churn.h): a training run that sees a new batch size
+// every step keeps the JIT's cache and by-id map, the executor-mode programs
+// and the oneDNN primitive cache within their bounds, in both launch modes,
+// whether the clusters keep compiling (recompile limit out of reach) or stop
+// at the limit; and the losses stay those of the run without the JIT.
+// (Small capacities and 150 sizes keep it fast; docs/jit.md has the figures of
+// `kiln bench --bench_what churn` over 10,000 sizes.)
+#include "tools/bench_churn.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/jit_compiler.h"
+#include "framework/onednn/primitive_cache.h"
+#include "launch_op/jit_launch_op.h"
+#include "tests/jit_pipeline_util.h"
+#include "tests/train_cases.h"
+
+namespace kiln::tools {
+namespace {
+
+using jit::JitCompiler;
+
+constexpr size_t kJitCapacity = 8;
+constexpr size_t kPrimitiveCapacity = 48;
+constexpr int64_t kSizes = 150;
+
+class BenchChurnTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  void SetUp() override {
+    saved_ = JitCompiler::Instance().options();
+    saved_primitive_capacity_ = onednn::PrimitiveCache::Global().stats().capacity;
+    onednn::PrimitiveCache::Global().set_capacity(kPrimitiveCapacity);
+  }
+  void TearDown() override {
+    JitCompiler::Instance().Configure(saved_);
+    JitCompiler::Instance().ClearCache();
+    onednn::PrimitiveCache::Global().set_capacity(saved_primitive_capacity_);
+    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+  }
+  void Configure(int recompile_limit) {
+    jit::JitCompilerOptions o = saved_;
+    o.cache_capacity = kJitCapacity;
+    o.recompile_limit = recompile_limit;
+    JitCompiler::Instance().ClearCache();
+    JitCompiler::Instance().Configure(o);
+  }
+  // The losses of a churn run, checking the bounds after every step.
+  std::vector<float> Churn(const Model& m, const proto::ProgramDesc& program, std::vector<ChurnPoint>* points) {
+    std::vector<float> losses;
+    ChurnOptions o;
+    o.sizes = kSizes;
+    o.checkpoints = {50, 100};
+    o.on_step = [&losses](int64_t batch, float loss) {
+      losses.push_back(loss);
+      JitCompiler& c = JitCompiler::Instance();
+      EXPECT_LE(c.cache_size(), kJitCapacity) << "batch " << batch;
+      // Expired ids are dropped when the map passes 2 * capacity + 64.
+      EXPECT_LE(c.ids_tracked(), 2 * kJitCapacity + 65) << "batch " << batch;
+      EXPECT_LE(jit::ExecutorModeProgramsAlive(), static_cast<int64_t>(kJitCapacity)) << "batch " << batch;
+      EXPECT_LE(onednn::PrimitiveCache::Global().stats().size, kPrimitiveCapacity) << "batch " << batch;
+    };
+    *points = RunChurn(m, program, o, ExecutorOptions());
+    return losses;
+  }
+  jit::JitCompilerOptions saved_;
+  size_t saved_primitive_capacity_ = 0;
+};
+
+void ExpectSameLosses(const std::vector<float>& off, const std::vector<float>& on, const std::string& what) {
+  ASSERT_EQ(off.size(), on.size()) << what;
+  for (size_t i = 0; i < off.size(); ++i) {
+    EXPECT_NEAR(on[i], off[i], 1e-4 * std::max(1.0f, std::fabs(off[i]))) << what << " step " << i + 1;
+  }
+}
+
+TEST_F(BenchChurnTest, CachesStayBoundedInBothLaunchModes) {
+  const Model m = test::SmallTrainCases()[0].model;  // the MLP
+  BuildJitPassOptions bo;
+  bo.keep_vars = {m.features, m.labels, m.loss};
+  const proto::ProgramDesc program = test::ApplyBuildJit(m.train, bo);
+  int clusters = 0;
+  for (const auto& op : program.blocks(0).ops()) clusters += op.type() == "jit_launch";
+  ASSERT_GE(clusters, 2);
+  std::vector<ChurnPoint> points;
+  const std::vector<float> off = Churn(m, m.train, &points);
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points.back().sizes_seen, kSizes);
+  for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
+    const std::string what = mode == jit::LaunchMode::kRuntime ? "runtime" : "executor";
+    jit::SetLaunchMode(mode);
+
+    // Every size compiles (the limit is out of reach): the LRU evicts.
+    Configure(/*recompile_limit=*/1000000);
+    ExpectSameLosses(off, Churn(m, program, &points), what + " compiling every size");
+    const ChurnPoint& end = points.back();
+    EXPECT_EQ(end.jit_compiles, clusters * kSizes) << what;
+    EXPECT_EQ(end.jit_evictions, end.jit_compiles - static_cast<int64_t>(kJitCapacity)) << what;
+    EXPECT_EQ(end.jit_cache_entries, kJitCapacity) << what;
+    EXPECT_EQ(end.framework_fallbacks, 0) << what;
+    EXPECT_EQ(end.primitive_cache_entries, kPrimitiveCapacity) << what << ": the churn fills it";
+
+    // Past the limit the clusters compile no more and new sizes run the
+    // framework ops; the cache keeps what was compiled.
+    Configure(/*recompile_limit=*/4);
+    testing::internal::CaptureStderr();
+    ExpectSameLosses(off, Churn(m, program, &points), what + " past the recompile limit");
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("it compiles no more"), std::string::npos) << err;
+    EXPECT_EQ(points.back().jit_compiles, 4 * clusters) << what;
+    EXPECT_EQ(points.back().jit_cache_entries, static_cast<size_t>(4 * clusters)) << what;
+    EXPECT_EQ(points.back().framework_fallbacks, clusters * (kSizes - 4)) << what;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::tools
