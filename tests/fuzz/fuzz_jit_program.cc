@@ -29,7 +29,7 @@ struct Stats {
   std::map<std::string, int64_t> family_ops;
   int64_t programs = 0, compared = 0, with_backward = 0, refused_off = 0, rejected_ops = 0;
   int64_t launches = 0, clusters = 0, compiles = 0, compile_failures = 0, fallbacks = 0;
-  std::map<std::string, int64_t> refusals;  // first words of JIT-off run errors
+  std::map<std::string, int64_t> refusals;  // first words of the errors
 
   ~Stats() {
     if (std::getenv("KILN_FUZZ_STATS") == nullptr) return;
@@ -110,7 +110,8 @@ void Run(FuzzInput& in) {
   const bool inplace = in.Bool();
   const RandomProgram p = BuildRandomProgram(in);
   Stats& stats = GetStats();
-  stats.rejected_ops += p.rejected;
+  stats.rejected_ops += static_cast<int64_t>(p.rejected.size());
+  for (const std::string& r : p.rejected) ++stats.refusals["shape inference: " + r.substr(0, 110)];
   if (p.main.blocks_size() == 0 || p.main.blocks(0).ops_size() == 0) return;
   ++stats.programs;
   for (const std::string& f : p.families) ++stats.family_ops[f];
@@ -119,7 +120,7 @@ void Run(FuzzInput& in) {
     off = Execute(p, p.main);
   } catch (const Error& e) {
     ++stats.refused_off;
-    ++stats.refusals[std::string(e.what()).substr(0, 120)];
+    ++stats.refusals["run: " + std::string(e.what()).substr(0, 110)];
     return;
   }
   jit::JitCompiler& compiler = jit::JitCompiler::Instance();

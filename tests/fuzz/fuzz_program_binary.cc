@@ -1,9 +1,10 @@
 // Fuzzes the binary program parser (ParseProgramBinary, what LoadProgram
 // uses for .pb files) and ValidateProgram: any bytes either parse or throw
-// kiln::Error; a parsed program either validates or throws kiln::Error.
+// kiln::Error; a parsed program either validates or throws kiln::Error; a
+// valid program goes through the pass pipeline to a valid program
+// (program_checks.h).
 #include "framework/program_io.h"
-#include "framework/validate.h"
-#include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/program_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;
@@ -13,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The text form of whatever parsed (unknown fields and all) must print
     // and parse back: `kiln dump` and the tools print programs they loaded.
     ParseProgramText(ProgramToText(program), "printed");
-    ValidateProgram(program);
+    fuzz::CheckProgram(program);
   });
   return 0;
 }

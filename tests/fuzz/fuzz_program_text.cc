@@ -1,12 +1,13 @@
 // Fuzzes the program text parser (ParseProgramText) and ValidateProgram:
 // any text either parses or throws kiln::Error; a parsed program either
 // validates or throws kiln::Error (naming the op, slot or var); a program
-// that parses prints back to text that parses to the same program.
+// that parses prints back to text that parses to the same program; a valid
+// program goes through the pass pipeline to a valid program
+// (program_checks.h).
 #include <google/protobuf/util/message_differencer.h>
 
 #include "framework/program_io.h"
-#include "framework/validate.h"
-#include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/program_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;
@@ -17,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!google::protobuf::util::MessageDifferencer::Equals(program, again)) {
       fuzz::Finding("ProgramToText does not round-trip");
     }
-    ValidateProgram(program);
+    fuzz::CheckProgram(program);
   });
   return 0;
 }

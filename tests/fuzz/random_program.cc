@@ -76,8 +76,8 @@ GenVar Gen::PickRank(int lo, int hi) {
 bool Gen::AddOp(const proto::OpDesc& op, const std::vector<std::string>& pool_outputs) {
   try {
     b_.RawOp(op);
-  } catch (const Error&) {
-    ++out_.rejected;
+  } catch (const Error& e) {
+    out_.rejected.push_back(e.what());
     return false;
   }
   out_.families.push_back(family_);

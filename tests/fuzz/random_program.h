@@ -28,7 +28,8 @@ struct RandomProgram {
   // loss, the gradients and the updated parameters.
   std::vector<std::string> fetches;
   std::vector<std::string> families;  // families of the ops built, in order
-  int rejected = 0;                   // ops the generator built that shape inference refused
+  // Why shape inference refused ops the generator built (the ops are left out).
+  std::vector<std::string> rejected;
   bool backward = false;
 };
 
