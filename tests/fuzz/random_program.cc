@@ -5,6 +5,7 @@
 
 #include "framework/backward.h"
 #include "framework/op_desc.h"
+#include "framework/optimizer_builder.h"
 #include "framework/shape_util.h"
 #include "tests/fuzz/random_program_gen.h"
 
@@ -277,7 +278,8 @@ const std::vector<Family>& Families() {
 }
 
 // The loss: mean of a pool var (through softmax_with_cross_entropy for a
-// rank-2 one, sometimes), then append_backward and sgd on every parameter.
+// rank-2 one, sometimes), then append_backward and an optimizer (sgd,
+// momentum or adam) updating every parameter in place.
 void AddTraining(Gen& g) {
   const GenVar x = g.pool().back();
   std::string loss;
@@ -295,9 +297,13 @@ void AddTraining(Gen& g) {
   } catch (const Error&) {
     Finding("append_backward refused a program of differentiable ops");
   }
-  const std::string lr = g.b().Persistable("lr", {1}, 0.1f);
+  OptimizerConfig opt;
+  opt.kind = static_cast<OptimizerKind>(g.in().Pick(3));  // sgd, momentum, adam
+  opt.use_nesterov = g.in().Bool();
+  AppendOptimizer(g.b(), params, opt);
+  // The updated parameters and their gradients; the optimizer state follows
+  // from them.
   for (const auto& [p, grad] : params) {
-    g.b().RawOp(OpBuilder("sgd").In("Param", {p}).In("Grad", {grad}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build());
     g.out().fetches.push_back(p);
     g.out().fetches.push_back(grad);
   }

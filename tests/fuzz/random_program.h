@@ -6,7 +6,8 @@
 // pool2d, lookup_table, ...) each builds ops within its op's contract: shapes
 // and attributes drawn from the bytes, operands from the vars built so far or
 // new fed inputs and parameters. Sometimes the program gets a loss,
-// append_backward and sgd updates (in place, as training programs do).
+// append_backward and optimizer updates (sgd, momentum or adam, in place, as
+// training programs do).
 #pragma once
 
 #include <cstdint>
