@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "compiler/jit_compiler.h"
@@ -56,18 +57,26 @@ std::vector<float> Train(const Config& cfg) {
 }
 
 // Runs config t % configs.size() on thread t, all threads released at once.
+// A thread's error fails the test (naming the thread) instead of ending the
+// process.
 std::vector<std::vector<float>> TrainOnThreads(const std::vector<Config>& configs) {
   std::vector<std::vector<float>> losses(kThreads);
+  std::vector<std::string> errors(kThreads);
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       while (!go.load()) std::this_thread::yield();
-      losses[t] = Train(configs[t % configs.size()]);
+      try {
+        losses[t] = Train(configs[t % configs.size()]);
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
     });
   }
   go = true;
   for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
   return losses;
 }
 

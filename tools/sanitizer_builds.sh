@@ -26,9 +26,10 @@ SECONDS=0
 # report (-fno-sanitize-recover) with a stack.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/tools/sanitizers/lsan.supp:print_suppressions=0"
 (cd build-asan && ctest --output-on-failure -j "$jobs")
 echo "kiln: build-asan tests ran in ${SECONDS}s"
-unset ASAN_OPTIONS UBSAN_OPTIONS
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 echo "== kiln: ThreadSanitizer build (build-tsan/)"
 tsan_tests=(concurrency_test primitive_cache_test jit_compiler_test allocator_test profiler_test)
