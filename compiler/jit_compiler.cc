@@ -150,34 +150,25 @@ std::shared_ptr<const CompiledObject> JitCompiler::Build(const CacheKey& ck, con
   }
 }
 
-void JitCompiler::Finish(const CacheKey& ck, const JitSubgraph& subgraph,
-                         const std::shared_ptr<const CompiledObject>& obj) {
-  std::function<void(const CompiledObject&, const JitSubgraph&)> on_compile;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!obj) {
-      ++stats_.failures;
-      return;
-    }
-    ++stats_.compiles;
-    ++stats_.compiles_per_key[ck.key];
-    stats_.compile_ms += obj->compile_ms;
-    stats_.compile_ms_per_key[ck.key] += obj->compile_ms;
-    stats_.unit_fallbacks += static_cast<int64_t>(obj->unit_fallbacks.size());
-    by_id_[obj->id] = obj;
-    // Objects evicted and released leave expired entries: drop them now and
-    // then, so the map stays bounded under shape churn.
-    if (by_id_.size() > 2 * cache_.capacity() + 64) {
-      for (auto it = by_id_.begin(); it != by_id_.end();) it = it->second.expired() ? by_id_.erase(it) : std::next(it);
-    }
-    on_compile = options_.on_compile;
+std::function<void(const CompiledObject&, const JitSubgraph&)> JitCompiler::Register(
+    const CacheKey& ck, const std::shared_ptr<const CompiledObject>& obj) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!obj) {
+    ++stats_.failures;
+    return nullptr;
   }
-  if (!on_compile) return;
-  try {
-    on_compile(*obj, subgraph);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln jit: after compiling cluster %s: %s\n", ck.key.c_str(), e.what());
+  ++stats_.compiles;
+  ++stats_.compiles_per_key[ck.key];
+  stats_.compile_ms += obj->compile_ms;
+  stats_.compile_ms_per_key[ck.key] += obj->compile_ms;
+  stats_.unit_fallbacks += static_cast<int64_t>(obj->unit_fallbacks.size());
+  by_id_[obj->id] = obj;
+  // Objects evicted and released leave expired entries: drop them now and
+  // then, so the map stays bounded under shape churn.
+  if (by_id_.size() > 2 * cache_.capacity() + 64) {
+    for (auto it = by_id_.begin(); it != by_id_.end();) it = it->second.expired() ? by_id_.erase(it) : std::next(it);
   }
+  return options_.on_compile;
 }
 
 std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& key, const ShapeSignature& signature) {
@@ -214,8 +205,17 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
     return obj;
   }
   std::shared_ptr<const CompiledObject> result = Build(ck, *subgraph);
+  // Registered before the waiters wake: a waiter may look the object up by
+  // id at once (the executor launch mode's jit_kernel ops do).
+  const auto on_compile = Register(ck, result);
   promise.set_value(result);
-  Finish(ck, *subgraph, result);
+  if (on_compile) {
+    try {
+      on_compile(*result, *subgraph);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln jit: after compiling cluster %s: %s\n", ck.key.c_str(), e.what());
+    }
+  }
   return result;
 }
 

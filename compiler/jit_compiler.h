@@ -206,8 +206,10 @@ class JitCompiler {
                                      bool* give_up);
   // Lowers outside the lock; nullptr (and a stderr line) when it fails.
   std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph);
-  // Counts the compile and calls on_compile.
-  void Finish(const CacheKey& ck, const JitSubgraph& subgraph, const std::shared_ptr<const CompiledObject>& obj);
+  // Counts the compile and registers the object for FindById; returns the
+  // on_compile hook to call (empty when none or the compile failed).
+  std::function<void(const CompiledObject&, const JitSubgraph&)> Register(
+      const CacheKey& ck, const std::shared_ptr<const CompiledObject>& obj);
 
   mutable std::mutex mu_;
   JitCompilerOptions options_;

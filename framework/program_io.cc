@@ -44,14 +44,18 @@ proto::ProgramDesc ParseProgramText(const std::string& text, const std::string& 
   return program;
 }
 
+proto::ProgramDesc ParseProgramBinary(const std::string& bytes, const std::string& source) {
+  proto::ProgramDesc program;
+  if (!program.ParseFromString(bytes)) {
+    ThrowInvalidArgument("cannot parse program '", source, "': not a binary ProgramDesc (use .pbtxt for text)");
+  }
+  return program;
+}
+
 proto::ProgramDesc LoadProgram(const std::string& path) {
   const std::string content = ReadFile(path);
   if (IsTextPath(path)) return ParseProgramText(content, path);
-  proto::ProgramDesc program;
-  if (!program.ParseFromString(content)) {
-    ThrowInvalidArgument("cannot parse program '", path, "': not a binary ProgramDesc (use .pbtxt for text)");
-  }
-  return program;
+  return ParseProgramBinary(content, path);
 }
 
 std::string ProgramToText(const proto::ProgramDesc& program) {

@@ -8,6 +8,10 @@
 namespace kiln {
 namespace {
 
+// The most elements a declared var may have: far beyond any memory, and
+// with room for the byte count of the widest dtype (8 bytes) in int64.
+constexpr int64_t kMaxElements = int64_t{1} << 60;
+
 class BuildInferShapeContext final : public InferShapeContext {
  public:
   BuildInferShapeContext(proto::BlockDesc* block, const proto::OpDesc& op, int index, const AttrMap& attrs,
@@ -120,10 +124,18 @@ void ValidateProgram(const proto::ProgramDesc& program, const OpRegistry& regist
       if (!seen.emplace(v.name(), 1).second) {
         ThrowInvalidArgument("block ", b.idx(), ": variable '", v.name(), "' is declared twice");
       }
+      int64_t known = 1;  // product of the known dims
       for (int64_t d : v.dims()) {
         if (d < -1 || d == 0) {
           ThrowInvalidArgument("block ", b.idx(), ": variable '", v.name(), "' has invalid dim ", d,
                                " (dims are positive, or -1 when known only at run time)");
+        }
+        // Shape inference multiplies dims in int64: a count past this would
+        // overflow there (undefined behaviour) long before any allocation.
+        if (d > 0 && __builtin_mul_overflow(known, d, &known)) known = kMaxElements + 1;
+        if (known > kMaxElements) {
+          ThrowInvalidArgument("block ", b.idx(), ": variable '", v.name(), "' has dims ", DimsToString(VarDims(v)),
+                               ": more than 2^60 elements");
         }
       }
     }

@@ -9,7 +9,8 @@
 namespace kiln {
 
 // Throws InvalidArgument / NotFound naming the op (index and type), the slot
-// or var, and what was expected.
+// or var, and what was expected. A var's dims must be positive or -1, with
+// at most 2^60 elements.
 void ValidateProgram(const proto::ProgramDesc& program, const OpRegistry& registry = OpRegistry::Global());
 
 // Runs compile-time InferShape of op `op_index` in `block`. Outputs that are

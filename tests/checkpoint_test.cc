@@ -158,6 +158,42 @@ TEST(CheckpointTest, BadCheckpointsAreErrorsAndNothingIsHalfLoaded) {
   }
 }
 
+// A manifest is input: a crafted one must not make the loader read files
+// outside its directory (found while writing tests/fuzz/fuzz_checkpoint.cc:
+// "../x" was read, and loaded when its sha256 matched), nor list a var twice.
+TEST(CheckpointTest, AManifestNamingFilesOutsideItsDirectoryIsAnError) {
+  auto m = MlpInScope();
+  auto overwrite = [](const std::string& path, const std::string& bytes) { std::ofstream(path) << bytes; };
+  struct Case {
+    std::string from, to;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"\"fc0.b.npy\"", "\"../outside.npy\"", {".file", "../outside.npy", "within the checkpoint directory"}},
+      {"\"fc0.b.npy\"", "\"sub/fc0.b.npy\"", {".file", "sub/fc0.b.npy"}},
+      {"\"fc0.b.npy\"", "\"..\"", {".file", "expected a file name"}},
+      {"\"fc0.b.npy\"", "\"\"", {".file", "expected a file name"}},
+      {"\"name\": \"fc0.w\"", "\"name\": \"fc0.b\"", {"].name", "repeats var 'fc0.b'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.to);
+    TempDir dir;
+    const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+    // The same bytes outside the checkpoint: its sha256 matches the manifest's.
+    fs::copy_file(ckpt + "/fc0.b.npy", dir.str() + "/outside.npy");
+    fs::create_directories(ckpt + "/sub");
+    fs::copy_file(ckpt + "/fc0.b.npy", ckpt + "/sub/fc0.b.npy");
+    std::string t = ReadFile(ckpt + "/manifest.json");
+    ASSERT_NE(t.find(c.from), std::string::npos);
+    t.replace(t.find(c.from), c.from.size(), c.to);
+    overwrite(ckpt + "/manifest.json", t);
+    Scope fresh;
+    const std::string error = test::ErrorOf([&] { LoadCheckpoint(ckpt, m->model.train, &fresh); });
+    for (const auto& part : c.message) EXPECT_NE(error.find(part), std::string::npos) << error;
+    EXPECT_TRUE(fresh.LocalVarNames().empty()) << "the scope changed";
+  }
+}
+
 TEST(CheckpointTest, AProgramThatDoesNotMatchIsNamedVarByVar) {
   TempDir dir;
   auto m = MlpInScope();

@@ -441,6 +441,12 @@ TEST(IdxTest, CorruptFilesNameTheFile) {
   WriteGzip(p, "\x00\x00");
   ExpectError([&] { LoadIdxImages(p); }, ErrorCode::kDataLoss, {p, "too short for the magic number"});
   ExpectError([&] { LoadIdxImages(dir.File("none.gz")); }, ErrorCode::kNotFound, {dir.File("none.gz")});
+  // Empty, but the other dims multiply past int64 (found by tests/fuzz/fuzz_idx:
+  // the tensor's element count overflowed, undefined behaviour).
+  WriteGzip(p, IdxBytes(kIdxImagesMagic, {4291962306u, 3539927040u, 0}, ""));
+  ExpectError([&] { LoadIdxImages(p); }, ErrorCode::kInvalidArgument, {p, "are too large"});
+  WriteGzip(p, IdxBytes(kIdxImagesMagic, {0, 28, 28}, ""));
+  EXPECT_EQ(LoadIdxImages(p).dims(), (Dims{0, 1, 28, 28}));
 }
 
 TEST(IdxTest, FashionMnistLayoutChecks) {

@@ -140,6 +140,38 @@ TEST_F(JitCompilerTest, EightThreadsAskingForOneSignatureCompileItOnce) {
   EXPECT_EQ(compiler.CachedObjects(), std::vector<Object>{got[0]});
 }
 
+// A caller that waited for another thread's compile gets an object that
+// FindById (the executor launch mode's jit_kernel ops) already finds, and
+// statistics that already count it. Before, the waiters were woken before
+// the object was registered, and a jit_kernel could fail with "compiled
+// object N is no longer cached" (seen in concurrency_test under ASan). The
+// window is short: many rounds, each with three waiters.
+TEST_F(JitCompilerTest, AWaiterGetsAnObjectThatIsAlreadyRegistered) {
+  int missing = 0, uncounted = 0;
+  for (int round = 0; round < 300; ++round) {
+    JitCompiler compiler(Options());
+    const std::string key = compiler.AddSubgraph(ReluScale(/*gated=*/true));
+    Gate gate([&](int) { return compiler.stats().hits >= 3; });
+    g_gate = &gate;
+    std::vector<std::thread> threads;
+    std::mutex mu;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        const Object obj = compiler.Compile(key, kA);
+        const bool found = obj != nullptr && compiler.FindById(obj->id) == obj;
+        const bool counted = compiler.stats().compiles == 1;
+        std::lock_guard<std::mutex> lock(mu);
+        missing += !found;
+        uncounted += !counted;
+      });
+    }
+    for (auto& t : threads) t.join();
+    g_gate = nullptr;
+  }
+  EXPECT_EQ(missing, 0) << "callers got an object FindById did not know yet";
+  EXPECT_EQ(uncounted, 0) << "callers got an object before the compile was counted";
+}
+
 TEST_F(JitCompilerTest, DifferentSignaturesCompileInParallelEachOnce) {
   JitCompiler compiler(Options());
   const std::string key = compiler.AddSubgraph(ReluScale(/*gated=*/true));

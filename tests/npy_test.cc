@@ -246,6 +246,19 @@ TEST(NpyTest, TrailingGarbage) {
               {"npy file 'g.npy'", "trailing garbage", "needs 48 bytes, got 51 (3 extra)"});
 }
 
+// An empty array whose other dims multiply past int64 (found by
+// tests/fuzz/fuzz_npy: the tensor's element count overflowed, undefined
+// behaviour) is too large, as NumPy says; the dims alone are not.
+TEST(NpyTest, AnEmptyArrayWhoseOtherDimsOverflowIsTooLarge) {
+  const std::string big =
+      MakeNpy("{'descr': '|b1', 'fortran_order': False, 'shape': (5320252095955959, 2522, 0, 2), }", "");
+  ExpectError([&] { ParseNpy(big, "big.npy"); }, ErrorCode::kInvalidArgument,
+              {"npy file 'big.npy'", "shape [5320252095955959,2522,0,2] is too large"});
+  const Tensor t = ParseNpy(MakeNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 0, 3), }", ""), "e");
+  EXPECT_EQ(t.dims(), (Dims{4294967296, 0, 3}));
+  EXPECT_EQ(t.numel(), 0);
+}
+
 TEST(NpyTest, BoolBytesMustBeZeroOrOne) {
   std::string bytes = MakeNpy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\1\0\2", 3));
   ExpectError([&] { ParseNpy(bytes, "b.npy"); }, ErrorCode::kInvalidArgument,

@@ -87,6 +87,21 @@ TEST(ValidateTest, ShapeMismatch) {
   EXPECT_ERROR(ValidateProgram(p), "output Out ('z') is declared [-1,7] but the op produces [-1,2]");
 }
 
+// Dims whose product overflows int64 (found by tests/fuzz/fuzz_program_binary:
+// layer_norm's shape inference multiplied them, undefined behaviour) are
+// refused before any op's shape inference sees them.
+TEST(ValidateTest, DimsWithMoreThanTwoToTheSixtyElements) {
+  proto::ProgramDesc p = ParseProgramText(kSmall);
+  proto::VarDesc* x = p.mutable_blocks(0)->mutable_vars(0);
+  x->set_dims(1, int64_t{1} << 40);  // x [-1, 2^40]: fine (the -1 is not counted)
+  p.mutable_blocks(0)->mutable_vars(1)->set_dims(0, int64_t{1} << 40);
+  EXPECT_NO_THROW(ValidateProgram(p));
+  x->add_dims(int64_t{1} << 21);  // [-1, 2^40, 2^21]: 2^61
+  EXPECT_ERROR(ValidateProgram(p), "variable 'x' has dims [-1,1099511627776,2097152]: more than 2^60 elements");
+  x->set_dims(2, 57420895248973823);  // the product wraps around int64
+  EXPECT_ERROR(ValidateProgram(p), "variable 'x' has dims");
+}
+
 TEST(ValidateTest, WrongAttributeType) {
   proto::ProgramDesc p = ParseProgramText(kSmall);
   p.mutable_blocks(0)->mutable_ops(0)->mutable_attrs(0)->set_type(proto::AttrDesc::INT);

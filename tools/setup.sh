@@ -3,8 +3,12 @@
 # configures a Release build in build/ and builds it. Then:
 #   bash tools/setup.sh          set up only
 #   bash tools/setup.sh --train  set up, then train the MLP on the bundled digits data (JIT on)
-#   bash tools/setup.sh --test   set up, then run the whole test suite (ctest)
+#   bash tools/setup.sh --test   set up, then run the whole test suite (ctest), then the
+#                                sanitizer builds (docs/reliability_fuzz_sanitizers.md):
+#                                build-asan/ (clang, ASan+UBSan, libFuzzer harnesses): the suite
+#                                again; build-tsan/ (ThreadSanitizer): the concurrency tests
 # Extra cmake options: KILN_CMAKE_ARGS="-DKILN_SANITIZE=ON" bash tools/setup.sh --test
+# KILN_SANITIZER_BUILDS=0 bash tools/setup.sh --test skips the two sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +28,9 @@ packages=(
 # The PyTorch parity test and the benchmarks' peer, and the browser the
 # visual test drives (both tests skip without them).
 if [ "$mode" = "--test" ]; then packages+=(python3-torch chromium); fi
+# The sanitizer builds and the fuzz harnesses (clang's ASan/UBSan/TSan
+# runtimes and libFuzzer).
+if [ "$mode" = "--test" ]; then packages+=(clang-14 libclang-rt-14-dev libfuzzer-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -50,7 +57,7 @@ case "$mode" in
       --seed 1 --use_jit --metrics_out build/mlp_digits_metrics.json
     ;;
   --test)
-    cd build
-    ctest --output-on-failure -j "$jobs"
+    (cd build && ctest --output-on-failure -j "$jobs")
+    if [ "${KILN_SANITIZER_BUILDS:-1}" != 0 ]; then bash tools/sanitizer_builds.sh; fi
     ;;
 esac

@@ -1,5 +1,7 @@
 #include "framework/checkpoint/manifest.h"
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "framework/error.h"
@@ -30,6 +32,17 @@ class Reader {
     if (!v.is_number_integer()) Fail(where + key, "must be an integer");
     return v.get<int64_t>();
   }
+  // A file of the checkpoint directory: a plain name. "../x" or "a/b" would
+  // make a crafted manifest read (and report on) files outside it.
+  std::string FileName(const Json& obj, const std::string& key, const std::string& where) const {
+    const std::string name = String(obj, key, where);
+    const bool plain = !name.empty() && name != "." && name != ".." &&
+                       name.find_first_of(std::string("/\0", 2)) == std::string::npos;
+    if (!plain) {
+      Fail(where + key, "is '" + name + "', expected a file name within the checkpoint directory");
+    }
+    return name;
+  }
   Dims Shape(const Json& obj, const std::string& where) const {
     const Json& v = Field(obj, "shape", where);
     Dims dims;
@@ -57,7 +70,7 @@ CheckpointVar ReadVar(const Reader& r, const Json& v, size_t i) {
   const std::string where = "vars[" + std::to_string(i) + "].";
   CheckpointVar var;
   var.name = r.String(v, "name", where);
-  var.file = r.String(v, "file", where);
+  var.file = r.FileName(v, "file", where);
   var.dtype = r.Dtype(v, where);
   var.dims = r.Shape(v, where);
   var.sha256 = r.String(v, "sha256", where);
@@ -114,12 +127,18 @@ CheckpointManifest ManifestFromJson(const std::string& text, const std::string& 
   m.loop.batch_size = r.Int(loop, "batch_size", "loop.");
   const Json& vars = r.Field(j, "vars", "");
   if (!vars.is_array()) r.Fail("vars", "must be an array");
-  for (size_t i = 0; i < vars.size(); ++i) m.vars.push_back(ReadVar(r, vars[i], i));
+  std::set<std::string> names;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    m.vars.push_back(ReadVar(r, vars[i], i));
+    if (!names.insert(m.vars.back().name).second) {
+      r.Fail("vars[" + std::to_string(i) + "].name", "repeats var '" + m.vars.back().name + "'");
+    }
+  }
   const Json& files = r.Field(j, "files", "");
   if (!files.is_array()) r.Fail("files", "must be an array");
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string where = "files[" + std::to_string(i) + "].";
-    m.files[r.String(files[i], "name", where)] = r.String(files[i], "sha256", where);
+    m.files[r.FileName(files[i], "name", where)] = r.String(files[i], "sha256", where);
   }
   return m;
 }

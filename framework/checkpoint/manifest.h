@@ -10,7 +10,9 @@ namespace kiln {
 
 std::string ManifestToJson(const CheckpointManifest& manifest);
 // `path` names the file in errors: "<path>: not JSON (...)", "<path>: field
-// 'vars[2].shape' must be an array of integers".
+// 'vars[2].shape' must be an array of integers". Var files and other files
+// must be plain names within the checkpoint directory (no '/', not "..")
+// and var names must not repeat.
 CheckpointManifest ManifestFromJson(const std::string& text, const std::string& path);
 
 }  // namespace kiln

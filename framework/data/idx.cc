@@ -43,16 +43,25 @@ IdxArray ReadIdx(const std::string& path, uint32_t expected_magic) {
                   " dims of the header");
   }
   IdxArray out;
-  size_t expected = 1;
+  // The non-zero dims must multiply to an int64 even when another dim is 0:
+  // the tensor's element count is an int64 product of all of them. Dims are
+  // below 2^32 each; stop before the product could overflow.
+  constexpr size_t kMax = static_cast<size_t>(std::numeric_limits<int64_t>::max());
+  size_t nonzero = 1;
+  bool empty = false;
   for (size_t i = 0; i < rank; ++i) {
     uint32_t d = LoadBE32(bytes, 4 + 4 * i);
     out.dims.push_back(d);
-    // Dims are below 2^32 each; stop before the product could overflow.
-    if (d != 0 && expected > std::numeric_limits<size_t>::max() / d) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > kMax / d) {
       ThrowInvalidArgument("idx file '", path, "': dims ", DimsToString(out.dims), " are too large");
     }
-    expected *= d;
+    nonzero *= d;
   }
+  const size_t expected = empty ? 0 : nonzero;
   const size_t available = bytes.size() - header;
   if (available < expected) {
     ThrowDataLoss("idx file '", path, "': truncated: dims ", DimsToString(out.dims), " need ", expected,

@@ -290,14 +290,22 @@ Tensor ParseNpy(const std::string& bytes, const std::string& name) {
   const size_t item = SizeOf(dtype->dtype);
   const size_t data_start = header_start + header_len;
   const size_t available = bytes.size() - data_start;
-  // Computed with overflow checks so that an absurd shape is reported as a
-  // size mismatch rather than wrapping around.
-  size_t expected = item;
-  bool overflow = false;
+  // Computed with overflow checks so that an absurd shape is reported as
+  // too large rather than wrapping around. As NumPy does, the non-zero dims
+  // must multiply to a representable size even when another dim is 0: the
+  // tensor's element count is an int64 product of all of them.
+  constexpr size_t kMaxBytes = static_cast<size_t>(std::numeric_limits<int64_t>::max());
+  size_t nonzero = item;
+  bool overflow = false, empty = false;
   for (int64_t d : dims) {
-    if (d != 0 && expected > std::numeric_limits<size_t>::max() / static_cast<size_t>(d)) overflow = true;
-    expected *= static_cast<size_t>(d);
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > kMaxBytes / static_cast<size_t>(d)) overflow = true;
+    nonzero *= static_cast<size_t>(d);
   }
+  const size_t expected = empty ? 0 : nonzero;
   if (overflow) {
     ThrowInvalidArgument("npy file '", name, "': shape ", DimsToString(dims), " is too large");
   }
