@@ -27,6 +27,7 @@ DEFINE_string(jit_allow_ops, "", "JIT: cluster only these op types (comma-separa
 DEFINE_string(jit_deny_ops, "", "JIT: never cluster these op types (comma-separated)");
 DEFINE_string(jit_deny_clusters, "", "JIT: run these clusters (keys as kiln dump and --jit_explain print them, comma-separated) on framework kernels: the first thing to try when a compiled cluster is suspected");
 DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
+DEFINE_bool(fuse_attention, true, "JIT: rewrite scaled dot-product attention (matmul, softmax or its causal variant, matmul) and its grad ops into fused_attention ops, whose tiled kernels never store the probabilities (attention_fusion_pass; only with the JIT on)");
 DEFINE_string(jit_dump_dir, "", "JIT: write each cluster's dump (IR, kernels, disassembly, aliases) to DIR/cluster_<id>_<key>_s<n>/ as it compiles (kiln train, kiln run)");
 DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run what was compiled and why the other ops were not (the short kiln dump index)");
 DEFINE_int32(jit_verbose, 0, "JIT: log level on stderr; >= 1 logs every recompile of a cluster with the inputs whose shape changed");

@@ -35,6 +35,7 @@ DECLARE_string(jit_allow_ops);
 DECLARE_string(jit_deny_ops);
 DECLARE_string(jit_deny_clusters);
 DECLARE_int32(jit_min_cluster_size);
+DECLARE_bool(fuse_attention);
 
 // The pass pipeline: the program after each pass (passes/pipeline.h).
 DECLARE_string(dump_passes);

@@ -62,6 +62,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterBatchNormOps(r);
   RegisterLookupTableOps(r);
   RegisterDropoutOps(r);
+  RegisterFusedAttentionOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -20,5 +20,6 @@ void RegisterClipLogSoftmaxOps(OpRegistry& r);    // clip, log_softmax, fused_so
 void RegisterBatchNormOps(OpRegistry& r);    // batch_norm (+grad)
 void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
 void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
+void RegisterFusedAttentionOps(OpRegistry& r);  // fused_attention (+grad)
 
 }  // namespace kiln
