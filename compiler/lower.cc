@@ -39,7 +39,8 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   units = LowerMaxPoolGrad(c, std::move(units),
                            t.Step("max_pool_grad", "before the oneDNN anchors, which would take pool2d_grad"));
   units = LowerFusedAttention(c, std::move(units),
-                              t.Step("fused_attention", "before the fallback, which would run the reference kernels"));
+                              t.Step("fused_attention", "before the fallback, which would run the fused ops' "
+                                                        "reference kernels"));
   units = LowerLayoutOps(c, std::move(units),
                          t.Step("layout_ops", "before the fallback, which would run the reference kernels"));
   units = GroupElementwise(c, std::move(units),
