@@ -15,7 +15,8 @@ using ir::NodeId;
 
 // One attention found in the graph: its ops and the var nodes that matter.
 // The backward ops and vars are kNoNode when the pattern has no grad ops;
-// dq, dk and dv also when that gradient is @EMPTY@.
+// dq, dk and dv also when that gradient is @EMPTY@, and the scores'
+// matmul_grad with dq and dk when nothing reads dS.
 struct Match {
   NodeId scores_mm = kNoNode, softmax = kNoNode, out_mm = kNoNode;
   NodeId q = kNoNode, k = kNoNode, v = kNoNode, s = kNoNode, p = kNoNode, o = kNoNode;
@@ -131,8 +132,11 @@ class Matcher {
     if (!Unmarked(smg) || In(smg, "Out") != m->p || In(smg, "Out@GRAD") != m->dp) return false;
     if (!m->causal && Attrs(smg).at("axis") != Attrs(m->softmax).at("axis")) return false;
     m->ds = Out(smg, "X@GRAD");
-    if (!Intermediate(m->ds) || g_.outputs(m->ds).size() != 1) return false;
-    m->scores_mm_grad = g_.outputs(m->ds).front();
+    if (!Intermediate(m->ds)) return false;
+    const std::vector<NodeId> ds_readers = g_.outputs(m->ds);
+    if (ds_readers.empty()) return true;  // Q and K need no gradient: append_backward stops at dS
+    if (ds_readers.size() != 1) return false;
+    m->scores_mm_grad = ds_readers.front();
     if (!IsMatmul(m->scores_mm_grad, "matmul_grad", true, &alpha) || alpha != m->scale) return false;
     const NodeId mg = m->scores_mm_grad;
     if (In(mg, "X") != m->q || In(mg, "Y") != m->k || In(mg, "Out@GRAD") != m->ds) return false;
@@ -168,10 +172,12 @@ void Rewrite(Graph& g, const Match& m) {
   SetAttr(&fwd, "causal", Attribute(m.causal));
   g.ReplaceOps({m.scores_mm, m.softmax, m.out_mm}, fwd, {{"Q", {m.q}}, {"K", {m.k}}, {"V", {m.v}}},
                {{"Out", {m.o}}, {"LSE", {lse}}});
-  if (m.scores_mm_grad == kNoNode) return;
+  if (m.out_mm_grad == kNoNode) return;
   proto::OpDesc grad = fwd;
   grad.set_type("fused_attention_grad");
-  g.ReplaceOps({m.out_mm_grad, m.softmax_grad, m.scores_mm_grad}, grad,
+  std::vector<NodeId> group = {m.out_mm_grad, m.softmax_grad};
+  if (m.scores_mm_grad != kNoNode) group.push_back(m.scores_mm_grad);
+  g.ReplaceOps(group, grad,
                {{"Q", {m.q}}, {"K", {m.k}}, {"V", {m.v}}, {"Out", {m.o}}, {"LSE", {lse}}, {"Out@GRAD", {m.dout}}},
                {{"Q@GRAD", {m.dq}}, {"K@GRAD", {m.dk}}, {"V@GRAD", {m.dv}}});
 }
@@ -218,7 +224,7 @@ bool AttentionFusionPass::Run(ir::Graph& graph) const {
     // rewrite is tried on a copy (node ids are kept) and kept when acyclic.
     Graph trial = graph;
     AttentionFusionReport::Fused f{graph.VarName(m->o), graph.VarName(m->p), m->causal,
-                                   m->scores_mm_grad != kNoNode};
+                                   m->out_mm_grad != kNoNode};
     Rewrite(trial, *m);
     if (HasCycle(trial)) {
       rejected.insert(m->softmax);

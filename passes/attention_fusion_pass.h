@@ -17,12 +17,14 @@
 //   dQ, dK = matmul_grad(Q, K, dS)        (the _grad of the masked softmax)
 // they become
 //   dQ, dK, dV = fused_attention_grad(Q, K, V, O, O.lse, dO)
-// and any of dQ, dK, dV that was @EMPTY@ stays so. The pass fires only when
+// and any of dQ, dK, dV that was @EMPTY@ stays so (when Q and K need no
+// gradient, append_backward leaves dS unread and adds no matmul_grad for
+// the scores: dQ and dK are then @EMPTY@). The pass fires only when
 //   - S, P (and dP, dS) are intermediates: declared, not persistable, not in
 //     keep_vars (never fetched), each name written once;
 //   - S is read only by the softmax, P only by the second matmul and (with
 //     the backward) the two grad ops above, dP only by softmax_grad and dS
-//     only by the scores' matmul_grad, which reads the same Q and K;
+//     by nothing or the scores' matmul_grad, which reads the same Q and K;
 //   - no op carries an op_role (recompute_pass's copies are left alone);
 //   - merging the grad ops into one would not close a cycle through other ops.
 // A pattern whose grad ops are there only in part is left unfused. The LSE
