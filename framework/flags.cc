@@ -13,7 +13,7 @@ DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and su
 DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");
 DEFINE_bool(memory_report, false, "kiln train: print peak tensor bytes, bytes allocated from the system, what in-place and buffer reuse saved, and the JIT's arena plans");
 
-DEFINE_string(dump_passes, "", "Write the program as protobuf text before the pass pipeline and after each pass that runs: DIR/00_input.pbtxt, DIR/01_recompute_pass.pbtxt, ... (kiln train: the training program, the evaluation program in DIR/forward/; kiln run, kiln dump, kiln bench)");
+DEFINE_string(dump_passes, "", "Write the program as protobuf text before the pass pipeline and after each pass that runs: DIR/00_input.pbtxt, DIR/01_<first pass>.pbtxt, ... (kiln train: the training program, the evaluation program in DIR/forward/; kiln run, kiln dump, kiln bench)");
 
 DEFINE_bool(jit_profile, false, "JIT: time every compiled instruction and print a table per kernel at the end of kiln train / kiln bench");
 DEFINE_bool(use_jit, false, "JIT: cluster supported ops and run them as compiled code (jit_launch)");
