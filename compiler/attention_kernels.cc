@@ -63,38 +63,74 @@ int64_t MinOf(int64_t a, int64_t b) { return a < b ? a : b; }
 // Row stride of the transposed panels (see attention_tiles_impl.h).
 int64_t TransposedLd(int64_t sk, int64_t w) { return RoundUpTo(sk, w) + w; }
 
-// dst [cols, ldd] = src [rows, cols]^T; columns [rows, ldd) zero.
+// dst [cols, ldd] = src [rows, cols]^T; columns [rows, ldd) zero. Blocks
+// of 16 source rows stay in L1 while their columns are written out.
 void PackTransposed(const float* src, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t r1 = MinOf(rows, r0 + 16);
+    for (int64_t j = 0; j < cols; ++j) {
+      for (int64_t r = r0; r < r1; ++r) dst[j * ldd + r] = src[r * cols + j];
+    }
+  }
   for (int64_t j = 0; j < cols; ++j) {
-    float* d = dst + j * ldd;
-    for (int64_t r = 0; r < rows; ++r) d[r] = src[r * cols + j];
-    for (int64_t r = rows; r < ldd; ++r) d[r] = 0.f;
+    for (int64_t r = rows; r < ldd; ++r) dst[j * ldd + r] = 0.f;
   }
 }
 
-// dst [rows, ldd] = src [rows, cols]; columns [cols, ldd) zero.
-void PackRows(const float* src, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+// src [rows, cols] with rows `ldd` apart: src itself when cols == ldd (no
+// padding needed), else a copy in dst with columns [cols, ldd) zero.
+const float* PaddedRows(const float* src, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  if (cols == ldd) return src;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; ++j) dst[r * ldd + j] = src[r * cols + j];
     for (int64_t j = cols; j < ldd; ++j) dst[r * ldd + j] = 0.f;
   }
+  return dst;
 }
+
+// The calling thread's scratch, handed out in slices. It is kept between
+// calls (OpenMP's threads persist), so repeated launches neither allocate nor
+// fault pages in; it grows to the largest shape seen (a few panels of
+// [S, D] floats per thread). Nothing relies on its contents: every slice is
+// written before it is read.
+class ThreadScratch {
+ public:
+  explicit ThreadScratch(size_t floats) {
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < floats) buffer.resize(floats);
+    next_ = buffer.data();
+  }
+  float* Take(int64_t floats) {
+    float* p = next_;
+    next_ += RoundUpTo(floats, 16);  // whole cache lines per slice
+    return p;
+  }
+
+ private:
+  float* next_;
+};
 
 // One thread's backward panels and scratch, sized for the shape.
 struct BackwardScratch {
-  std::vector<float> kt, vt, kp, qp, dop, dsum, s, dp, dqa, dka, dva;
-  BackwardScratch(const AttentionShape& sh, int64_t w)
-      : kt(sh.d * TransposedLd(sh.sk, w)),
-        vt(sh.dv * TransposedLd(sh.sk, w)),
-        kp(sh.sk * RoundUpTo(sh.d, w)),
-        qp(sh.sq * RoundUpTo(sh.d, w)),
-        dop(sh.sq * RoundUpTo(sh.dv, w)),
-        dsum(sh.sq),
-        s(kTileRows * kTileCols),
-        dp(kTileRows * kTileCols),
-        dqa(sh.sq * RoundUpTo(sh.d, w)),
-        dka(kTileCols * RoundUpTo(sh.d, w)),
-        dva(kTileCols * RoundUpTo(sh.dv, w)) {}
+  float *kt, *vt, *kp, *qp, *dop, *dsum, *s, *dp, *dqa, *dka, *dva;
+  // Floats of all the slices, each rounded up as ThreadScratch::Take does.
+  static size_t Floats(const AttentionShape& sh, int64_t w) {
+    const int64_t ldt = TransposedLd(sh.sk, w), dp = RoundUpTo(sh.d, w), dvp = RoundUpTo(sh.dv, w);
+    const int64_t sizes[] = {sh.d * ldt,  sh.dv * ldt, sh.sk * dp,         sh.sq * dp,         sh.sq * dvp,
+                             sh.sq,       kTileRows * kTileCols, kTileRows * kTileCols, sh.sq * dp,
+                             kTileCols * dp, kTileCols * dvp};
+    size_t n = 0;
+    for (int64_t s : sizes) n += static_cast<size_t>(RoundUpTo(s, 16));
+    return n;
+  }
+  BackwardScratch(const AttentionShape& sh, int64_t w) {
+    const int64_t ldt = TransposedLd(sh.sk, w), dp_ = RoundUpTo(sh.d, w), dvp = RoundUpTo(sh.dv, w);
+    ThreadScratch t(Floats(sh, w));
+    kt = t.Take(sh.d * ldt), vt = t.Take(sh.dv * ldt), kp = t.Take(sh.sk * dp_), qp = t.Take(sh.sq * dp_);
+    dop = t.Take(sh.sq * dvp), dsum = t.Take(sh.sq), s = t.Take(kTileRows * kTileCols);
+    dp = t.Take(kTileRows * kTileCols), dqa = t.Take(sh.sq * dp_), dka = t.Take(kTileCols * dp_);
+    dva = t.Take(kTileCols * dvp);
+  }
 };
 
 // Packs head h's panels and D = rowsum(dOut * Out) into `b`.
@@ -106,30 +142,30 @@ BackwardHeadArgs PackHead(const AttentionShape& sh, int64_t w, const AttentionGr
   const float* v = a.v + h * sh.sk * sh.dv;
   const float* out = a.out + h * sh.sq * sh.dv;
   const float* dout = a.dout + h * sh.sq * sh.dv;
-  PackTransposed(k, sh.sk, sh.d, b->kt.data(), ldt);
-  PackTransposed(v, sh.sk, sh.dv, b->vt.data(), ldt);
-  PackRows(k, sh.sk, sh.d, b->kp.data(), dp);
-  PackRows(q, sh.sq, sh.d, b->qp.data(), dp);
-  PackRows(dout, sh.sq, sh.dv, b->dop.data(), dvp);
+  PackTransposed(k, sh.sk, sh.d, b->kt, ldt);
+  PackTransposed(v, sh.sk, sh.dv, b->vt, ldt);
+  const float* kp = PaddedRows(k, sh.sk, sh.d, b->kp, dp);
+  const float* qp = PaddedRows(q, sh.sq, sh.d, b->qp, dp);
+  const float* dop = PaddedRows(dout, sh.sq, sh.dv, b->dop, dvp);
   for (int64_t r = 0; r < sh.sq; ++r) {
     float acc = 0.f;
     for (int64_t j = 0; j < sh.dv; ++j) acc += dout[r * sh.dv + j] * out[r * sh.dv + j];
     b->dsum[r] = acc;
   }
-  return {b->kt.data(),
-          b->vt.data(),
-          b->kp.data(),
-          b->qp.data(),
-          b->dop.data(),
+  return {b->kt,
+          b->vt,
+          kp,
+          qp,
+          dop,
           dout,
           a.lse + h * sh.sq,
-          b->dsum.data(),
+          b->dsum,
           ldt,
-          b->s.data(),
-          b->dp.data(),
-          b->dqa.data(),
-          b->dka.data(),
-          b->dva.data(),
+          b->s,
+          b->dp,
+          b->dqa,
+          b->dka,
+          b->dva,
           a.dq != nullptr ? a.dq + h * sh.sq * sh.d : nullptr,
           a.dk != nullptr ? a.dk + h * sh.sk * sh.d : nullptr,
           a.dv != nullptr ? a.dv + h * sh.sk * sh.dv : nullptr};
@@ -146,20 +182,25 @@ void FusedAttentionForward(const AttentionParams& p, const float* q, const float
   const int64_t tasks = sh.heads * tiles;
 #pragma omp parallel if (tasks > 1)
   {
-    std::vector<float> kt(sh.d * ldt), vp(sh.sk * dvp), s(kTileRows * kTileCols), acc(kTileRows * dvp),
-        m(kTileRows), l(kTileRows);
+    const int64_t sizes[] = {sh.d * ldt, sh.sk * dvp, kTileRows * kTileCols, kTileRows * dvp, kTileRows, kTileRows};
+    size_t floats = 0;
+    for (int64_t n : sizes) floats += static_cast<size_t>(RoundUpTo(n, 16));
+    ThreadScratch scratch(floats);
+    float *kt = scratch.Take(sizes[0]), *vp_buffer = scratch.Take(sizes[1]), *s = scratch.Take(sizes[2]);
+    float *acc = scratch.Take(sizes[3]), *m = scratch.Take(sizes[4]), *l = scratch.Take(sizes[5]);
     int64_t packed = -1;  // the head whose K and V the panels hold
+    const float* vp = nullptr;
     // Tasks of one head are adjacent, so a thread mostly packs each head once.
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t h = t / tiles, r0 = (t % tiles) * kTileRows;
       if (h != packed) {
-        PackTransposed(k + h * sh.sk * sh.d, sh.sk, sh.d, kt.data(), ldt);
-        PackRows(v + h * sh.sk * sh.dv, sh.sk, sh.dv, vp.data(), dvp);
+        PackTransposed(k + h * sh.sk * sh.d, sh.sk, sh.d, kt, ldt);
+        vp = PaddedRows(v + h * sh.sk * sh.dv, sh.sk, sh.dv, vp_buffer, dvp);
         packed = h;
       }
-      isa.forward_rows(p, q + h * sh.sq * sh.d, kt.data(), ldt, vp.data(), out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
-                       MinOf(kTileRows, sh.sq - r0), s.data(), acc.data(), m.data(), l.data());
+      isa.forward_rows(p, q + h * sh.sq * sh.d, kt, ldt, vp, out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
+                       MinOf(kTileRows, sh.sq - r0), s, acc, m, l);
     }
   }
 }

@@ -240,20 +240,27 @@ void BackwardTile(const AttentionParams& p, const BackwardHeadArgs& a, int64_t c
 // Key tiles outside, query tiles inside: one key tile's dK and dV stay hot
 // while the queries pass (FlashAttention-2's order); dQ accumulates over
 // the key tiles in dqa.
-void BackwardHead(const AttentionParams& p, const BackwardHeadArgs& a) {
+// A gradient whose rows need no padding (d a multiple of kW) accumulates
+// straight into the output instead of a scratch copy.
+void BackwardHead(const AttentionParams& p, const BackwardHeadArgs& args) {
   const AttentionShape& sh = p.shape;
   const int64_t dp = RoundUp(sh.d), dvp = RoundUp(sh.dv);
+  const bool direct_qk = dp == sh.d, direct_v = dvp == sh.dv;
+  BackwardHeadArgs a = args;
+  if (direct_qk && a.dq != nullptr) a.dqa = a.dq;
   if (a.dq != nullptr) Zero(a.dqa, sh.sq * dp);
   for (int64_t c0 = 0; c0 < sh.sk; c0 += kTileCols) {
     const int64_t cols = Min(kTileCols, sh.sk - c0);
-    Zero(a.dka, kTileCols * dp);
-    Zero(a.dva, kTileCols * dvp);
+    if (direct_qk && a.dk != nullptr) a.dka = a.dk + c0 * sh.d;
+    if (direct_v && a.dv != nullptr) a.dva = a.dv + c0 * sh.dv;
+    Zero(a.dka, cols * dp);
+    Zero(a.dva, cols * dvp);
     // Causal: queries before c0 see none of these keys.
     for (int64_t r0 = p.causal ? c0 : 0; r0 < sh.sq; r0 += kTileRows) {
       BackwardTile(p, a, c0, cols, r0, Min(kTileRows, sh.sq - r0));
     }
-    if (a.dk != nullptr) CopyRows(a.dka, dp, a.dk + c0 * sh.d, cols, sh.d);
-    if (a.dv != nullptr) CopyRows(a.dva, dvp, a.dv + c0 * sh.dv, cols, sh.dv);
+    if (!direct_qk && a.dk != nullptr) CopyRows(a.dka, dp, a.dk + c0 * sh.d, cols, sh.d);
+    if (!direct_v && a.dv != nullptr) CopyRows(a.dva, dvp, a.dv + c0 * sh.dv, cols, sh.dv);
   }
-  if (a.dq != nullptr) CopyRows(a.dqa, dp, a.dq, sh.sq, sh.d);
+  if (!direct_qk && a.dq != nullptr) CopyRows(a.dqa, dp, a.dq, sh.sq, sh.d);
 }

@@ -65,7 +65,7 @@ DEFINE_string(append_backward, "", "Insert the backward ops of this loss variabl
 DEFINE_int32(steps, 1, "Times to run the program");
 
 // kiln bench.
-DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth)");
+DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), attention (the JIT's fused attention kernels against the unfused oneDNN ops, forward and backward, at --batch_size, --num_heads, --seq_len, --d_model)");
 DEFINE_int32(bench_warmup, 5, "kiln bench: untimed steps first (they include JIT compiles)");
 DEFINE_int32(bench_steps, 20, "kiln bench: timed steps");
 DEFINE_int32(bench_matmul_size, 1024, "kiln bench --bench_what matmul: M = N = K");

@@ -28,6 +28,7 @@
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
 #include "framework/validate.h"
+#include "tools/bench_attention.h"
 #include "tools/commands.h"
 #include "tools/pipeline_setup.h"
 #include "tools/model_flags.h"
@@ -300,7 +301,8 @@ int BenchCommand() {
   if (FLAGS_bench_what == "model") return BenchModel();
   if (FLAGS_bench_what == "matmul") return BenchMatmul();
   if (FLAGS_bench_what == "copy") return BenchCopy();
-  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul or copy");
+  if (FLAGS_bench_what == "attention") return BenchAttention();
+  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul, copy or attention");
 }
 
 }  // namespace kiln::tools
