@@ -88,48 +88,35 @@ const float* PaddedRows(const float* src, int64_t rows, int64_t cols, float* dst
   return dst;
 }
 
-// The calling thread's scratch, handed out in slices. It is kept between
-// calls (OpenMP's threads persist), so repeated launches neither allocate nor
-// fault pages in; it grows to the largest shape seen (a few panels of
-// [S, D] floats per thread). Nothing relies on its contents: every slice is
-// written before it is read.
-class ThreadScratch {
- public:
-  explicit ThreadScratch(size_t floats) {
-    thread_local std::vector<float> buffer;
-    if (buffer.size() < floats) buffer.resize(floats);
-    next_ = buffer.data();
+// Slices of the calling thread's scratch, one per size, each starting on a
+// cache line. The scratch is kept between calls (OpenMP's threads persist),
+// so repeated launches neither allocate nor fault pages in; it grows to the
+// largest shape seen (a few panels of [S, D] floats per thread). Nothing
+// relies on its contents: every slice is written before it is read.
+std::vector<float*> ThreadSlices(const std::vector<int64_t>& sizes) {
+  thread_local std::vector<float> buffer;
+  size_t total = 0;
+  for (int64_t n : sizes) total += static_cast<size_t>(RoundUpTo(n, 16));
+  if (buffer.size() < total) buffer.resize(total);
+  std::vector<float*> slices;
+  float* p = buffer.data();
+  for (int64_t n : sizes) {
+    slices.push_back(p);
+    p += RoundUpTo(n, 16);
   }
-  float* Take(int64_t floats) {
-    float* p = next_;
-    next_ += RoundUpTo(floats, 16);  // whole cache lines per slice
-    return p;
-  }
-
- private:
-  float* next_;
-};
+  return slices;
+}
 
 // One thread's backward panels and scratch, sized for the shape.
 struct BackwardScratch {
   float *kt, *vt, *kp, *qp, *dop, *dsum, *s, *dp, *dqa, *dka, *dva;
-  // Floats of all the slices, each rounded up as ThreadScratch::Take does.
-  static size_t Floats(const AttentionShape& sh, int64_t w) {
-    const int64_t ldt = TransposedLd(sh.sk, w), dp = RoundUpTo(sh.d, w), dvp = RoundUpTo(sh.dv, w);
-    const int64_t sizes[] = {sh.d * ldt,  sh.dv * ldt, sh.sk * dp,         sh.sq * dp,         sh.sq * dvp,
-                             sh.sq,       kTileRows * kTileCols, kTileRows * kTileCols, sh.sq * dp,
-                             kTileCols * dp, kTileCols * dvp};
-    size_t n = 0;
-    for (int64_t s : sizes) n += static_cast<size_t>(RoundUpTo(s, 16));
-    return n;
-  }
   BackwardScratch(const AttentionShape& sh, int64_t w) {
     const int64_t ldt = TransposedLd(sh.sk, w), dp_ = RoundUpTo(sh.d, w), dvp = RoundUpTo(sh.dv, w);
-    ThreadScratch t(Floats(sh, w));
-    kt = t.Take(sh.d * ldt), vt = t.Take(sh.dv * ldt), kp = t.Take(sh.sk * dp_), qp = t.Take(sh.sq * dp_);
-    dop = t.Take(sh.sq * dvp), dsum = t.Take(sh.sq), s = t.Take(kTileRows * kTileCols);
-    dp = t.Take(kTileRows * kTileCols), dqa = t.Take(sh.sq * dp_), dka = t.Take(kTileCols * dp_);
-    dva = t.Take(kTileCols * dvp);
+    const std::vector<float*> t = ThreadSlices({sh.d * ldt, sh.dv * ldt, sh.sk * dp_, sh.sq * dp_, sh.sq * dvp,
+                                                sh.sq, kTileRows * kTileCols, kTileRows * kTileCols, sh.sq * dp_,
+                                                kTileCols * dp_, kTileCols * dvp});
+    kt = t[0], vt = t[1], kp = t[2], qp = t[3], dop = t[4], dsum = t[5];
+    s = t[6], dp = t[7], dqa = t[8], dka = t[9], dva = t[10];
   }
 };
 
@@ -182,12 +169,9 @@ void FusedAttentionForward(const AttentionParams& p, const float* q, const float
   const int64_t tasks = sh.heads * tiles;
 #pragma omp parallel if (tasks > 1)
   {
-    const int64_t sizes[] = {sh.d * ldt, sh.sk * dvp, kTileRows * kTileCols, kTileRows * dvp, kTileRows, kTileRows};
-    size_t floats = 0;
-    for (int64_t n : sizes) floats += static_cast<size_t>(RoundUpTo(n, 16));
-    ThreadScratch scratch(floats);
-    float *kt = scratch.Take(sizes[0]), *vp_buffer = scratch.Take(sizes[1]), *s = scratch.Take(sizes[2]);
-    float *acc = scratch.Take(sizes[3]), *m = scratch.Take(sizes[4]), *l = scratch.Take(sizes[5]);
+    const std::vector<float*> slice = ThreadSlices(
+        {sh.d * ldt, sh.sk * dvp, kTileRows * kTileCols, kTileRows * dvp, kTileRows, kTileRows});
+    float *kt = slice[0], *vp_buffer = slice[1], *s = slice[2], *acc = slice[3], *m = slice[4], *l = slice[5];
     int64_t packed = -1;  // the head whose K and V the panels hold
     const float* vp = nullptr;
     // Tasks of one head are adjacent, so a thread mostly packs each head once.
