@@ -8,6 +8,7 @@
 #include "compiler/lowering/conv_epilogue.h"
 #include "compiler/lowering/elementwise_groups.h"
 #include "compiler/lowering/framework_fallback.h"
+#include "compiler/lowering/fused_attention.h"
 #include "compiler/lowering/layout_ops.h"
 #include "compiler/lowering/matmul_epilogue.h"
 #include "compiler/lowering/max_pool_grad.h"
@@ -37,6 +38,9 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
                                                  "pass over W instead"));
   units = LowerMaxPoolGrad(c, std::move(units),
                            t.Step("max_pool_grad", "before the oneDNN anchors, which would take pool2d_grad"));
+  units = LowerFusedAttention(c, std::move(units),
+                              t.Step("fused_attention", "before the fallback, which would run the fused ops' "
+                                                        "reference kernels"));
   units = LowerLayoutOps(c, std::move(units),
                          t.Step("layout_ops", "before the fallback, which would run the reference kernels"));
   units = GroupElementwise(c, std::move(units),

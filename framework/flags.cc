@@ -14,7 +14,7 @@ DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and su
 DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");
 DEFINE_bool(memory_report, false, "kiln train: print peak tensor bytes, bytes allocated from the system, what in-place and buffer reuse saved, and the JIT's arena plans");
 
-DEFINE_string(dump_passes, "", "Write the program as protobuf text before the pass pipeline and after each pass that runs: DIR/00_input.pbtxt, DIR/01_recompute_pass.pbtxt, ... (kiln train: the training program, the evaluation program in DIR/forward/; kiln run, kiln dump, kiln bench)");
+DEFINE_string(dump_passes, "", "Write the program as protobuf text before the pass pipeline and after each pass that runs: DIR/00_input.pbtxt, DIR/01_<first pass>.pbtxt, ... (kiln train: the training program, the evaluation program in DIR/forward/; kiln run, kiln dump, kiln bench)");
 
 DEFINE_bool(jit_profile, false, "JIT: time every compiled instruction and print a table per kernel at the end of kiln train / kiln bench");
 DEFINE_bool(use_jit, false, "JIT: cluster supported ops and run them as compiled code (jit_launch)");
@@ -31,6 +31,7 @@ DEFINE_int32(jit_shadow_every, 0, "JIT: every N-th launch of each cluster (the f
 DEFINE_double(jit_shadow_rtol, 1e-3, "JIT shadow checks: relative tolerance (an element fails when |jit - framework| > atol + rtol * |framework|, or when exactly one is NaN, or they are different infinities)");
 DEFINE_double(jit_shadow_atol, 1e-5, "JIT shadow checks: absolute tolerance");
 DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
+DEFINE_bool(fuse_attention, true, "JIT: rewrite scaled dot-product attention (matmul, softmax or its causal variant, matmul) and its grad ops into fused_attention ops, whose tiled kernels never store the probabilities (attention_fusion_pass; only with the JIT on)");
 DEFINE_string(jit_dump_dir, "", "JIT: write each cluster's dump (IR, kernels, disassembly, aliases) to DIR/cluster_<id>_<key>_s<n>/ as it compiles (kiln train, kiln run)");
 DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run what was compiled and why the other ops were not (the short kiln dump index)");
 DEFINE_int32(jit_verbose, 0, "JIT: log level on stderr; >= 1 logs every recompile of a cluster with the inputs whose shape changed");
@@ -76,7 +77,7 @@ DEFINE_string(append_backward, "", "Insert the backward ops of this loss variabl
 DEFINE_int32(steps, 1, "Times to run the program");
 
 // kiln bench.
-DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), churn (a training step of --model for each of --bench_churn_sizes batch sizes, with cache sizes and RSS)");
+DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), churn (a training step of --model for each of --bench_churn_sizes batch sizes, with cache sizes and RSS), attention (the JIT's fused attention kernels against the unfused oneDNN ops, forward and backward, at --batch_size, --num_heads, --seq_len, --d_model)");
 DEFINE_int32(bench_churn_sizes, 10000, "kiln bench --bench_what churn: batch sizes 1..N, each once in a seeded random order");
 DEFINE_int32(bench_warmup, 5, "kiln bench: untimed steps first (they include JIT compiles)");
 DEFINE_int32(bench_steps, 20, "kiln bench: timed steps");

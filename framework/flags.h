@@ -39,6 +39,7 @@ DECLARE_int32(jit_min_cluster_size);
 DECLARE_int32(jit_shadow_every);
 DECLARE_double(jit_shadow_rtol);
 DECLARE_double(jit_shadow_atol);
+DECLARE_bool(fuse_attention);
 
 // The pass pipeline: the program after each pass (passes/pipeline.h).
 DECLARE_string(dump_passes);

@@ -64,6 +64,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterLookupTableOps(r);
   RegisterDropoutOps(r);
   RegisterCollectiveOps(r);
+  RegisterFusedAttentionOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -54,6 +54,12 @@ std::vector<std::unique_ptr<Pass>> PassRegistry::CreatePipeline(const std::vecto
 }
 
 void RegisterAllPasses(PassRegistry& registry) {
+  registry.Add({"attention_fusion_pass",
+                "rewrite matmul/softmax/matmul attention and its grad ops into fused_attention ops that never store "
+                "the probabilities (--fuse_attention; run before recompute_pass and build_jit_pass)",
+                [](const PassConfig& c) -> std::unique_ptr<Pass> {
+                  return std::make_unique<AttentionFusionPass>(c.attention_fusion, c.attention_fusion_report);
+                }});
   registry.Add({"recompute_pass",
                 "copy cheap forward ops into the backward pass so their outputs are not kept from forward to "
                 "backward (--recompute, --recompute_ops; run before build_jit_pass)",

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "passes/attention_fusion_pass.h"
 #include "passes/build_jit_pass.h"
 #include "passes/inplace_pass.h"
 #include "passes/pass.h"
@@ -23,6 +24,9 @@ namespace kiln {
 // What a tool hands the passes it builds from names: their options and the
 // hooks into the rest of the system.
 struct PassConfig {
+  AttentionFusionPassOptions attention_fusion;
+  // When not null, attention_fusion_pass writes what it did here on every run.
+  AttentionFusionReport* attention_fusion_report = nullptr;
   RecomputePassOptions recompute;
   // When not null, recompute_pass writes what it did here on every run.
   RecomputeReport* recompute_report = nullptr;

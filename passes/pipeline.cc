@@ -10,6 +10,7 @@
 #include "framework/error.h"
 #include "framework/file_util.h"
 #include "framework/program_io.h"
+#include "passes/attention_fusion_pass.h"
 #include "passes/build_jit_pass.h"
 #include "passes/inplace_pass.h"
 #include "passes/recompute_pass.h"
@@ -34,6 +35,14 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const PipelineOptions& options,
   const std::set<std::string>& keep = options.keep_vars;
   if (options.build_jit && !c.jit_sink) ThrowInvalidArgument("build_jit_pass needs a subgraph sink (the JIT compiler)");
   std::vector<std::unique_ptr<Pass>> passes;
+  // First: recompute_pass would copy the scores' matmul and the softmax into
+  // the backward, and build_jit_pass clusters the fused ops. Only with the
+  // JIT: the fused ops' fast kernels are the compiler's, and outside it the
+  // unfused oneDNN ops are faster than the fused ops' reference kernels.
+  if (options.fuse_attention && options.build_jit) {
+    passes.push_back(std::make_unique<AttentionFusionPass>(WithKeep(c.attention_fusion, keep),
+                                                           c.attention_fusion_report, registry));
+  }
   // First, on the program as built: its copies of forward ops then stand in
   // the backward pass, where build_jit_pass merges them into the backward
   // cluster (and its arena plan) instead of keeping their inputs' values.
@@ -57,6 +66,7 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const PipelineOptions& options,
 proto::ProgramDesc RunPipeline(const proto::ProgramDesc& program, const PipelineOptions& options,
                                const OpRegistry& registry) {
   const PassConfig& c = options.config;
+  if (c.attention_fusion_report != nullptr) *c.attention_fusion_report = AttentionFusionReport{};
   if (c.recompute_report != nullptr) *c.recompute_report = RecomputeReport{};
   if (c.build_jit_report != nullptr) *c.build_jit_report = BuildJitReport{};
   if (c.inplace_report != nullptr) *c.inplace_report = InplaceReport{};

@@ -4,6 +4,7 @@
 //
 // BuildPipeline lists the passes the options turn on, in this order (see the
 // comment at each entry in pipeline.cc):
+//   attention_fusion_pass  fuses attention and its grad ops (with build_jit)
 //   recompute_pass   copies cheap forward ops into the backward pass
 //   build_jit_pass   replaces clusters by jit_launch ops
 //   inplace_pass     lets the framework ops left outside clusters run in place
@@ -26,7 +27,8 @@
 namespace kiln {
 
 struct PipelineOptions {
-  // Which passes run.
+  // Which passes run. fuse_attention takes effect only with build_jit.
+  bool fuse_attention = false;
   bool recompute = false;
   bool build_jit = false;
   bool inplace = false;

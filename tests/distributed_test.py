@@ -112,6 +112,8 @@ class DistributedTest(unittest.TestCase):
         self.assertNotIn("Gradient averaging", index[False])
 
     def test_python_api(self):
+        if not os.path.isdir(os.path.join(os.path.dirname(KILN), "..", "python", "kiln")):
+            self.skipTest("this build has no Python package (KILN_PYTHON=OFF)")
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "dp_train.py")
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(os.path.dirname(KILN), "..", "python"))
         results = {}
@@ -187,4 +189,11 @@ if __name__ == "__main__":
     a, rest = parser.parse_known_args()
     KILN = os.path.abspath(a.kiln)
     FULL = a.full
+    if "ASAN_OPTIONS" in os.environ:
+        # In the sanitizer build (tools/sanitizer_builds.sh): OpenMPI does not
+        # free its internals at MPI_Finalize and unloads its plugins before
+        # LeakSanitizer reports, so those leaks cannot be suppressed by name.
+        # Leak checks stay on for the rest of the suite; ASan's and UBSan's
+        # other checks stay on here.
+        os.environ["ASAN_OPTIONS"] += ":detect_leaks=0"
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -126,6 +126,29 @@ TEST_F(DumpTest, MlpGoldenAndDeterministic) {
   EXPECT_EQ(std::system(("diff -r -x index.md -x index.html " + dir_ + "/a " + dir_ + "/b >/dev/null").c_str()), 0);
 }
 
+// The transformer's attention is fused (attention_fusion_pass) and its
+// forward and backward land in different clusters: the backward's cluster
+// reads the LSE the pass made, which the dump shapes from the subgraph.
+TEST_F(DumpTest, TransformerAttentionIsFusedAcrossClusters) {
+  Result r = Kiln("dump --model transformer --batch_size 4 --out " + dir_ + "/t");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(Read(dir_ + "/t/cluster_c0/kernels.txt").find("kiln tiled attention forward, 16 heads, 16 queries x 16 "
+                                                         "keys, head dims 8/8"),
+            std::string::npos);
+  const std::string c1 = Read(dir_ + "/t/cluster_c1/kernels.txt");
+  EXPECT_NE(c1.find(":matmul_4.lse, "), std::string::npos) << c1;
+  EXPECT_NE(c1.find("kiln tiled attention backward"), std::string::npos) << c1;
+  const std::string c0 = Read(dir_ + "/t/cluster_c0/subgraph.txt");
+  EXPECT_NE(c0.find(" = fused_attention[causal=false"), std::string::npos) << c0;
+  EXPECT_EQ(c0.find(" = softmax("), std::string::npos) << c0;
+
+  r = Kiln("dump --model transformer --batch_size 4 --fuse_attention=false --out " + dir_ + "/u");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(Read(dir_ + "/u/cluster_c0/kernels.txt").find("attention"), std::string::npos);
+  EXPECT_NE(Read(dir_ + "/u/cluster_c0/subgraph.txt").find(" = softmax("), std::string::npos);
+  EXPECT_NE(Read(dir_ + "/u/index.md").find("pass pipeline: recompute_pass, build_jit_pass"), std::string::npos);
+}
+
 TEST_F(DumpTest, DisassemblyShowsTheVectorCode) {
   const std::string program = std::string(KILN_SOURCE_DIR) + "/tests/data/dump/add_relu.pbtxt";
   if (HostHasAvx512()) {

@@ -30,6 +30,7 @@
 #include "framework/op_registry.h"
 #include "framework/validate.h"
 #include "tools/bench_churn.h"
+#include "tools/bench_attention.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/pipeline_setup.h"
@@ -310,7 +311,8 @@ int BenchCommand() {
   if (FLAGS_bench_what == "matmul") return BenchMatmul();
   if (FLAGS_bench_what == "copy") return BenchCopy();
   if (FLAGS_bench_what == "churn") return BenchChurn();
-  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul, copy or churn");
+  if (FLAGS_bench_what == "attention") return BenchAttention();
+  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul, copy, churn or attention");
 }
 
 }  // namespace kiln::tools

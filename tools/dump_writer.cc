@@ -63,6 +63,19 @@ proto::BlockDesc ConcreteBlock(const proto::BlockDesc& block, const std::map<std
   return out;
 }
 
+// A cluster input's dtype and dims: from the concrete block, or for a var a
+// pass made (attention_fusion_pass's LSE) from the subgraph's declaration
+// with the batch size for -1, as ConcreteBlock does for declared vars.
+jit::InputSpec ConcreteInput(const proto::BlockDesc& concrete, const JitSubgraph& sg,
+                                         const std::string& name, int64_t batch) {
+  const proto::VarDesc* v = FindVarDesc(concrete, name);
+  if (v == nullptr) v = FindVarDesc(sg.block, name);
+  KILN_CHECK(v != nullptr, "kiln dump: no concrete shape for cluster input ", name);
+  Dims dims = VarDims(*v);
+  for (int64_t& d : dims) d = d < 0 ? batch : d;
+  return {FromProto(v->dtype()), dims};
+}
+
 std::string OnOff(bool b) { return b ? "on" : "off"; }
 
 // "recompute_pass, build_jit_pass, inplace_pass": the passes that ran.
@@ -152,9 +165,7 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
     row.subgraph = &compiler.GetSubgraph(row.key);
     jit::ShapeSignature sig;
     for (const auto& name : row.subgraph->inputs) {
-      const proto::VarDesc* v = FindVarDesc(concrete, name);
-      KILN_CHECK(v != nullptr, "kiln dump: no concrete shape for cluster input ", name);
-      sig.inputs.push_back({FromProto(v->dtype()), VarDims(*v)});
+      sig.inputs.push_back(ConcreteInput(concrete, *row.subgraph, name, src.batch));
     }
     if (auto obj = compiler.Compile(row.key, sig)) {
       row.objects.push_back(obj);

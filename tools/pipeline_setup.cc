@@ -33,6 +33,7 @@ BuildJitPassOptions BuildJitPassOptionsFromFlags() {
 
 PipelineOptions PipelineOptionsFromFlags(const std::set<std::string>& keep) {
   PipelineOptions o;
+  o.fuse_attention = FLAGS_fuse_attention;
   o.recompute = FLAGS_recompute;
   const std::vector<std::string> recompute_ops = SplitOpList(FLAGS_recompute_ops);
   o.config.recompute.op_types = std::set<std::string>(recompute_ops.begin(), recompute_ops.end());
@@ -60,6 +61,7 @@ proto::ProgramDesc RunPipelineFromFlags(const proto::ProgramDesc& program, const
   if (!o.dump_dir.empty() && !dump_subdir.empty()) o.dump_dir += "/" + dump_subdir;
   PipelineReports local;
   PipelineReports& r = reports != nullptr ? *reports : local;
+  o.config.attention_fusion_report = &r.attention_fusion;
   o.config.recompute_report = &r.recompute;
   o.config.build_jit_report = &r.build_jit;
   o.config.inplace_report = &r.inplace;

@@ -19,7 +19,8 @@ std::vector<std::string> SplitOpList(const std::string& list);
 // empty: the pipeline adds the tool's feeds and fetch targets.
 BuildJitPassOptions BuildJitPassOptionsFromFlags();
 
-// --recompute with --recompute_ops, --use_jit with the options above and
+// --fuse_attention (which applies with the JIT), --recompute with
+// --recompute_ops, --use_jit with the options above and
 // JitCompiler::Instance() as the subgraph sink, --use_inplace, and
 // --dump_passes as the dump directory. keep_vars: `keep` (feeds and fetch
 // targets). No reports.
@@ -32,6 +33,7 @@ void CheckDumpPassesFlag();
 // What one RunPipelineFromFlags did; a pass that did not run leaves its
 // report empty.
 struct PipelineReports {
+  AttentionFusionReport attention_fusion;
   RecomputeReport recompute;
   BuildJitReport build_jit;
   InplaceReport inplace;
@@ -40,7 +42,7 @@ struct PipelineReports {
 // RunPipeline with PipelineOptionsFromFlags(keep); with --dump_passes DIR and
 // a `dump_subdir`, the files go to DIR/<dump_subdir>/. build_jit_pass's
 // report is recorded for --jit_explain (RecordJitReport); `reports`
-// (optional) receives all three.
+// (optional) receives all four.
 proto::ProgramDesc RunPipelineFromFlags(const proto::ProgramDesc& program, const std::set<std::string>& keep,
                                         PipelineReports* reports = nullptr, const std::string& dump_subdir = "");
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sanitizer builds that `bash tools/setup.sh --test` (and so CI) runs after
-# the Release suite; docs/reliability_fuzz_sanitizers.md explains them.
+# the Release suite; docs/reliability.md explains them.
 #   build-asan/  clang-14, ASan + UBSan, -O1, libFuzzer coverage: every library,
 #                tool and test, and the fuzz harnesses; the whole ctest suite
 #                (fuzz_smoke replays the seed corpora and fuzzes each harness 5 s).

@@ -4,7 +4,7 @@
 #   bash tools/setup.sh          set up only
 #   bash tools/setup.sh --train  set up, then train the MLP on the bundled digits data (JIT on)
 #   bash tools/setup.sh --test   set up, then run the whole test suite (ctest), then the
-#                                sanitizer builds (docs/reliability_fuzz_sanitizers.md):
+#                                sanitizer builds (docs/reliability.md):
 #                                build-asan/ (clang, ASan+UBSan, libFuzzer harnesses): the suite
 #                                again; build-tsan/ (ThreadSanitizer): the concurrency tests
 # Extra cmake options: KILN_CMAKE_ARGS="-DKILN_SANITIZE=ON" bash tools/setup.sh --test

@@ -20,6 +20,7 @@ void RegisterClipLogSoftmaxOps(OpRegistry& r);    // clip, log_softmax, fused_so
 void RegisterBatchNormOps(OpRegistry& r);    // batch_norm (+grad)
 void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
 void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
+void RegisterFusedAttentionOps(OpRegistry& r);  // fused_attention (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
