@@ -53,11 +53,13 @@ TINY_CONFIGS = [
      ["--dataset", "synthetic", "--seq_len", "8", "--d_model", "16", "--num_heads", "2", "--ffn_dim", "32"],
      {"seq_len": 8, "d_model": 16, "num_heads": 2, "ffn_dim": 32}),
 ]
-# Issue 6's targets: kiln-JIT step time / PyTorch step time at most this.
-TARGETS = {"mlp b1": 0.33, "mlp b64": 0.8, "mlp b256": 0.9, "cnn b64": 0.6, "transformer b8": 0.85}
+# Issue 14's targets: kiln-JIT step time / PyTorch (fp32) step time at most this.
+TARGETS = {"mlp b1": 0.2, "mlp b64": 0.65, "mlp b256": 0.85, "cnn b64": 0.4, "transformer b8": 0.7}
 MATMUL_FRACTION_TARGET = ("mlp b256", 0.8)
-SIDES = ["torch", "nojit", "jit"]
-SIDE_NAMES = {"torch": "PyTorch eager", "nojit": "kiln JIT off", "jit": "kiln JIT on"}
+SIDES = ["torch", "torch_bf16", "nojit", "jit"]
+SIDE_NAMES = {"torch": "PyTorch eager", "torch_bf16": "PyTorch autocast bf16", "nojit": "kiln JIT off",
+              "jit": "kiln JIT on"}
+TORCH_SIDES = ("torch", "torch_bf16")
 
 
 def log(*args):
@@ -155,7 +157,11 @@ def torch_worker(args):
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss_t = loss_fn(model(x), y)
+        if args.autocast:  # forward and loss under autocast; backward outside, as PyTorch documents
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss_t = loss_fn(model(x), y)
+        else:
+            loss_t = loss_fn(model(x), y)
         loss_t.backward()
         opt.step()
         loss = loss_t.item()
@@ -166,7 +172,7 @@ def torch_worker(args):
     n = len(times)
     median = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
     print(json.dumps({
-        "what": "model", "side": "torch", "model": args.model, "batch": args.batch,
+        "what": "model", "side": "torch_bf16" if args.autocast else "torch", "model": args.model, "batch": args.batch,
         "threads": torch.get_num_threads(), "steps": n, "params": sum(p.numel() for p in model.parameters()), "median_ms": median,
         "mean_ms": sum(times) / n, "min_ms": times[0], "final_loss": loss,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
@@ -342,11 +348,11 @@ def kiln_cmd(kiln, cfg, side, args):
             "--use_jit=" + ("true" if side == "jit" else "false")] + flags
 
 
-def torch_cmd(cfg, threads, args):
+def torch_cmd(cfg, threads, args, side):
     name, model, batch, _, spec = cfg
     return [DEBIAN_PYTHON, os.path.abspath(__file__), "--worker", "--model", model, "--batch", str(batch),
             "--threads", str(threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
-            "--torch_spec", json.dumps(spec)]
+            "--torch_spec", json.dumps(spec)] + (["--autocast"] if side == "torch_bf16" else [])
 
 
 def median(values):
@@ -385,10 +391,10 @@ def run_all(kiln, configs, threads_list, args, have_torch):
             per_side = {s: [] for s in SIDES}
             for rnd in range(args.rounds):
                 for side in SIDES:
-                    if side == "torch":
+                    if side in TORCH_SIDES:
                         if not have_torch:
                             continue
-                        r = run_json(torch_cmd(cfg, threads, args), threads, args.timeout, args.idle_wait, peer=True)
+                        r = run_json(torch_cmd(cfg, threads, args, side), threads, args.timeout, args.idle_wait, peer=True)
                     else:
                         r = run_json(kiln_cmd(kiln, cfg, side, args), threads, args.timeout, args.idle_wait)
                     r["others_runnable_after"] = runnable_others()
@@ -438,20 +444,21 @@ def fmt(v, spec="%.3f"):
 
 
 def table_rows(configs, threads_list, results, limits):
-    header = ["model", "thr", "PyTorch ms", "kiln off ms", "kiln JIT ms", "JIT/PyTorch", "target", "met",
-              "JIT/off", "RSS MiB (PyT/off/JIT)", "JIT GFLOP/s", "of matmul"]
+    header = ["model", "thr", "PyTorch ms", "PyTorch bf16 ms", "kiln off ms", "kiln JIT ms", "JIT/PyTorch", "target",
+              "met", "JIT/PyTorch bf16", "JIT/off", "RSS MiB (PyT/off/JIT)", "JIT GFLOP/s", "of matmul"]
     rows = []
     for threads in threads_list:
         for cfg in configs:
             name = cfg[0]
             get = lambda side: results.get((name, threads, side))
-            t, off, jit = get("torch"), get("nojit"), get("jit")
+            t, tb, off, jit = get("torch"), get("torch_bf16"), get("nojit"), get("jit")
             r_t = ratio(results, name, threads, "jit", "torch")
             target = TARGETS.get(name)
             met = "-" if r_t is None or target is None else ("yes" if r_t <= target else "NO")
             rss = "/".join(fmt(x["peak_rss_mib"] if x else None, "%.0f") for x in (t, off, jit))
-            rows.append([name, str(threads), fmt(t and t["median_ms"]), fmt(off and off["median_ms"]),
-                         fmt(jit and jit["median_ms"]), fmt(r_t, "%.2f"), fmt(target, "%.2f"), met,
+            rows.append([name, str(threads), fmt(t and t["median_ms"]), fmt(tb and tb["median_ms"]),
+                         fmt(off and off["median_ms"]), fmt(jit and jit["median_ms"]), fmt(r_t, "%.2f"),
+                         fmt(target, "%.2f"), met, fmt(ratio(results, name, threads, "jit", "torch_bf16"), "%.2f"),
                          fmt(ratio(results, name, threads, "jit", "nojit"), "%.2f"), rss,
                          fmt(jit and jit["gflops"], "%.1f"),
                          fmt(jit and 100 * jit["matmul_fraction"], "%.0f%%")])
@@ -473,7 +480,7 @@ def md_table(header, rows):
 
 def svg_plot(configs, threads_list, results, title):
     """Horizontal bars on a log scale: step time of each side per model and thread count."""
-    colors = {"torch": "#d62728", "nojit": "#7f7f7f", "jit": "#1f77b4"}
+    colors = {"torch": "#d62728", "torch_bf16": "#ff9896", "nojit": "#7f7f7f", "jit": "#1f77b4"}
     groups = [(cfg[0], t) for t in threads_list for cfg in configs]
     values = [r["median_ms"] for r in results.values() if r.get("median_ms", 0) > 0]
     lo = 10 ** math.floor(math.log10(min(values))) if values else 0.01
@@ -494,7 +501,7 @@ def svg_plot(configs, threads_list, results, title):
          '<rect width="100%" height="100%" fill="white"/>',
          '<text x="%d" y="20" font-size="13" font-weight="bold">%s</text>' % (left, title)]
     for i, side in enumerate(SIDES):
-        x = left + i * 150
+        x = left + i * 140
         s.append('<rect x="%d" y="32" width="12" height="12" fill="%s"/>' % (x, colors[side]))
         s.append('<text x="%d" y="42">%s</text>' % (x + 16, SIDE_NAMES[side]))
     decade = lo
@@ -602,7 +609,9 @@ def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, h
                "(" + sizes + "). The PyTorch models in the script "
                "mirror `framework/models/models.cc` layer by layer; neither side computes the input's gradient. "
                "Each measurement is its own process (OMP_NUM_THREADS and torch.set_num_threads set before it "
-               "starts); for every (model, threads) the sides run interleaved PyTorch, kiln JIT off, kiln JIT on, "
+               "starts); for every (model, threads) the sides run interleaved PyTorch, PyTorch with bf16 autocast "
+               "(`torch.autocast('cpu', dtype=torch.bfloat16)` around the forward and the loss; its Linear and "
+               "convolution layers then run in bf16, weights and optimizer stay fp32), kiln JIT off, kiln JIT on, "
                "%d rounds of %d warm-up steps (untimed; they include the JIT's compiles) and %d timed steps, each "
                "process started when no other task was runnable or after waiting %g s. A step time is the lowest "
                "over rounds of each process's median step (other jobs on the machine only make a round slower; "
@@ -621,7 +630,7 @@ def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, h
         out.append("| %d | %.1f | %.1f | %s |" % (t, limits[t]["copy"]["copy_gbs"], limits[t]["matmul"]["gflops"],
                                                   limits[t]["matmul"]["impl"]))
     out.append("")
-    out.append("Step times (ms, median) and ratios; `target` is issue 6's bound on JIT/PyTorch; `JIT GFLOP/s` counts "
+    out.append("Step times (ms, median) and ratios; `target` is issue 14's bound on JIT/PyTorch (fp32); `JIT GFLOP/s` counts "
                "the matmul and convolution FLOPs the step's ops really do (2·M·N·K per matmul, per gradient a "
                "matmul_grad/conv2d_grad writes; the data input's gradient is not computed; elementwise ops, "
                "reductions, softmax, layer_norm, pooling and the SGD update are not counted), and `of matmul` is "
@@ -671,6 +680,7 @@ def main():
     p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--torch_spec", help=argparse.SUPPRESS)
+    p.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args.worker:
@@ -729,7 +739,7 @@ def main():
     args.load.append(os.getloadavg()[0])
     print("(%.0f s; 1-minute load average %.2f at the start, %.2f at the end)" % ((time.time() - t0,) + tuple(args.load)))
     for (name, threads, side), r in results.items():
-        if side != "torch" and r["flops_per_step"] <= 0:
+        if side not in TORCH_SIDES and r["flops_per_step"] <= 0:
             log("bench: %s counted no FLOPs" % name)
             return 1
 
