@@ -9,8 +9,10 @@
     /usr/bin/python3 tools/docs_tool.py gen [--check] [--build DIR]
         regenerates every output excerpt: the fenced block between
         "<!-- gen: COMMAND -->" and "<!-- /gen -->" becomes COMMAND's output
-        (timings masked); with --check it writes nothing and fails when a
-        committed excerpt differs (bash tools/gen_docs.sh runs this).
+        (timings masked; "<!-- gen exact: COMMAND -->" keeps them, for
+        deterministic output such as the cost model's); with --check it
+        writes nothing and fails when a committed excerpt differs
+        (bash tools/gen_docs.sh runs this).
 
 Markers, on the line before a ```console block:
     <!-- docs-test: EXTRA -->        append EXTRA to each command of the block
@@ -138,7 +140,10 @@ def run_commands(build):
 
 # An excerpt: the marker, a fence, the output, the closing fence, the end
 # marker, all at one indentation (inside a list item, say).
-GEN = re.compile(r"^([ \t]*)(<!-- gen: (.*?) -->\n[ \t]*```[a-z]*\n)(.*?)([ \t]*```\n[ \t]*<!-- /gen -->)", re.S | re.M)
+# `<!-- gen: CMD -->` masks timings; `<!-- gen exact: CMD -->` is for commands
+# whose output is deterministic, such as a model's predictions.
+GEN = re.compile(r"^([ \t]*)(<!-- gen( exact)?: (.*?) -->\n[ \t]*```[a-z]*\n)(.*?)([ \t]*```\n[ \t]*<!-- /gen -->)",
+                 re.S | re.M)
 
 
 def generate(build, check):
@@ -146,17 +151,18 @@ def generate(build, check):
     for doc in DOCS:
         path = os.path.join(ROOT, doc)
         text = open(path).read()
-        if "<!-- gen: " not in text:
+        if "<!-- gen: " not in text and "<!-- gen exact: " not in text:
             continue
         box = Sandbox(build)
         try:
             def render(m):
-                indent, command = m.group(1), m.group(3)
+                indent, exact, command = m.group(1), m.group(3), m.group(4)
                 r = box.run(command)
                 if r.returncode != 0:
                     raise SystemExit("%s: `%s` failed:\n%s%s" % (doc, command, r.stdout, r.stderr))
-                out = "".join(indent + line + "\n" for line in mask(r.stdout).splitlines())
-                return indent + m.group(2) + out + m.group(5)
+                shown = r.stdout if exact else mask(r.stdout)
+                out = "".join(indent + line + "\n" for line in shown.splitlines())
+                return indent + m.group(2) + out + m.group(6)
             new = GEN.sub(render, text)
         finally:
             box.close()
