@@ -130,6 +130,18 @@ class DistributedTest(unittest.TestCase):
         self.assertLess(worst, 1e-5)
         self.assertLess(results[1]["losses"][-1], results[1]["losses"][0])
 
+    def test_the_parameter_check_names_the_first_parameter_that_differs(self):
+        """Two ranks started with different seeds (mpirun's MPMD form)
+        initialise different parameters: --dp_check_every stops the job."""
+        args = [KILN, "train", "--progress=false", "--data_parallel", *MODELS["mlp"], "--batch_size", "32",
+                "--max_steps", "20", "--dp_check_every", "5"]
+        cmd = [*MPIRUN, "-np", "1", *args, "--seed", "1", ":", "-np", "1", *args, "--seed", "2"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("after step 5 parameter 'fc0.w' differs between rank 0 and rank 1 (--dp_check_every 5)",
+                      r.stderr)
+
     def test_a_dead_rank_fails_the_job(self):
         args = MODELS["mlp"] + ["--epochs", "1000", "--use_jit"]
         cmd = [*MPIRUN, "-np", "2", KILN, "train", "--progress=false", "--data_parallel", *args]
