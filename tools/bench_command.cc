@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "framework/allocator.h"
 #include "framework/flags.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
@@ -193,7 +194,11 @@ int BenchModel() {
   auto plan = exec.Prepare(program, 0, {model.loss});
 
   // Feeding copies the batch into the scope; it is done before each step and
-  // not timed (PyTorch's side reuses its input tensors).
+  // not timed (PyTorch's side reuses its input tensors). Peak tensor bytes
+  // are counted over the steps above what the parameters and startup hold.
+  CachingAllocator& allocator = CachingAllocator::Global();
+  allocator.ResetStats();
+  const size_t baseline = allocator.stats().in_use_bytes;
   std::vector<double> ms;
   float loss = 0.f;
   const int total = FLAGS_bench_warmup + FLAGS_bench_steps;
@@ -210,16 +215,18 @@ int BenchModel() {
   }
   bar.Update(total);
   bar.Finish();
+  const size_t peak = allocator.stats().peak_in_use_bytes;
+  const size_t peak_tensor_bytes = peak > baseline ? peak - baseline : 0;
   const Timing t = Summarise(ms);
   const double gflops = t.median > 0 ? flops.flops / (t.median * 1e6) : 0.0;
   std::printf(
       "{\"what\": \"model\", \"model\": \"%s\", \"batch\": %lld, \"use_jit\": %s, \"threads\": %d, "
       "\"warmup\": %d, \"steps\": %d, \"median_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, "
       "\"flops_per_step\": %.0f, \"other_elements_per_step\": %.0f, \"gflops\": %.3f, \"final_loss\": %.6f, "
-      "\"params\": %lld, \"peak_rss_mib\": %.1f}\n",
+      "\"params\": %lld, \"peak_tensor_bytes\": %zu, \"peak_rss_mib\": %.1f}\n",
       FLAGS_model.c_str(), static_cast<long long>(batch), FLAGS_use_jit ? "true" : "false", omp_get_max_threads(),
       FLAGS_bench_warmup, FLAGS_bench_steps, t.median, t.mean, t.min, flops.flops, flops.other_elements, gflops,
-      loss, static_cast<long long>(params), PeakRssMib());
+      loss, static_cast<long long>(params), peak_tensor_bytes, PeakRssMib());
   return 0;
 }
 

@@ -529,17 +529,18 @@ def svg_plot(configs, threads_list, results, title):
     return "\n".join(s) + "\n"
 
 
-def replace_section(path, section_text):
-    """Writes `section_text` (starting with SECTION) into the Markdown file at
-    `path`, replacing only that section (up to the next '## ' heading) and
-    keeping every other section as it is on disk now."""
+def replace_section(path, section_text, heading=None):
+    """Writes `section_text` (starting with `heading`, SECTION by default) into
+    the Markdown file at `path`, replacing only that section (up to the next
+    '## ' heading) and keeping every other section as it is on disk now."""
+    heading = heading or SECTION
     try:
         with open(path) as f:
             old = f.read()
     except FileNotFoundError:
         old = "# Benchmarks\n\n"
     lines = old.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == SECTION), None)
+    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == heading), None)
     if start is None:
         new = old.rstrip("\n") + "\n\n" + section_text.rstrip("\n") + "\n"
     else:
