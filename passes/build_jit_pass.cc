@@ -91,9 +91,10 @@ bool ShapeOnlyReader(const ir::Graph& graph, NodeId reader, const std::string& n
 // Collects a cluster: its ops, the vars they touch and its external vars.
 class ClusterCollector {
  public:
-  ClusterCollector(const ir::Graph& graph, std::vector<NodeId> ops, const std::set<std::string>& keep_vars,
-                   const OpRegistry& registry)
-      : graph_(graph), keep_vars_(keep_vars), registry_(registry), in_cluster_(ops.begin(), ops.end()) {
+  // deps: graph.AllOpDependencies().
+  ClusterCollector(const ir::Graph& graph, const std::vector<std::vector<NodeId>>& deps, std::vector<NodeId> ops,
+                   const std::set<std::string>& keep_vars, const OpRegistry& registry)
+      : graph_(graph), deps_(deps), keep_vars_(keep_vars), registry_(registry), in_cluster_(ops.begin(), ops.end()) {
     io_.ops = std::move(ops);
   }
 
@@ -183,7 +184,7 @@ class ClusterCollector {
     while (!stack.empty()) {
       const NodeId op = stack.back();
       stack.pop_back();
-      for (NodeId dep : graph_.OpDependencies(op)) {
+      for (NodeId dep : deps_[op]) {
         if (!Inside(dep) && before.insert(dep).second) stack.push_back(dep);
       }
     }
@@ -203,6 +204,7 @@ class ClusterCollector {
   }
 
   const ir::Graph& graph_;
+  const std::vector<std::vector<NodeId>>& deps_;
   const std::set<std::string>& keep_vars_;
   const OpRegistry& registry_;
   const std::set<NodeId> in_cluster_;
@@ -248,15 +250,16 @@ struct Clusters {
 // positions): merge candidates along data edges without closing a cycle, keep
 // the clusters of at least min_cluster_size ops, and give the ops of the
 // others their reason.
-Clusters MergeCandidates(const ir::Graph& graph, const std::vector<NodeId>& topo, const std::vector<int>& pos,
-                         int min_cluster_size, const OpRegistry& registry,
+Clusters MergeCandidates(const ir::Graph& graph, const std::vector<std::vector<NodeId>>& deps,
+                         const std::vector<NodeId>& topo, const std::vector<int>& pos, int min_cluster_size,
+                         const OpRegistry& registry,
                          std::vector<std::optional<Excluded>>& excluded) {
   const int n = static_cast<int>(topo.size());
   // 2. Dependencies: data and the graph's ordering constraints, so a path
   // through a write-after-read counts as a cycle too.
   std::vector<std::vector<int>> preds(n);
   for (int i = 0; i < n; ++i) {
-    for (NodeId d : graph.OpDependencies(topo[i])) preds[i].push_back(pos[d]);
+    for (NodeId d : deps[topo[i]]) preds[i].push_back(pos[d]);
   }
   // A cluster-boundary op (a collective) comes after every op before it and
   // before every op after it: merging across it would close a cycle.
@@ -377,7 +380,11 @@ bool BuildJitPass::Run(ir::Graph& graph, BuildJitReport* report) const {
   std::vector<std::optional<Excluded>> excluded = FindCandidates(graph, topo, options_, registry_);
   const bool any_candidate = std::any_of(excluded.begin(), excluded.end(), [](const auto& e) { return !e; });
   Clusters clusters;
-  if (any_candidate) clusters = MergeCandidates(graph, topo, pos, options_.min_cluster_size, registry_, excluded);
+  std::vector<std::vector<NodeId>> deps;
+  if (any_candidate) {
+    deps = graph.AllOpDependencies();
+    clusters = MergeCandidates(graph, deps, topo, pos, options_.min_cluster_size, registry_, excluded);
+  }
 
   BuildJitReport out;
   for (int i = 0; i < n; ++i) {
@@ -392,7 +399,7 @@ bool BuildJitPass::Run(ir::Graph& graph, BuildJitReport* report) const {
   for (int rep : clusters.kept) {
     std::vector<NodeId> ops;
     for (int i : clusters.members[rep]) ops.push_back(topo[i]);
-    ios.push_back(ClusterCollector(graph, std::move(ops), options_.keep_vars, registry_).Collect());
+    ios.push_back(ClusterCollector(graph, deps, std::move(ops), options_.keep_vars, registry_).Collect());
   }
   for (const ClusterIo& io : ios) ReplaceCluster(graph, io, sink_, &out);
 

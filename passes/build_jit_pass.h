@@ -28,12 +28,10 @@
 // same order (by their first op in topological order), the same subgraphs
 // and so the same keys from a deterministic sink.
 //
-// Complexity, K ops, V var nodes, E edges: collecting dependencies costs
-// O(K * (V + E)), since Graph::OpDependencies derives the ordering
-// constraints of the whole graph on each call (it dominates: ~0.3 s for a
-// 2000-op chain, ~1.5 ms for the 86-op transformer training program; a
-// whole-graph dependency query on ir::Graph would make it linear). Each
-// merge attempt searches only the nodes ranked between the two clusters in
+// Complexity, K ops, V var nodes, E edges: the dependencies of every op
+// come from one walk of the graph (Graph::AllOpDependencies, O(V + E) plus
+// sorting each op's list; a query per op cost O(K * (V + E)), ~0.3 s for a
+// 2000-op chain). Each merge attempt searches only the nodes ranked between the two clusters in
 // a topological order maintained across merges (passes/cluster_graph.h:
 // Pearce-Kelly, as XLA's GraphCycles): O(K + E) log K at worst, one attempt
 // per data edge between candidates.

@@ -324,6 +324,18 @@ TEST(GraphTest, VarWrittenBySeveralOpsGetsOneVersionPerWrite) {
   EXPECT_EQ(g.Producer(t[1]), kNoNode);
   EXPECT_EQ(g.OpDependencies(ops[3]), (std::vector<NodeId>{ops[0], ops[1]}));
   EXPECT_EQ(g.VerifyMessage(), "");
+
+  // The whole-graph query gives every op what the per-op query gives, and
+  // nothing for var nodes or the removed op.
+  const std::vector<std::vector<NodeId>> all = g.AllOpDependencies();
+  ASSERT_EQ(all.size(), g.NodeCapacity());
+  for (NodeId n = 0; n < g.NodeCapacity(); ++n) {
+    if (g.IsOp(n)) {
+      EXPECT_EQ(all[n], g.OpDependencies(n)) << "op " << n;
+    } else {
+      EXPECT_TRUE(all[n].empty()) << "node " << n;
+    }
+  }
 }
 
 proto::BlockDesc ForwardBlock() {

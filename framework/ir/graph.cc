@@ -691,6 +691,8 @@ std::vector<NodeId> Graph::OpDependencies(NodeId op) const {
   return impl_->Preds()[op];
 }
 
+std::vector<std::vector<NodeId>> Graph::AllOpDependencies() const { return impl_->Preds(); }
+
 std::vector<NodeId> Graph::TopologicalOrder() const {
   std::string cycle;
   std::vector<NodeId> order = impl_->Topo(&cycle);

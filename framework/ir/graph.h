@@ -168,6 +168,10 @@ class Graph {
   // Ops that must run before `op`: producers of its inputs and, for each var
   // it writes, the writer and readers of the previous version(s). Sorted by id.
   std::vector<NodeId> OpDependencies(NodeId op) const;
+  // OpDependencies of every op at once, indexed by node id (empty for var
+  // nodes and removed ids): one walk of the graph, where a call of
+  // OpDependencies per op walks it once per op.
+  std::vector<std::vector<NodeId>> AllOpDependencies() const;
   // All live op nodes, dependencies first; among ready ops the smallest
   // (OpOrder, id) goes first, so an unchanged graph keeps block order.
   // Throws kiln::Error (kInternal) naming ops of a cycle.
