@@ -38,7 +38,8 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
   // read gradients that do not exist yet).
   {
     proto::BlockDesc scratch = *block;
-    for (int i = 0; i <= loss_op; ++i) InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry);
+    BlockVarIndex index(&scratch);
+    for (int i = 0; i <= loss_op; ++i) InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry, &index);
   }
 
   auto var_of = [&](const std::string& name, int op_index) -> const proto::VarDesc& {
@@ -176,7 +177,8 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
   block->mutable_ops()->Swap(&ops);
   const int first = loss_op + 1;
   const int last = first + static_cast<int>(ordered.size());
-  for (int i = first; i < last; ++i) InferShapeAtBuild(block, i, /*declare_outputs=*/true, registry);
+  BlockVarIndex index(block);
+  for (int i = first; i < last; ++i) InferShapeAtBuild(block, i, /*declare_outputs=*/true, registry, &index);
 
   std::vector<std::pair<std::string, std::string>> params;
   for (const auto& v : block->vars()) {

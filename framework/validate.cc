@@ -14,9 +14,9 @@ constexpr int64_t kMaxElements = int64_t{1} << 60;
 
 class BuildInferShapeContext final : public InferShapeContext {
  public:
-  BuildInferShapeContext(proto::BlockDesc* block, const proto::OpDesc& op, int index, const AttrMap& attrs,
-                         bool declare_outputs)
-      : block_(block), op_(op), index_(index), attrs_(attrs), declare_(declare_outputs) {}
+  BuildInferShapeContext(proto::BlockDesc* block, BlockVarIndex* vars, const proto::OpDesc& op, int index,
+                         const AttrMap& attrs, bool declare_outputs)
+      : block_(block), vars_(vars), op_(op), index_(index), attrs_(attrs), declare_(declare_outputs) {}
 
   bool IsRuntime() const override { return false; }
   std::string OpName() const override { return OpLabel(op_, index_); }
@@ -66,14 +66,14 @@ class BuildInferShapeContext final : public InferShapeContext {
   const proto::VarDesc& InputVar(std::string_view slot, size_t i) const {
     auto args = InputArgs(op_, slot);
     if (i >= args.size() || args[i] == kEmptyVarName) Fail("input ", slot, "[", i, "] is missing");
-    const proto::VarDesc* v = FindVarDesc(*block_, args[i]);
+    const proto::VarDesc* v = vars_->Find(args[i]);
     if (v == nullptr) Fail("input ", slot, ": variable '", args[i], "' is not declared in block ", block_->idx());
     return *v;
   }
   proto::VarDesc* OutputVar(std::string_view slot, size_t i) {
     auto args = OutputArgs(op_, slot);
     if (i >= args.size() || args[i] == kEmptyVarName) return nullptr;
-    proto::VarDesc* v = FindMutableVarDesc(block_, args[i]);
+    proto::VarDesc* v = vars_->Find(args[i]);
     if (v != nullptr) return v;
     if (!declare_) Fail("output ", slot, ": variable '", args[i], "' is not declared in block ", block_->idx());
     v = block_->add_vars();
@@ -83,6 +83,7 @@ class BuildInferShapeContext final : public InferShapeContext {
   }
 
   proto::BlockDesc* block_;
+  BlockVarIndex* vars_;
   const proto::OpDesc& op_;
   int index_;
   const AttrMap& attrs_;
@@ -92,7 +93,19 @@ class BuildInferShapeContext final : public InferShapeContext {
 
 }  // namespace
 
+proto::VarDesc* BlockVarIndex::Find(std::string_view name) {
+  for (; indexed_ < block_->vars_size(); ++indexed_) pos_.emplace(block_->vars(indexed_).name(), indexed_);
+  auto it = pos_.find(std::string(name));
+  return it == pos_.end() ? nullptr : block_->mutable_vars(it->second);
+}
+
 void InferShapeAtBuild(proto::BlockDesc* block, int op_index, bool declare_outputs, const OpRegistry& registry) {
+  BlockVarIndex index(block);
+  InferShapeAtBuild(block, op_index, declare_outputs, registry, &index);
+}
+
+void InferShapeAtBuild(proto::BlockDesc* block, int op_index, bool declare_outputs, const OpRegistry& registry,
+                       BlockVarIndex* index) {
   const proto::OpDesc& op = block->ops(op_index);
   const OpInfo* info = registry.Find(op.type());
   if (info == nullptr) {
@@ -103,7 +116,7 @@ void InferShapeAtBuild(proto::BlockDesc* block, int op_index, bool declare_outpu
   // Every input must be a declared var.
   for (const auto& s : op.inputs()) {
     for (const auto& a : s.args()) {
-      if (a != kEmptyVarName && FindVarDesc(*block, a) == nullptr) {
+      if (a != kEmptyVarName && index->Find(a) == nullptr) {
         ThrowInvalidArgument(OpLabel(op, op_index), ": input ", s.name(), ": variable '", a,
                              "' is not declared in block ", block->idx());
       }
@@ -111,7 +124,7 @@ void InferShapeAtBuild(proto::BlockDesc* block, int op_index, bool declare_outpu
   }
   if (!info->infer_shape) return;
   // Copy: declaring outputs may grow block->vars but never moves ops.
-  BuildInferShapeContext ctx(block, op, op_index, attrs, declare_outputs);
+  BuildInferShapeContext ctx(block, index, op, op_index, attrs, declare_outputs);
   info->infer_shape(ctx);
 }
 
@@ -141,7 +154,10 @@ void ValidateProgram(const proto::ProgramDesc& program, const OpRegistry& regist
     }
     // Shape inference runs on a scratch copy so validation never edits the program.
     proto::BlockDesc scratch = b;
-    for (int i = 0; i < scratch.ops_size(); ++i) InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry);
+    BlockVarIndex index(&scratch);
+    for (int i = 0; i < scratch.ops_size(); ++i) {
+      InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry, &index);
+    }
   }
 }
 

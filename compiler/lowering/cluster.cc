@@ -25,7 +25,8 @@ proto::BlockDesc InferConcreteShapes(const JitSubgraph& sg, const ShapeSignature
     nv->clear_dims();
     for (int64_t d : signature.inputs[i].dims) nv->add_dims(d);
   }
-  for (int i = 0; i < block.ops_size(); ++i) InferShapeAtBuild(&block, i, /*declare_outputs=*/true, registry);
+  BlockVarIndex index(&block);
+  for (int i = 0; i < block.ops_size(); ++i) InferShapeAtBuild(&block, i, /*declare_outputs=*/true, registry, &index);
   for (const auto& v : block.vars()) {
     for (int64_t d : v.dims()) {
       if (d < 0) ThrowInvalidArgument("var '", v.name(), "' has no concrete shape (", DimsToString(VarDims(v)), ")");
