@@ -37,6 +37,11 @@ onednn::FusedOps Fusion(bool bias, MatmulActivation activation) {
   return fused;
 }
 
+// " in bf16 (f32 accumulation)" for bf16 compute: part of a Describe() line.
+std::string ComputeSuffix(ComputeType compute) {
+  return compute == ComputeType::kBF16 ? " in bf16 (f32 accumulation)" : "";
+}
+
 // " + bias + relu post-op": the tail of a Describe() line.
 std::string FusionSuffix(bool bias, MatmulActivation activation) {
   std::string s = bias ? " + bias" : "";
@@ -99,7 +104,7 @@ Dims FoldRows(const Dims& dims, const char* what) {
 
 BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec) {
   onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), FoldRows(spec.x_dims, "x"), false, spec.w_dims,
-                          spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation));
+                          spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation), spec.compute);
   const std::string shapes = "x " + DimsToString(spec.x_dims) + " w " + DimsToString(spec.w_dims) +
                              (spec.transpose_w ? " (transposed)" : "");
   if (!h.valid() || h.dst_dims().size() != 2) {
@@ -117,7 +122,8 @@ class FusedMatmulKernel final : public runtime::Kernel {
       : name_(std::move(name)), spec_(spec), bound_(MakeFusedMatmul(spec)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return "oneDNN matmul (" + bound_.impl() + ")" + FusionSuffix(spec_.bias, spec_.activation);
+    return "oneDNN matmul (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
+           FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
 
@@ -129,8 +135,8 @@ class FusedMatmulKernel final : public runtime::Kernel {
 
 class MatmulSgdKernel final : public runtime::Kernel {
  public:
-  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, std::string name)
-      : name_(std::move(name)), keep_old_(keep_old) {
+  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, ComputeType compute, std::string name)
+      : name_(std::move(name)), keep_old_(keep_old), compute_(compute) {
     const Dims x = FoldRows(x_dims, "x");
     if (w_dims.size() != 2 || w_dims[0] != x[1] || w_dims[1] <= 0) {
       ThrowInvalidArgument("oneDNN matmul sgd: x ", DimsToString(x_dims), " expects w [", x[1], ",N], got ",
@@ -146,7 +152,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
     onednn::FusedOps fused;
     fused.post_ops.push_back(onednn::PostOp::Sum(1.f));  // dst = scale * (src @ weights) + dst
     onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), x, /*trans_a=*/true, {x[0], w_dims[1]}, false, -1.f,
-                            fused);
+                            fused, compute);
     if (!h.valid()) ThrowInvalidArgument("oneDNN matmul sgd: no product for w ", DimsToString(w_dims));
     entry_ = AcquireEntry(h, "matmul for the update of w " + DimsToString(w_dims));
     src_md_ = onednn::UserDesc(*entry_, DNNL_ARG_SRC);
@@ -155,7 +161,8 @@ class MatmulSgdKernel final : public runtime::Kernel {
   }
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return "oneDNN matmul (" + entry_->impl + ") W -= lr * X^T dY: weight gradient and sgd step in one primitive" +
+    return "oneDNN matmul (" + entry_->impl + ")" + ComputeSuffix(compute_) +
+           " W -= lr * X^T dY: weight gradient and sgd step in one primitive" +
            (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
   }
   void Run(const runtime::BufferView* args) const override {
@@ -179,6 +186,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
  private:
   std::string name_;
   bool keep_old_ = false;
+  ComputeType compute_ = ComputeType::kF32;
   size_t dy_numel_ = 0;
   size_t w_bytes_ = 0;
   std::shared_ptr<const PrimitiveEntry> entry_;
@@ -220,8 +228,9 @@ class FusedConvKernel final : public runtime::Kernel {
 }  // namespace
 
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
-                                                           const std::string& name, bool keep_old) {
-  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, name);
+                                                           const std::string& name, bool keep_old,
+                                                           ComputeType compute) {
+  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, compute, name);
 }
 
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {

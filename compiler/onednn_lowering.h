@@ -28,6 +28,9 @@ struct FusedMatmulSpec {
   float alpha = 1.f;
   bool bias = false;  // adds a [N] bias row
   MatmulActivation activation = MatmulActivation::kNone;
+  // kBF16: bf16 operands (converted by the entry's reorders), f32
+  // accumulation, bias, post-ops and Out (onednn::MatmulHandler).
+  ComputeType compute = ComputeType::kF32;
 };
 
 // Out = act(alpha * X @ W (+ bias)) as one oneDNN matmul.
@@ -42,9 +45,11 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
 // Arguments at run time: X, dY, LearningRate [1], W (read) -> W (written).
 // With `keep_old`: X, dY, LearningRate, W -> W_old, W, where W_old receives
 // W before the step (so dX can be computed after it, from W_old, and X dies
-// here). Throws kiln::Error as MakeFusedMatmulKernel.
+// here). With `compute` kBF16 the product multiplies bf16 copies of X and
+// lr * dY and adds into the f32 W. Throws kiln::Error as MakeFusedMatmulKernel.
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
-                                                           const std::string& name, bool keep_old = false);
+                                                           const std::string& name, bool keep_old = false,
+                                                           ComputeType compute = ComputeType::kF32);
 
 // kiln's conv2d (strides, symmetric paddings, dilations with 1 = dense,
 // groups), then elementwise_add of a [O] bias at axis 1 and the activation.

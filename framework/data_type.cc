@@ -4,6 +4,8 @@
 
 namespace kiln {
 
+const char* ComputeTypeName(ComputeType type) { return type == ComputeType::kBF16 ? "bf16" : "f32"; }
+
 size_t SizeOf(DataType dtype) {
   switch (dtype) {
     case DataType::kFP32: return 4;

@@ -13,6 +13,12 @@ namespace kiln {
 
 enum class DataType : int { kFP32 = 0, kINT64 = 1, kINT32 = 2, kFP64 = 3, kBOOL = 4 };
 
+// The type a primitive multiplies in while its tensors stay f32 (--amp):
+// kBF16 converts the operands to bf16 and accumulates in f32.
+enum class ComputeType : uint8_t { kF32, kBF16 };
+// "f32", "bf16".
+const char* ComputeTypeName(ComputeType type);
+
 size_t SizeOf(DataType dtype);
 // Short readable name used in IR printing and errors: f32, i64, i32, f64, bool.
 const char* DataTypeName(DataType dtype);

@@ -10,6 +10,7 @@ DEFINE_bool(recompute, true, "Recompute activations the backward pass reads (tho
 DEFINE_string(recompute_ops, "layer_norm", "Op types recompute_pass may copy into the backward pass; e.g. layer_norm,softmax,matmul,gelu also recomputes attention probabilities (matmul only as the scores feeding a recomputed op): less memory, more compute");
 DEFINE_bool(release_shape_only, true, "Release an intermediate's buffer once only ops reading its shape remain (reshape2_grad's X, elementwise_add_grad's Y, ...); they keep its dims");
 DEFINE_bool(deterministic, false, "Bitwise identical results across runs and thread counts on one machine: oneDNN primitives run single-threaded, and generated kernels sum over rows in chunks fixed by the shape, not by the thread count (see docs/jit.md)");
+DEFINE_string(amp, "", "Mixed precision: bf16 runs matmuls (forward and both gradients, framework kernels and JIT clusters) in bf16 with f32 accumulation; tensors, weights, optimizer state and every other op stay f32 (empty: all f32; see docs/jit.md)");
 DEFINE_bool(use_inplace, true, "Run activations, softmax, elementwise_add and sum in place when their input dies there (inplace_pass)");
 DEFINE_bool(cache_allocations, true, "Keep freed tensor buffers on per-size-class free lists and reuse them; false: every buffer comes from and goes back to the system");
 DEFINE_bool(memory_report, false, "kiln train: print peak tensor bytes, bytes allocated from the system, what in-place and buffer reuse saved, and the JIT's arena plans");

@@ -12,6 +12,7 @@
 DECLARE_bool(use_onednn);
 DECLARE_bool(check_nan_inf);
 DECLARE_bool(deterministic);
+DECLARE_string(amp);
 DECLARE_bool(free_intermediates);
 DECLARE_bool(release_shape_only);
 DECLARE_bool(recompute);

@@ -22,7 +22,7 @@ const std::map<std::string, Flags>& GroupFlags() {
         "jit_allow_ops", "jit_deny_ops", "jit_deny_clusters", "jit_min_cluster_size", "jit_cache_capacity",
         "jit_recompile_limit", "jit_explain", "jit_verbose", "jit_dump_dir", "jit_profile", "jit_shadow_every",
         "jit_shadow_rtol", "jit_shadow_atol"}},
-      {"kernels", {"use_onednn", "check_nan_inf", "deterministic"}},
+      {"kernels", {"use_onednn", "check_nan_inf", "deterministic", "amp"}},
       {"memory",
        {"free_intermediates", "release_shape_only", "use_inplace", "recompute", "recompute_ops", "cache_allocations",
         "memory_report"}},

@@ -12,7 +12,7 @@
 #include "compiler/jit_dump.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
-#include "framework/onednn/onednn_handler.h"
+#include "framework/onednn/handlers.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
 #include "runtime/runner.h"
@@ -101,6 +101,27 @@ void WriteProfileSvg() {
   }
 }
 
+// --amp: what matmuls multiply in. bf16 is checked here, by creating a small
+// bf16 matmul, so a CPU without one (oneDNN needs AVX512_CORE; AVX512_BF16
+// makes it native) fails at start-up instead of silently falling back to
+// f32 reference kernels.
+ComputeType MatmulComputeFromFlags() {
+  if (FLAGS_amp.empty()) return ComputeType::kF32;
+  if (FLAGS_amp != "bf16") {
+    ThrowInvalidArgument("unknown --amp '", FLAGS_amp, "': expected bf16, or empty for f32 throughout");
+  }
+  if (!FLAGS_use_onednn) ThrowInvalidArgument("--amp bf16 needs --use_onednn: the bf16 matmuls are oneDNN primitives");
+  onednn::PrimitiveCache probe(1);
+  onednn::MatmulHandler h(probe, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
+  if (!h.AcquireForwardPrimitive()) {
+    const auto& entry = h.acquired_entry();
+    ThrowUnimplemented("--amp bf16: oneDNN has no usable bf16 matmul on this CPU (",
+                       entry && entry->primitive ? "only the slow " + entry->impl : std::string("none"),
+                       "; it needs AVX512_CORE, natively AVX512_BF16)");
+  }
+  return ComputeType::kBF16;
+}
+
 }  // namespace
 
 void ConfigureJitFromFlags() {
@@ -130,6 +151,10 @@ void ConfigureJitFromFlags() {
   // with the JIT off.
   o.compile.deterministic = FLAGS_deterministic;
   onednn::SetDeterministic(FLAGS_deterministic);
+  // Likewise --amp: the framework's matmul kernels read the process-wide
+  // value, compiled clusters their options.
+  o.compile.matmul_compute = MatmulComputeFromFlags();
+  onednn::SetMatmulCompute(o.compile.matmul_compute);
   o.verbose = FLAGS_jit_verbose;
   for (const auto& key : SplitOpList(FLAGS_jit_deny_clusters)) o.deny_clusters.insert(key);
   if (FLAGS_jit_shadow_every < 0) ThrowInvalidArgument("--jit_shadow_every must be >= 0, got ", FLAGS_jit_shadow_every);

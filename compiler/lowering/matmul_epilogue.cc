@@ -9,7 +9,8 @@ OneDnnMatmulUnit::OneDnnMatmulUnit(const std::string& step, std::vector<int> ops
       args_(std::move(args)) {}
 
 std::string OneDnnMatmulUnit::Describe(const Cluster&) const {
-  return "oneDNN matmul" + EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
+  return "oneDNN matmul" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
+         EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
 }
 
 std::vector<EmittedKernel> OneDnnMatmulUnit::Emit(EmitContext& ctx) const {
@@ -40,6 +41,7 @@ bool MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_
   m->spec.w_dims = wd;
   m->spec.transpose_w = c.Attr<bool>(i, "transpose_Y");
   m->spec.alpha = c.Attr<float>(i, "alpha");
+  m->spec.compute = c.options().matmul_compute;
   // A [N] row added on the last axis, then relu or gelu; a bare matmul (or
   // one with only an activation) stays a oneDNN anchor.
   const int64_t n = m->spec.transpose_w ? wd[0] : wd[1];

@@ -32,10 +32,16 @@ struct FusedOps {
 // batch dims fold into M (one 2-D product). Key dims: {a, b} as the primitive
 // sees them; alpha is the key's output_scale. The bias is [N] (a row added to
 // every row of dst).
+//
+// With `compute` kBF16 (--amp bf16) the primitive multiplies bf16 operands
+// with f32 accumulation and writes f32: the tensors stay f32 and the entry's
+// reorders convert a and b into bf16 copies held for one execution (so the
+// bias, the post-ops and a sum into dst work on f32 as before). Key:
+// PrimitiveKey::compute.
 class MatmulHandler : public OneDnnHandler {
  public:
   MatmulHandler(PrimitiveCache& cache, const Dims& a_dims, bool trans_a, const Dims& b_dims, bool trans_b,
-                float alpha, const FusedOps& fused = {});
+                float alpha, const FusedOps& fused = {}, ComputeType compute = ComputeType::kF32);
   // False when the dims do not make a matmul oneDNN can express.
   bool valid() const { return valid_; }
   // Dims of dst (batch dims broadcast, at the common rank).

@@ -37,7 +37,7 @@ bool BindBias(OneDnnHandler* h, const Tensor* bias, ExecArgs* args) {
 // ---- MatmulHandler -----------------------------------------------------------------------
 
 MatmulHandler::MatmulHandler(PrimitiveCache& cache, const Dims& a, bool trans_a, const Dims& b, bool trans_b,
-                             float alpha, const FusedOps& fused)
+                             float alpha, const FusedOps& fused, ComputeType compute)
     : OneDnnHandler(cache) {
   if (a.size() < 2 || b.size() < 2 || !AllPositive(a) || !AllPositive(b)) return;
   const size_t ra = a.size(), rb = b.size();
@@ -75,6 +75,7 @@ MatmulHandler::MatmulHandler(PrimitiveCache& cache, const Dims& a, bool trans_a,
   fwd_key_.transpose_a = trans_a;
   fwd_key_.transpose_b = trans_b;
   fwd_key_.output_scale = alpha;
+  fwd_key_.compute = compute;
   SetFusion(&fwd_key_, fused);
   valid_ = true;
 }
@@ -83,34 +84,48 @@ namespace {
 
 // Descriptor of a stored operand read as [..., rows, cols]; `trans` means the
 // tensor stores [..., cols, rows].
-dnnl::memory::desc OperandDesc(const Dims& stored, bool trans) {
-  if (!trans) return PlainDesc(stored);
+dnnl::memory::desc OperandDesc(const Dims& stored, bool trans,
+                               dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
+  if (!trans) return PlainDesc(stored, type);
   Dims logical = stored;
   std::swap(logical[logical.size() - 1], logical[logical.size() - 2]);
-  return TransposedLastTwoDesc(logical);
+  return TransposedLastTwoDesc(logical, type);
+}
+
+dnnl::memory::data_type OperandType(ComputeType compute) {
+  return compute == ComputeType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
 }  // namespace
 
 // Plain layouts throughout: brgemm reads row-major operands directly, and
 // the JIT binds the framework's buffers without reorders.
+// With bf16 compute the operands keep the tensors' strides (a transposed
+// operand stays transposed), so each reorder is a pure f32 -> bf16
+// conversion (round to nearest even); dst and the bias stay f32.
 PrimitiveEntry MatmulHandler::CreateForward() const {
-  const dnnl::memory::desc src = OperandDesc(fwd_key_.dims[0], fwd_key_.transpose_a);
-  const dnnl::memory::desc wei = OperandDesc(fwd_key_.dims[1], fwd_key_.transpose_b);
+  const dnnl::memory::data_type type = OperandType(fwd_key_.compute);
+  const dnnl::memory::desc src = OperandDesc(fwd_key_.dims[0], fwd_key_.transpose_a, type);
+  const dnnl::memory::desc wei = OperandDesc(fwd_key_.dims[1], fwd_key_.transpose_b, type);
   const dnnl::memory::desc dst = PlainDesc(prim_dst_dims_);
   // The bias is a row broadcast over every other dim of dst.
   Dims bias_dims(prim_dst_dims_.size(), 1);
   bias_dims.back() = prim_dst_dims_.back();
   const dnnl::memory::desc bias = PlainDesc(bias_dims);
   const dnnl::primitive_attr attr = FusedAttr(fwd_key_, bias);
+  PrimitiveEntry e;
   if (!fwd_key_.bias || detail::BiasIsPostOp(fwd_key_)) {
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, Engine());
-    PrimitiveEntry e = MakeEntry(pd, dnnl::matmul(pd));
+    e = MakeEntry(pd, dnnl::matmul(pd));
     if (fwd_key_.bias) e.bias_arg = detail::kBiasPostOpArg;
-    return e;
+  } else {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, bias, dst), attr, Engine());
+    e = MakeEntry(pd, dnnl::matmul(pd));
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, bias, dst), attr, Engine());
-  return MakeEntry(pd, dnnl::matmul(pd));
+  // No-ops for f32 (the descriptors are equal).
+  AddReorder(&e, DNNL_ARG_SRC, /*output=*/false, OperandDesc(fwd_key_.dims[0], fwd_key_.transpose_a), src);
+  AddReorder(&e, DNNL_ARG_WEIGHTS, /*output=*/false, OperandDesc(fwd_key_.dims[1], fwd_key_.transpose_b), wei);
+  return e;
 }
 
 bool MatmulHandler::Run(const Tensor& a, const Tensor& b, Tensor* dst) { return Run(a, b, nullptr, dst); }

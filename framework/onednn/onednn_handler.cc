@@ -11,20 +11,20 @@ namespace kiln::onednn {
 
 dnnl::memory::dims ToDnnlDims(const Dims& dims) { return dnnl::memory::dims(dims.begin(), dims.end()); }
 
-dnnl::memory::desc PlainDesc(const Dims& dims) {
+dnnl::memory::desc PlainDesc(const Dims& dims, dnnl::memory::data_type type) {
   const std::vector<int64_t> strides = Strides(dims);
-  return dnnl::memory::desc(ToDnnlDims(dims), dnnl::memory::data_type::f32,
+  return dnnl::memory::desc(ToDnnlDims(dims), type,
                             dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
-dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims) {
+dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims, dnnl::memory::data_type type) {
   KILN_CHECK(dims.size() >= 2);
   Dims stored = dims;
   const size_t r = dims.size();
   std::swap(stored[r - 1], stored[r - 2]);
   std::vector<int64_t> strides = Strides(stored);
   std::swap(strides[r - 1], strides[r - 2]);
-  return dnnl::memory::desc(ToDnnlDims(dims), dnnl::memory::data_type::f32,
+  return dnnl::memory::desc(ToDnnlDims(dims), type,
                             dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
@@ -38,6 +38,7 @@ bool IsSlowImplementation(const std::string& impl) {
 namespace {
 std::atomic<bool> allow_slow_impls{false};
 std::atomic<bool> deterministic{false};
+std::atomic<ComputeType> matmul_compute{ComputeType::kF32};
 
 // One OpenMP thread for the calling thread while it lives, in deterministic
 // mode: oneDNN sizes its work split by omp_get_max_threads() when it creates
@@ -64,6 +65,8 @@ void SetAllowSlowImplementations(bool allow) { allow_slow_impls.store(allow); }
 bool AllowSlowImplementations() { return allow_slow_impls.load(std::memory_order_relaxed); }
 void SetDeterministic(bool on) { deterministic.store(on); }
 bool Deterministic() { return deterministic.load(std::memory_order_relaxed); }
+void SetMatmulCompute(ComputeType type) { matmul_compute.store(type); }
+ComputeType MatmulCompute() { return matmul_compute.load(std::memory_order_relaxed); }
 
 bool AllFp32(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {

@@ -30,11 +30,12 @@ namespace kiln::onednn {
 
 // oneDNN dims of kiln dims.
 dnnl::memory::dims ToDnnlDims(const Dims& dims);
-// Dense row-major f32 descriptor of `dims`.
-dnnl::memory::desc PlainDesc(const Dims& dims);
-// Row-major f32 descriptor of `dims` whose last two dims are stored swapped
+// Dense row-major descriptor of `dims` (f32 unless said otherwise).
+dnnl::memory::desc PlainDesc(const Dims& dims, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+// Row-major descriptor of `dims` whose last two dims are stored swapped
 // (the tensor holds [..., b, a] and is read as [..., a, b]).
-dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims);
+dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims,
+                                         dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
 // oneDNN sometimes has only a generic implementation for a case ("ref:any"
 // for a softmax over a non-innermost axis or an unusual broadcast,
@@ -55,6 +56,12 @@ bool AllowSlowImplementations();
 // so primitives of the two modes never mix.
 void SetDeterministic(bool on);
 bool Deterministic();
+
+// What the framework's matmul kernels multiply in (--amp; process-wide, set
+// at the tool edge like --deterministic, which also sets the JIT's
+// CompileOptions::matmul_compute to the same value). Their tensors stay f32.
+void SetMatmulCompute(ComputeType type);
+ComputeType MatmulCompute();
 
 // True when every tensor is FP32 (the only dtype these kernels handle) and
 // non-empty.

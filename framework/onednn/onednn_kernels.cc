@@ -44,7 +44,7 @@ bool MatmulKernel(ExecContext& ctx) {
   Tensor* out = ctx.Output("Out");
   if (!AllFp32({&x, &y}) || out->numel() == 0) return false;
   onednn::MatmulHandler h(Cache(), x.dims(), ctx.Attr<bool>("transpose_X"), y.dims(), ctx.Attr<bool>("transpose_Y"),
-                          ctx.Attr<float>("alpha"));
+                          ctx.Attr<float>("alpha"), {}, onednn::MatmulCompute());
   if (!h.valid() || h.dst_dims() != out->dims()) return false;
   return h.Run(x, y, out);
 }
@@ -58,6 +58,7 @@ bool MatmulKernel(ExecContext& ctx) {
 // those dims. The one such case handled here is a Y without batch dims and an
 // untransposed X (a fully connected layer on [B..., M, K]): folding the batch
 // into the rows turns the sum into the contraction of one 2-D product.
+// Under --amp bf16 each product multiplies bf16 copies of its operands.
 bool MatmulGradKernel(ExecContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
@@ -80,7 +81,8 @@ bool MatmulGradKernel(ExecContext& ctx) {
   auto plan = [&](const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor* o, bool fold) {
     const Dims ad = fold ? FoldRows(a.dims()) : a.dims();
     const Dims bd = fold ? FoldRows(b.dims()) : b.dims();
-    auto h = std::make_unique<onednn::MatmulHandler>(Cache(), ad, ta, bd, tb, alpha);
+    auto h = std::make_unique<onednn::MatmulHandler>(Cache(), ad, ta, bd, tb, alpha, onednn::FusedOps{},
+                                                     onednn::MatmulCompute());
     if (!h->valid() || !SameDimsUpToLeadingOnes(h->dst_dims(), o->dims())) return false;
     products.push_back({std::move(h), &a, &b, o});
     return true;

@@ -70,7 +70,10 @@ struct PostOp {
 // not use keep their defaults, so they never split entries.
 struct PrimitiveKey {
   PrimitiveKind kind = PrimitiveKind::kMatmul;
-  DataType dtype = DataType::kFP32;
+  DataType dtype = DataType::kFP32;  // of the tensors the handler binds
+  // What the primitive multiplies in (matmul): kBF16 takes bf16 operands,
+  // converted from the f32 tensors by the entry's reorders, and writes f32.
+  ComputeType compute = ComputeType::kF32;
   std::vector<Dims> dims;  // every input's dims, in the order the handler documents
   int algorithm = 0;       // dnnl::algorithm (eltwise, pooling, binary); 0 when unused
   bool transpose_a = false;  // matmul: src stored as [..., K, M]
@@ -99,8 +102,8 @@ struct PrimitiveKey {
   bool operator!=(const PrimitiveKey& other) const { return !(*this == other); }
   size_t Hash() const;
   // Readable one-line form for logs and dumps, e.g.
-  // "matmul f32 [64,784]x[784,10] scale=1 +bias +relu" (unused fields are
-  // left out).
+  // "matmul f32 [64,784]x[784,10] scale=1 +bias +relu", with bf16 compute
+  // "matmul f32 compute=bf16 [64,784]x..." (unused fields are left out).
   std::string ToString() const;
 };
 

@@ -231,6 +231,18 @@ class FlagsTest(unittest.TestCase):
         self.assertIn("jit_isa", str(e.exception))
         self.assertFalse(kiln.get_flags("check_nan_inf")["check_nan_inf"])
 
+    def test_amp_flag_takes_bf16_only(self):
+        kiln.set_flags({"amp": "bf16"})
+        try:
+            self.assertEqual(kiln.get_flags("amp")["amp"], "bf16")
+            with self.assertRaises(kiln.Error) as e:
+                kiln.set_flags({"amp": "fp16"})
+            self.assertIn("unknown --amp 'fp16': expected bf16", str(e.exception))
+            self.assertEqual(kiln.get_flags("amp")["amp"], "bf16")
+        finally:
+            kiln.set_flags({"amp": ""})
+        self.assertEqual(kiln.get_flags("amp")["amp"], "")
+
     def test_use_jit_flag_turns_the_jit_on(self):
         kiln.set_flags({"FLAGS_use_jit": True})
         try:

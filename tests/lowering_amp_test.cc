@@ -1,0 +1,60 @@
+// Lowering under --amp bf16 (CompileOptions::matmul_compute): the matmul
+// steps create bf16 oneDNN kernels, batch_one keeps its f32 gemv kernels
+// out, and compiled objects of the two compute types are kept apart.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tests/lowering_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+LoweringCase Bf16(LoweringCase c) {
+  c.options.matmul_compute = ComputeType::kBF16;
+  return c;
+}
+
+// Inputs are uniform in [-2, 2): a dot product of length K is off by at most
+// 2^-7 (1 + 2^-7) * sum |a b| (docs/jit.md, "Mixed precision"), and
+// sum |a b| <= 4K; the absolute tolerance is that bound.
+double Bf16Atol(int64_t k) { return std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) * 4.0 * k; }
+
+TEST(LoweringAmpTest, MatmulEpilogueRunsInBf16) {
+  LoweringCase c;
+  c.name = "amp_matmul_epilogue";
+  c.ops = {OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"mm"}).Build(),
+           OpBuilder("elementwise_add").In("X", {"mm"}).In("Y", {"b"}).Out("Out", {"sum"}).Build(),
+           OpBuilder("relu").In("X", {"sum"}).Out("Out", {"y"}).Build()};
+  c.inputs = {{"x", {5, 33}}, {"w", {33, 17}}, {"b", {17}}};
+  c.outputs = {"y"};
+  const auto obj = CheckLoweringNumerics(Bf16(c), Bf16Atol(33), 0);
+  EXPECT_TRUE(StepMatched(*obj, "matmul_epilogue")) << obj->lowering;
+  const std::string listing = obj->Listing();
+  EXPECT_NE(listing.find("matmul_compute=bf16"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("in bf16 (f32 accumulation) + bias + relu post-op"), std::string::npos) << listing;
+}
+
+TEST(LoweringAmpTest, WeightGradFoldInBf16AndNoGemvAtBatchOne) {
+  for (int64_t m : {1, 7}) {
+    const LoweringCase c = Bf16(GradAndSgd("amp_grad_sgd", m, 37, 19, true));
+    // W moves by lr * X^T dY (lr is an input in [-2, 2), so up to 2x the
+    // product's error); dX = dY W^T sums over N = 19.
+    const auto obj = CheckLoweringNumerics(c, 2 * Bf16Atol(std::max<int64_t>(m, 19)), 0);
+    EXPECT_TRUE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
+    EXPECT_FALSE(StepMatched(*obj, "batch_one")) << obj->lowering;
+    EXPECT_NE(obj->Listing().find("in bf16 (f32 accumulation) W -= lr * X^T dY"), std::string::npos)
+        << obj->Listing();
+  }
+}
+
+TEST(LoweringAmpTest, CompileOptionsKeyTheComputeType) {
+  jit::CompileOptions f32 = LoweringCase::DefaultOptions(), bf16 = f32;
+  bf16.matmul_compute = ComputeType::kBF16;
+  EXPECT_FALSE(f32 == bf16);
+  EXPECT_NE(f32.Hash(), bf16.Hash());
+}
+
+}  // namespace
+}  // namespace kiln::test
