@@ -56,9 +56,9 @@ TINY_CONFIGS = [
 # Issue 14's targets: kiln-JIT step time / PyTorch (fp32) step time at most this.
 TARGETS = {"mlp b1": 0.2, "mlp b64": 0.65, "mlp b256": 0.85, "cnn b64": 0.4, "transformer b8": 0.7}
 MATMUL_FRACTION_TARGET = ("mlp b256", 0.8)
-SIDES = ["torch", "torch_bf16", "nojit", "jit"]
+SIDES = ["torch", "torch_bf16", "nojit", "jit", "jit_bf16"]  # jit_bf16: kiln JIT with --amp bf16
 SIDE_NAMES = {"torch": "PyTorch eager", "torch_bf16": "PyTorch autocast bf16", "nojit": "kiln JIT off",
-              "jit": "kiln JIT on"}
+              "jit": "kiln JIT on", "jit_bf16": "kiln JIT --amp bf16"}
 TORCH_SIDES = ("torch", "torch_bf16")
 
 
@@ -345,7 +345,8 @@ def kiln_cmd(kiln, cfg, side, args):
     name, model, batch, flags, _ = cfg
     return [kiln, "bench", "--model", model, "--batch_size", str(batch), "--optimizer", "sgd", "--lr", "0.1",
             "--seed", "1", "--bench_warmup", str(args.warmup), "--bench_steps", str(args.steps),
-            "--use_jit=" + ("true" if side == "jit" else "false")] + flags
+            "--use_jit=" + ("false" if side == "nojit" else "true")] + flags + \
+        (["--amp", "bf16"] if side == "jit_bf16" else [])
 
 
 def torch_cmd(cfg, threads, args, side):
@@ -380,9 +381,21 @@ def best_limits(runs):
     return out
 
 
+def kiln_bf16_problem(kiln):
+    """None when `kiln --amp bf16` runs here, else why not (no such flag, or a
+    CPU without fast bf16 matmuls: kiln refuses then)."""
+    r = subprocess.run([kiln, "bench", "--model", "mlp", "--dataset", "digits", "--mlp_hidden", "8", "--batch_size",
+                        "2", "--bench_warmup", "0", "--bench_steps", "1", "--use_jit", "--amp", "bf16",
+                        "--progress=false"], capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
+
+
 def run_all(kiln, configs, threads_list, args, have_torch):
     results = {}  # (name, threads, side) -> summary
     limits = {}
+    bf16_problem = kiln_bf16_problem(kiln)
+    if bf16_problem:
+        log("bench: no kiln --amp bf16 column: " + bf16_problem)
     for threads in threads_list:
         limit_runs = {}
         measure_limits(kiln, threads, args, limit_runs)
@@ -391,6 +404,8 @@ def run_all(kiln, configs, threads_list, args, have_torch):
             per_side = {s: [] for s in SIDES}
             for rnd in range(args.rounds):
                 for side in SIDES:
+                    if side == "jit_bf16" and bf16_problem:
+                        continue
                     if side in TORCH_SIDES:
                         if not have_torch:
                             continue
@@ -444,21 +459,25 @@ def fmt(v, spec="%.3f"):
 
 
 def table_rows(configs, threads_list, results, limits):
-    header = ["model", "thr", "PyTorch ms", "PyTorch bf16 ms", "kiln off ms", "kiln JIT ms", "JIT/PyTorch", "target",
-              "met", "JIT/PyTorch bf16", "JIT/off", "RSS MiB (PyT/off/JIT)", "JIT GFLOP/s", "of matmul"]
+    header = ["model", "thr", "PyTorch ms", "PyTorch bf16 ms", "kiln off ms", "kiln JIT ms", "kiln bf16 ms",
+              "JIT/PyTorch", "target", "met", "JIT/PyTorch bf16", "bf16/PyTorch", "bf16/PyTorch bf16", "JIT/off",
+              "RSS MiB (PyT/off/JIT)", "JIT GFLOP/s", "of matmul"]
     rows = []
     for threads in threads_list:
         for cfg in configs:
             name = cfg[0]
             get = lambda side: results.get((name, threads, side))
-            t, tb, off, jit = get("torch"), get("torch_bf16"), get("nojit"), get("jit")
+            t, tb, off, jit, jb = get("torch"), get("torch_bf16"), get("nojit"), get("jit"), get("jit_bf16")
             r_t = ratio(results, name, threads, "jit", "torch")
             target = TARGETS.get(name)
             met = "-" if r_t is None or target is None else ("yes" if r_t <= target else "NO")
             rss = "/".join(fmt(x["peak_rss_mib"] if x else None, "%.0f") for x in (t, off, jit))
             rows.append([name, str(threads), fmt(t and t["median_ms"]), fmt(tb and tb["median_ms"]),
-                         fmt(off and off["median_ms"]), fmt(jit and jit["median_ms"]), fmt(r_t, "%.2f"),
-                         fmt(target, "%.2f"), met, fmt(ratio(results, name, threads, "jit", "torch_bf16"), "%.2f"),
+                         fmt(off and off["median_ms"]), fmt(jit and jit["median_ms"]), fmt(jb and jb["median_ms"]),
+                         fmt(r_t, "%.2f"), fmt(target, "%.2f"), met,
+                         fmt(ratio(results, name, threads, "jit", "torch_bf16"), "%.2f"),
+                         fmt(ratio(results, name, threads, "jit_bf16", "torch"), "%.2f"),
+                         fmt(ratio(results, name, threads, "jit_bf16", "torch_bf16"), "%.2f"),
                          fmt(ratio(results, name, threads, "jit", "nojit"), "%.2f"), rss,
                          fmt(jit and jit["gflops"], "%.1f"),
                          fmt(jit and 100 * jit["matmul_fraction"], "%.0f%%")])
@@ -480,14 +499,14 @@ def md_table(header, rows):
 
 def svg_plot(configs, threads_list, results, title):
     """Horizontal bars on a log scale: step time of each side per model and thread count."""
-    colors = {"torch": "#d62728", "torch_bf16": "#ff9896", "nojit": "#7f7f7f", "jit": "#1f77b4"}
+    colors = {"torch": "#d62728", "torch_bf16": "#ff9896", "nojit": "#7f7f7f", "jit": "#1f77b4", "jit_bf16": "#17becf"}
     groups = [(cfg[0], t) for t in threads_list for cfg in configs]
     values = [r["median_ms"] for r in results.values() if r.get("median_ms", 0) > 0]
     lo = 10 ** math.floor(math.log10(min(values))) if values else 0.01
     hi = 10 ** math.ceil(math.log10(max(values))) if values else 100
     if hi <= lo:
         hi = lo * 10
-    left, right, top, bar_h, gap = 170, 30, 60, 12, 14
+    left, right, top, bar_h, gap = 170, 30, 76, 12, 14
     plot_w = 560
     group_h = bar_h * len(SIDES) + gap
     height = top + group_h * len(groups) + 60
@@ -501,9 +520,10 @@ def svg_plot(configs, threads_list, results, title):
          '<rect width="100%" height="100%" fill="white"/>',
          '<text x="%d" y="20" font-size="13" font-weight="bold">%s</text>' % (left, title)]
     for i, side in enumerate(SIDES):
-        x = left + i * 140
-        s.append('<rect x="%d" y="32" width="12" height="12" fill="%s"/>' % (x, colors[side]))
-        s.append('<text x="%d" y="42">%s</text>' % (x + 16, SIDE_NAMES[side]))
+        x = left + (i % 3) * 190
+        y = 32 + (i // 3) * 16
+        s.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>' % (x, y, colors[side]))
+        s.append('<text x="%d" y="%d">%s</text>' % (x + 16, y + 10, SIDE_NAMES[side]))
     decade = lo
     while decade <= hi * 1.0001:
         x = x_of(decade)
@@ -612,7 +632,8 @@ def markdown_section(args, configs, threads_list, results, limits, cpu, tinfo, h
                "Each measurement is its own process (OMP_NUM_THREADS and torch.set_num_threads set before it "
                "starts); for every (model, threads) the sides run interleaved PyTorch, PyTorch with bf16 autocast "
                "(`torch.autocast('cpu', dtype=torch.bfloat16)` around the forward and the loss; its Linear and "
-               "convolution layers then run in bf16, weights and optimizer stay fp32), kiln JIT off, kiln JIT on, "
+               "convolution layers then run in bf16, weights and optimizer stay fp32), kiln JIT off, kiln JIT on, kiln JIT with `--amp bf16` (its "
+               "matmuls in bf16 with f32 accumulation; convolutions stay f32 so far: docs/jit.md), "
                "%d rounds of %d warm-up steps (untimed; they include the JIT's compiles) and %d timed steps, each "
                "process started when no other task was runnable or after waiting %g s. A step time is the lowest "
                "over rounds of each process's median step (other jobs on the machine only make a round slower; "

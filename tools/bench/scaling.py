@@ -14,10 +14,10 @@ within each round (a point's figure is the best of its rounds):
 
 The sides are kiln with the JIT on and off, PyTorch eager fp32 and PyTorch
 with bf16 autocast (`tools/bench/bench_vs_pytorch.py`'s worker, run as the
-peer at its best), and kiln with `--amp bf16` when the built kiln has that
-flag. Memory is kiln's peak tensor bytes during the steps (`kiln bench`'s
+peer at its best), and kiln with `--amp bf16` where this CPU runs it. Memory
+is kiln's peak tensor bytes during the steps (`kiln bench`'s
 `peak_tensor_bytes`) and each side's peak RSS. --tiny runs small sizes for a
-smoke test and writes nothing. The section "## Scaling" of
+smoke test (written only into an explicit --out_dir). The section "## Scaling" of
 docs/benchmarks.md and its SVGs are rewritten unless --no_docs."""
 
 import argparse
@@ -42,13 +42,11 @@ NAMES = {"jit": "kiln JIT", "nojit": "kiln JIT off", "jit_bf16": "kiln JIT bf16"
          "torch_bf16": "PyTorch autocast bf16"}
 
 
-def kiln_has_amp(kiln):
-    r = subprocess.run([kiln, "flags", "--markdown"], capture_output=True, text=True)
-    return "--amp" in r.stdout
-
-
 def sides_of(kiln, have_torch):
-    sides = ["jit", "nojit"] + (["jit_bf16"] if kiln_has_amp(kiln) else [])
+    problem = bvp.kiln_bf16_problem(kiln)
+    if problem:
+        bvp.log("scaling: no kiln --amp bf16 curve: " + problem)
+    sides = ["jit", "nojit"] + ([] if problem else ["jit_bf16"])
     return sides + (["torch", "torch_bf16"] if have_torch else [])
 
 
