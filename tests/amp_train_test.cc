@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/file_util.h"
+#include "tests/bf16_util.h"
 #include "tests/cli_util.h"
 
 namespace kiln {
@@ -57,6 +58,7 @@ double MaxLossDiff(const TrainRun& a, const TrainRun& b, size_t steps) {
 }
 
 TEST(AmpTrainTest, MlpOnDigitsJitOnMatchesJitOffAndF32Accuracy) {
+  KILN_SKIP_WITHOUT_BF16();
   const TrainRun f32 = Train("f32", "");
   const TrainRun f32_jit = Train("f32_jit", "--use_jit");
   const TrainRun bf16 = Train("bf16", "--amp bf16");

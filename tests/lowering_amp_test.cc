@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tests/bf16_util.h"
 #include "tests/lowering_test_util.h"
 
 namespace kiln::test {
@@ -22,6 +23,7 @@ LoweringCase Bf16(LoweringCase c) {
 double Bf16Atol(int64_t k) { return std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) * 4.0 * k; }
 
 TEST(LoweringAmpTest, MatmulEpilogueRunsInBf16) {
+  KILN_SKIP_WITHOUT_BF16();
   LoweringCase c;
   c.name = "amp_matmul_epilogue";
   c.ops = {OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"mm"}).Build(),
@@ -37,6 +39,7 @@ TEST(LoweringAmpTest, MatmulEpilogueRunsInBf16) {
 }
 
 TEST(LoweringAmpTest, WeightGradFoldInBf16AndNoGemvAtBatchOne) {
+  KILN_SKIP_WITHOUT_BF16();
   for (int64_t m : {1, 7}) {
     const LoweringCase c = Bf16(GradAndSgd("amp_grad_sgd", m, 37, 19, true));
     // W moves by lr * X^T dY (lr is an input in [-2, 2), so up to 2x the

@@ -111,12 +111,9 @@ ComputeType MatmulComputeFromFlags() {
     ThrowInvalidArgument("unknown --amp '", FLAGS_amp, "': expected bf16, or empty for f32 throughout");
   }
   if (!FLAGS_use_onednn) ThrowInvalidArgument("--amp bf16 needs --use_onednn: the bf16 matmuls are oneDNN primitives");
-  onednn::PrimitiveCache probe(1);
-  onednn::MatmulHandler h(probe, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
-  if (!h.AcquireForwardPrimitive()) {
-    const auto& entry = h.acquired_entry();
-    ThrowUnimplemented("--amp bf16: oneDNN has no usable bf16 matmul on this CPU (",
-                       entry && entry->primitive ? "only the slow " + entry->impl : std::string("none"),
+  std::string why;
+  if (!onednn::Bf16MatmulAvailable(&why)) {
+    ThrowUnimplemented("--amp bf16: oneDNN has no usable bf16 matmul on this CPU (", why,
                        "; it needs AVX512_CORE, natively AVX512_BF16)");
   }
   return ComputeType::kBF16;

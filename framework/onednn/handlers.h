@@ -213,4 +213,9 @@ class SumHandler : public OneDnnHandler {
   PrimitiveEntry CreateForward() const override;
 };
 
+// Whether this CPU has a fast bf16 matmul in oneDNN (AVX512_CORE at least,
+// natively AVX512_BF16): creates a small one. When not, *why (if given)
+// says what oneDNN offered instead.
+bool Bf16MatmulAvailable(std::string* why = nullptr);
+
 }  // namespace kiln::onednn

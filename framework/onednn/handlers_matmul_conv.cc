@@ -283,4 +283,15 @@ bool ConvHandler::RunBackwardWeights(const Tensor& input, const Tensor& d_output
   return true;
 }
 
+bool Bf16MatmulAvailable(std::string* why) {
+  PrimitiveCache probe(1);
+  MatmulHandler h(probe, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
+  if (h.AcquireForwardPrimitive()) return true;
+  if (why != nullptr) {
+    const auto& entry = h.acquired_entry();
+    *why = entry && entry->primitive ? "only the slow " + entry->impl : std::string("none");
+  }
+  return false;
+}
+
 }  // namespace kiln::onednn
