@@ -31,6 +31,7 @@
 #include "passes/pass_registry.h"
 #include "passes/pipeline.h"
 #include "tests/jit_pipeline_util.h"
+#include "tests/program_maker.h"
 
 namespace kiln {
 namespace {
@@ -39,46 +40,23 @@ using ir::Graph;
 
 // ---- Programs ------------------------------------------------------------------
 
-struct ProgramMaker {
-  proto::ProgramDesc program;
-  proto::BlockDesc* block;
-  ProgramMaker() {
-    program.set_version(1);
-    block = program.add_blocks();
-    block->set_idx(0);
-    block->set_parent_idx(-1);
-  }
-  ProgramMaker& Var(const std::string& name, Dims dims, bool stop_gradient = false) {
-    proto::VarDesc* v = block->add_vars();
-    v->set_name(name);
-    v->set_dtype(proto::FP32);
-    for (int64_t d : dims) v->add_dims(d);
-    v->set_stop_gradient(stop_gradient);
-    return *this;
-  }
-  // Appends the op and declares its outputs by shape inference.
-  ProgramMaker& Op(const OpBuilder& op) {
-    *block->add_ops() = op.Build();
-    InferShapeAtBuild(block, block->ops_size() - 1, /*declare_outputs=*/true);
-    return *this;
-  }
+// Programs built with shape inference, plus the attention pattern.
+struct AttentionProgram : test::ProgramMaker {
+  AttentionProgram() : ProgramMaker(test::OutputDecl::kByShapeInference) {}
   // q, k, v [-1, 2, s, 4] -> `prefix`s = scores, `prefix`p = probs, `prefix`o.
-  ProgramMaker& Attention(const std::string& prefix, int64_t s, const std::string& softmax = "softmax",
-                          bool transpose_y = true) {
+  AttentionProgram& Attention(const std::string& prefix, int64_t s, const std::string& softmax = "softmax",
+                              bool transpose_y = true) {
     const std::string q = prefix + "q", k = prefix + "k", v = prefix + "v";
     Var(q, {-1, 2, s, 4}).Var(k, transpose_y ? Dims{-1, 2, s, 4} : Dims{-1, 2, 4, s}).Var(v, {-1, 2, s, 4});
     Op(OpBuilder("matmul").In("X", {q}).In("Y", {k}).Out("Out", {prefix + "s"}).Attr("transpose_Y", transpose_y)
            .Attr("alpha", 0.5f));
     Op(OpBuilder(softmax).In("X", {prefix + "s"}).Out("Out", {prefix + "p"}));
-    return Op(OpBuilder("matmul").In("X", {prefix + "p"}).In("Y", {v}).Out("Out", {prefix + "o"}));
+    Op(OpBuilder("matmul").In("X", {prefix + "p"}).In("Y", {v}).Out("Out", {prefix + "o"}));
+    return *this;
   }
-  ProgramMaker& Mean(const std::string& x, const std::string& out) {
-    return Op(OpBuilder("mean").In("X", {x}).Out("Out", {out}));
-  }
-  proto::ProgramDesc WithBackward(const std::string& loss) const {
-    proto::ProgramDesc p = program;
-    AppendBackward(&p, loss);
-    return p;
+  AttentionProgram& Mean(const std::string& x, const std::string& out) {
+    Op(OpBuilder("mean").In("X", {x}).Out("Out", {out}));
+    return *this;
   }
 };
 
@@ -148,7 +126,7 @@ AttentionFusionReport CheckGolden(const std::string& name, const proto::ProgramD
 // Forward and backward of one attention become fused_attention and
 // fused_attention_grad; scores, probabilities and their gradients leave.
 TEST(AttentionFusionPassGolden, SoftmaxWithBackward) {
-  ProgramMaker p;
+  AttentionProgram p;
   p.Attention("", 6).Mean("o", "loss");
   const AttentionFusionReport r = CheckGolden("softmax_backward", p.WithBackward("loss"), {"q", "k", "v", "loss"}, true);
   ASSERT_EQ(r.fused.size(), 1u);
@@ -158,7 +136,7 @@ TEST(AttentionFusionPassGolden, SoftmaxWithBackward) {
 // The causal softmax fuses with causal=true; a forward-only program fuses
 // its forward.
 TEST(AttentionFusionPassGolden, CausalForwardOnly) {
-  ProgramMaker p;
+  AttentionProgram p;
   p.Attention("", 5, "fused_softmax_mask_upper_triangle").Mean("o", "loss");
   const AttentionFusionReport r = CheckGolden("causal_forward", p.program, {"q", "k", "v", "loss"}, true);
   EXPECT_EQ(r.ToString(), "fused attention o (probs p, causal, forward only)");
@@ -169,11 +147,12 @@ TEST(AttentionFusionPassGolden, CausalForwardOnly) {
 // transpose_Y), d's values come with another scale (alpha 2 in the second
 // matmul).
 TEST(AttentionFusionPassGolden, DoesNotFire) {
-  ProgramMaker p;
+  AttentionProgram p;
   p.Attention("a.", 4).Attention("b.", 4).Attention("c.", 4, "softmax", false).Attention("d.", 4);
   p.block->mutable_ops(p.block->ops_size() - 1)->CopyFrom(
       OpBuilder("matmul").In("X", {"d.p"}).In("Y", {"d.v"}).Out("Out", {"d.o"}).Attr("alpha", 2.0f).Build());
-  p.Op(OpBuilder("sum").In("X", {"a.o", "b.o", "c.o", "d.o"}).Out("Out", {"o"})).Mean("o", "loss1");
+  p.Op(OpBuilder("sum").In("X", {"a.o", "b.o", "c.o", "d.o"}).Out("Out", {"o"}));
+  p.Mean("o", "loss1");
   p.Mean("b.p", "loss2").Op(OpBuilder("elementwise_add").In("X", {"loss1"}).In("Y", {"loss2"}).Out("Out", {"loss"}));
   const AttentionFusionReport r =
       CheckGolden("not_fired", p.WithBackward("loss"), {"a.q", "a.k", "a.v", "b.q", "b.k", "b.v", "c.q", "c.k", "c.v",
@@ -185,7 +164,7 @@ TEST(AttentionFusionPassGolden, DoesNotFire) {
 // Q and K need no gradient: append_backward stops at dS (nothing reads it,
 // no matmul_grad for the scores), and the fused grad computes dV alone.
 TEST(AttentionFusionPass, ValuesOnlyGradient) {
-  ProgramMaker p;
+  AttentionProgram p;
   p.Attention("", 5).Mean("o", "loss");
   for (const std::string v : {"q", "k"}) FindMutableVarDesc(p.block, v)->set_stop_gradient(true);
   proto::ProgramDesc program = p.WithBackward("loss");

@@ -19,6 +19,7 @@
 #include "framework/program_io.h"
 #include "framework/validate.h"
 #include "passes/pass_registry.h"
+#include "tests/program_maker.h"
 
 namespace kiln {
 namespace {
@@ -41,29 +42,7 @@ struct RecordingSink {
   }
 };
 
-struct ProgramMaker {
-  proto::ProgramDesc program;
-  proto::BlockDesc* block;
-  ProgramMaker() {
-    program.set_version(1);
-    block = program.add_blocks();
-    block->set_idx(0);
-    block->set_parent_idx(-1);
-  }
-  ProgramMaker& Var(const std::string& name, Dims dims, proto::DataType dtype = proto::FP32,
-                    bool persistable = false) {
-    proto::VarDesc* v = block->add_vars();
-    v->set_name(name);
-    v->set_dtype(dtype);
-    for (int64_t d : dims) v->add_dims(d);
-    v->set_persistable(persistable);
-    return *this;
-  }
-  ProgramMaker& Op(const OpBuilder& op) {
-    *block->add_ops() = op.Build();
-    return *this;
-  }
-};
+using test::ProgramMaker;
 
 OpBuilder Unary(const std::string& type, const std::string& x, const std::string& out) {
   return OpBuilder(type).In("X", {x}).Out("Out", {out});
@@ -328,7 +307,7 @@ proto::ProgramDesc NoCandidateProgram() {
 // (persistable, written in place); d, a and g stay inside.
 proto::ProgramDesc FetchPersistableProgram() {
   ProgramMaker p;
-  p.Var("x", {4, 8}).Var("w", {8, 8}, proto::FP32, true).Var("lr", {1}, proto::FP32, true);
+  p.Var("x", {4, 8}).Param("w", {8, 8}).Param("lr", {1});
   p.Var("label", {4, 1}, proto::INT64);
   p.Var("h", {4, 8}).Var("a", {4, 8}).Var("s", {4, 8}).Var("d", {4, 8}).Var("g", {8, 8});
   p.Var("sm", {4, 8}).Var("loss", {4, 1});
@@ -663,9 +642,13 @@ TEST(BuildJitPass, RandomProgramsStayAcyclicAndEquivalent) {
     std::vector<std::string> names;
     for (int v = 0; v < num_vars; ++v) {
       names.push_back("v" + std::to_string(v));
-      p.Var(names.back(), {4, 8}, proto::FP32, pick(4) == 0);
+      if (pick(4) == 0) {
+        p.Param(names.back(), {4, 8});
+      } else {
+        p.Var(names.back(), {4, 8});
+      }
     }
-    p.Var("lr", {1}, proto::FP32, true);
+    p.Param("lr", {1});
     auto var = [&] { return names[pick(num_vars)]; };
     const int num_ops = 2 + pick(20);
     for (int i = 0; i < num_ops; ++i) {

@@ -30,9 +30,10 @@
 #include "framework/trainer.h"
 #include "framework/validate.h"
 #include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "passes/pass_registry.h"
+#include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
+#include "tests/program_maker.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -42,28 +43,7 @@ using ir::Graph;
 
 // ---- Helpers -----------------------------------------------------------------
 
-struct ProgramMaker {
-  proto::ProgramDesc program;
-  proto::BlockDesc* block;
-  ProgramMaker() {
-    program.set_version(1);
-    block = program.add_blocks();
-    block->set_idx(0);
-    block->set_parent_idx(-1);
-  }
-  ProgramMaker& Var(const std::string& name, Dims dims, bool persistable = false) {
-    proto::VarDesc* v = block->add_vars();
-    v->set_name(name);
-    v->set_dtype(proto::FP32);
-    for (int64_t d : dims) v->add_dims(d);
-    v->set_persistable(persistable);
-    return *this;
-  }
-  ProgramMaker& Op(const OpBuilder& op) {
-    *block->add_ops() = op.Build();
-    return *this;
-  }
-};
+using test::ProgramMaker;
 
 OpBuilder Unary(const std::string& type, const std::string& x, const std::string& out) {
   return OpBuilder(type).In("X", {x}).Out("Out", {out});
@@ -160,7 +140,7 @@ InplaceReport CheckGolden(const std::string& name, const proto::ProgramDesc& bui
 // onto the matmul's output; the scale's output is fetched.
 TEST(InplacePassGolden, ChainCollapsesOntoOneVar) {
   ProgramMaker p;
-  p.Var("x", {-1, 4}).Var("w", {4, 8}, true).Var("b", {8}, true).Var("m", {-1, 8}).Var("h", {-1, 8});
+  p.Var("x", {-1, 4}).Param("w", {4, 8}).Param("b", {8}).Var("m", {-1, 8}).Var("h", {-1, 8});
   p.Var("r", {-1, 8}).Var("s", {-1, 8});
   p.Op(OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"m"}));
   p.Op(Add("m", "b", "h")).Op(Unary("relu", "h", "r")).Op(Scale("r", "s", 2.0f));
@@ -211,7 +191,7 @@ TEST(InplacePassGolden, InputReadLater) {
 // writes: nothing fires.
 TEST(InplacePassGolden, PersistableFedFetchedAndUnwrittenDoNotFire) {
   ProgramMaker p;
-  p.Var("x", {4, 8}).Var("u", {4, 8}).Var("p", {4, 8}, true).Var("q", {4, 8}, true);
+  p.Var("x", {4, 8}).Var("u", {4, 8}).Param("p", {4, 8}).Param("q", {4, 8});
   p.Var("h", {4, 8}).Var("a", {4, 8}).Var("c", {4, 8}).Var("d", {4, 8}).Var("e", {4, 8}).Var("f", {4, 8});
   p.Op(OpBuilder("fill_constant").Out("Out", {"p"}).Attr("shape", std::vector<int64_t>{4, 8}).Attr("value", 1.0f));
   p.Op(Unary("relu", "p", "a"));   // X persistable

@@ -28,6 +28,7 @@
 #include "passes/pass_registry.h"
 #include "passes/pipeline.h"
 #include "tests/jit_pipeline_util.h"
+#include "tests/program_maker.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -93,38 +94,8 @@ int FirstGradOp(const proto::BlockDesc& block) {
   return -1;
 }
 
-struct ProgramMaker {
-  proto::ProgramDesc program;
-  proto::BlockDesc* block;
-  ProgramMaker() {
-    program.set_version(1);
-    block = program.add_blocks();
-    block->set_idx(0);
-    block->set_parent_idx(-1);
-  }
-  ProgramMaker& Var(const std::string& name, Dims dims, bool persistable = false, bool stop_gradient = false) {
-    proto::VarDesc* v = block->add_vars();
-    v->set_name(name);
-    v->set_dtype(proto::FP32);
-    for (int64_t d : dims) v->add_dims(d);
-    v->set_persistable(persistable);
-    v->set_stop_gradient(stop_gradient);
-    return *this;
-  }
-  ProgramMaker& Param(const std::string& name, Dims dims) { return Var(name, std::move(dims), true); }
-  // Appends the op and declares its outputs by shape inference.
-  ProgramMaker& Op(const OpBuilder& op) {
-    *block->add_ops() = op.Build();
-    InferShapeAtBuild(block, block->ops_size() - 1, /*declare_outputs=*/true);
-    return *this;
-  }
-  // The forward built so far with its backward appended.
-  proto::ProgramDesc WithBackward(const std::string& loss) {
-    proto::ProgramDesc p = program;
-    AppendBackward(&p, loss);
-    return p;
-  }
-};
+using test::OutputDecl;
+using test::ProgramMaker;
 
 OpBuilder LayerNorm(const std::string& x, const std::string& y, const std::string& prefix) {
   return OpBuilder("layer_norm")
@@ -198,8 +169,8 @@ RecomputeReport CheckGolden(const std::string& name, const proto::ProgramDesc& b
 // recomputed from x and the layer_norm parameters (all kept anyway) in the
 // backward pass, marked op_role="recompute".
 TEST(RecomputePassGolden, LayerNormIsCopiedIntoTheBackward) {
-  ProgramMaker p;
-  p.Var("x", {-1, 8}, false, true).Param("ln.scale", {8}).Param("ln.bias", {8}).Param("w", {8, 4});
+  ProgramMaker p(OutputDecl::kByShapeInference);
+  p.Input("x", {-1, 8}).Param("ln.scale", {8}).Param("ln.bias", {8}).Param("w", {8, 4});
   p.Op(LayerNorm("x", "h", "ln")).Op(MatMul("h", "w", "out")).Op(Unary("mean", "out", "loss"));
   const RecomputeReport r =
       CheckGolden("layer_norm", p.WithBackward("loss"), Options({"x", "loss"}, {"layer_norm"}), true);
@@ -211,8 +182,8 @@ TEST(RecomputePassGolden, LayerNormIsCopiedIntoTheBackward) {
 // Attention-like: the scores matmul feeds only the softmax, so the pair is
 // copied as one chain of two ops; with max_chain 1 the softmax stays kept.
 TEST(RecomputePassGolden, SoftmaxWithItsScores) {
-  ProgramMaker p;
-  p.Var("q", {-1, 4}, false, true).Param("k", {4, 6}).Param("v", {6, 3});
+  ProgramMaker p(OutputDecl::kByShapeInference);
+  p.Input("q", {-1, 4}).Param("k", {4, 6}).Param("v", {6, 3});
   p.Op(MatMul("q", "k", "scores")).Op(Unary("softmax", "scores", "probs")).Op(MatMul("probs", "v", "ctx"));
   p.Op(Unary("mean", "ctx", "loss"));
   const proto::ProgramDesc program = p.WithBackward("loss");
@@ -228,8 +199,8 @@ TEST(RecomputePassGolden, SoftmaxWithItsScores) {
 // copied), relu's input is neither kept for the backward nor an anchor, and
 // a forward-only program has no backward to recompute into.
 TEST(RecomputePassGolden, FetchedAndNonAnchorDoNotFire) {
-  ProgramMaker p;
-  p.Var("x", {-1, 8}, false, true).Param("ln.scale", {8}).Param("ln.bias", {8}).Param("w", {8, 4});
+  ProgramMaker p(OutputDecl::kByShapeInference);
+  p.Input("x", {-1, 8}).Param("ln.scale", {8}).Param("ln.bias", {8}).Param("w", {8, 4});
   p.Op(LayerNorm("x", "h", "ln")).Op(Unary("relu", "h", "r")).Op(MatMul("r", "w", "out"));
   p.Op(Unary("mean", "out", "loss"));
   const RecomputeReport r = CheckGolden("not_fired", p.WithBackward("loss"), Options({"x", "h", "loss"}), false);
