@@ -60,12 +60,17 @@ void Pack(const std::vector<const Tensor*>& xs, std::vector<float>* buffer) {
   }
 }
 
-void Unpack(ExecContext& ctx, const std::vector<float>& buffer) {
-  const float* src = buffer.data();
+// Writes the bucket's sums over the ranks, divided by the rank count, to
+// Out: the average in the pass that copies them out anyway.
+void UnpackAverage(ExecContext& ctx, const std::vector<float>& sums) {
+  const float inv = 1.0f / static_cast<float>(Communicator::Global().size());
+  const float* src = sums.data();
   for (size_t i = 0; i < ctx.OutputCount("Out"); ++i) {
     Tensor* out = ctx.Output("Out", i);
-    std::memcpy(out->mutable_data<float>(), src, out->bytes());
-    src += out->numel();
+    float* dst = out->mutable_data<float>();
+    const int64_t n = out->numel();
+    for (int64_t j = 0; j < n; ++j) dst[j] = src[j] * inv;
+    src += n;
   }
 }
 
@@ -105,9 +110,10 @@ void RegisterCollectiveOps(OpRegistry& r) {
     CheckFloats(ctx, xs);
     std::vector<float> buffer;
     Pack(xs, &buffer);
-    Communicator::Global().AllreduceAverage(buffer.data(), static_cast<int64_t>(buffer.size()),
-                                            "the average of " + ctx.OpName());
-    Unpack(ctx, buffer);
+    Communicator& comm = Communicator::Global();
+    comm.Wait(comm.AllreduceSumAsync(buffer.data(), static_cast<int64_t>(buffer.size())),
+              "the average of " + ctx.OpName());
+    UnpackAverage(ctx, buffer);
   };
   r.Add(std::move(avg));
 
@@ -124,7 +130,7 @@ void RegisterCollectiveOps(OpRegistry& r) {
     Bucket& b = Buckets()[name];
     if (b.pending) ctx.Fail("bucket '", name, "' started again before its c_allreduce_wait");
     Pack(xs, &b.buffer);
-    b.done = Communicator::Global().AllreduceAverageAsync(b.buffer.data(), static_cast<int64_t>(b.buffer.size()));
+    b.done = Communicator::Global().AllreduceSumAsync(b.buffer.data(), static_cast<int64_t>(b.buffer.size()));
     b.pending = true;
     ctx.Output("Handle")->mutable_data<int64_t>()[0] = static_cast<int64_t>(b.buffer.size());
   };
@@ -148,7 +154,7 @@ void RegisterCollectiveOps(OpRegistry& r) {
     }
     Communicator::Global().Wait(b->done, "gradient bucket '" + name + "' (" + ctx.OpName() + ")",
                                 /*gradients=*/true);
-    Unpack(ctx, b->buffer);
+    UnpackAverage(ctx, b->buffer);
     std::lock_guard<std::mutex> lock(BucketsMutex());
     b->pending = false;
   };

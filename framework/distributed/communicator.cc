@@ -99,14 +99,13 @@ std::shared_future<void> Communicator::Enqueue(std::function<void()> task) {
   return f;
 }
 
-std::shared_future<void> Communicator::AllreduceAverageAsync(float* data, int64_t count) {
+std::shared_future<void> Communicator::AllreduceSumAsync(float* data, int64_t count) {
   if (size_ == 1 || count == 0) {
     std::promise<void> done;
     done.set_value();
     return done.get_future().share();
   }
-  const int n = size_;
-  return Enqueue([this, data, count, n] {
+  return Enqueue([this, data, count] {
     const auto t0 = std::chrono::steady_clock::now();
     // MPI counts are ints: reduce in chunks below 2^31 elements.
     constexpr int64_t kChunk = int64_t{1} << 30;
@@ -114,8 +113,6 @@ std::shared_future<void> Communicator::AllreduceAverageAsync(float* data, int64_
       const int len = static_cast<int>(std::min(kChunk, count - off));
       MPI_Allreduce(MPI_IN_PLACE, data + off, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
-    const float inv = 1.0f / static_cast<float>(n);
-    for (int64_t i = 0; i < count; ++i) data[i] *= inv;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.averages;
@@ -146,10 +143,6 @@ void Communicator::Wait(const std::shared_future<void>& f, const std::string& wh
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.waited_ms += ms;
-}
-
-void Communicator::AllreduceAverage(float* data, int64_t count, const std::string& what) {
-  Wait(AllreduceAverageAsync(data, count), what);
 }
 
 double Communicator::AllreduceSum(double value, const std::string& what) {

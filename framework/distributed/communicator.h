@@ -41,16 +41,17 @@ class Communicator {
   void set_timeout_seconds(double s) { timeout_s_ = s; }
   double timeout_seconds() const { return timeout_s_; }
 
-  // Averages `count` floats at `data` over the ranks, in place, on the
-  // communication thread. `data` must stay valid until the future is ready.
-  std::shared_future<void> AllreduceAverageAsync(float* data, int64_t count);
+  // Sums `count` floats at `data` over the ranks, in place, on the
+  // communication thread; the caller divides by size() where it reads the
+  // sums anyway (a bucket's unpack), which saves the thread a pass over
+  // them. `data` must stay valid until the future is ready.
+  std::shared_future<void> AllreduceSumAsync(float* data, int64_t count);
   // Waits for `f` at most timeout_seconds(); on timeout prints which rank
   // waited for `what` and aborts the job (never returns then).
   // `gradients`: count the blocked time in stats().waited_ms.
   void Wait(const std::shared_future<void>& f, const std::string& what, bool gradients = false);
 
   // Blocking collectives (queued like the others, waited with the timeout).
-  void AllreduceAverage(float* data, int64_t count, const std::string& what);
   double AllreduceSum(double value, const std::string& what);
   // Every rank's `value`, by rank.
   std::vector<uint64_t> Allgather(uint64_t value, const std::string& what);
