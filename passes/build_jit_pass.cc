@@ -246,6 +246,29 @@ struct Clusters {
   std::vector<int> kept;                  // representatives of kept clusters
 };
 
+// 3b. Horizontal merge: an op that no data edge joined to another stays
+// alone; it joins the last such op of its type before it when that closes
+// no cycle and no op of a larger cluster lies between them (which keeps
+// live ranges as they were). The optimizer updates after a gradient
+// average, which cuts them off their gradients' cluster, then compile as
+// one cluster. Recompute copies stay where they are.
+void MergeLoneOpsByType(const ir::Graph& graph, const std::vector<NodeId>& topo,
+                        const std::vector<std::optional<Excluded>>& excluded, ClusterGraph& clusters) {
+  const int n = static_cast<int>(topo.size());
+  std::map<std::string, int> last_alone;  // op type -> last lone op of that type
+  for (int i = 0; i < n; ++i) {
+    if (excluded[i]) continue;
+    if (clusters.Size(clusters.Find(i)) != 1) {  // in a cluster of step 3
+      last_alone.clear();
+      continue;
+    }
+    if (HasOpRole(graph.op(topo[i]), kOpRoleRecompute)) continue;
+    const std::string& type = graph.op(topo[i]).type();
+    auto it = last_alone.find(type);
+    if (it == last_alone.end() || !clusters.TryMergeSiblings(clusters.Find(it->second), i)) last_alone[type] = i;
+  }
+}
+
 // Steps 2 to 4 over the ops in topological order (`pos` maps node ids to
 // positions): merge candidates along data edges without closing a cycle, keep
 // the clusters of at least min_cluster_size ops, and give the ops of the
@@ -305,6 +328,8 @@ Clusters MergeCandidates(const ir::Graph& graph, const std::vector<std::vector<N
       if (cycle_note[b].empty()) cycle_note[b] = note;
     }
   }
+
+  MergeLoneOpsByType(graph, topo, excluded, clusters);
 
   // 4. Keep clusters of at least min_cluster_size ops.
   Clusters out;

@@ -66,6 +66,21 @@ int ClusterGraph::TryContract(int a, int b) {
   return -1;
 }
 
+bool ClusterGraph::TryMergeSiblings(int a, int b) {
+  if (a == b) return true;
+  if (rank_[a] > rank_[b]) std::swap(a, b);
+  if (succ_[a].count(b)) return TryContract(a, b) < 0;
+  // An edge a -> b keeps the ranks in order (rank a < rank b); contracting it
+  // succeeds exactly when no other path leads from a to b. A path from b to
+  // a cannot exist, since b ranks after a.
+  succ_[a].insert(b);
+  pred_[b].insert(a);
+  if (TryContract(a, b) < 0) return true;
+  succ_[a].erase(b);
+  pred_[b].erase(a);
+  return false;
+}
+
 void ClusterGraph::Visit(int node, int root, std::vector<std::pair<int, int>>* stack) {
   if (mark_[node] == epoch_) return;
   mark_[node] = epoch_;

@@ -29,6 +29,9 @@ class ClusterGraph {
   // path from a to b exists. Returns -1 when contracted, else the first node
   // of such a path.
   int TryContract(int a, int b);
+  // Merges two representatives that need not share an edge (siblings),
+  // unless a path joins them either way. Returns whether it merged.
+  bool TryMergeSiblings(int a, int b);
 
  private:
   void Visit(int node, int root, std::vector<std::pair<int, int>>* stack);

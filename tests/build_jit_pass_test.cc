@@ -301,6 +301,31 @@ proto::ProgramDesc NoCandidateProgram() {
   return p.program;
 }
 
+// Two updates with nothing between them but a non-lowerable op:
+// ua = relu(a); the loss of x; ub = relu(b). No data edge joins the relus.
+proto::ProgramDesc LoneOpsProgram() {
+  ProgramMaker p;
+  p.Var("a", {4, 8}).Var("b", {4, 8}).Var("ua", {4, 8}).Var("ub", {4, 8});
+  p.Var("x", {4, 8}).Var("label", {4, 1}, proto::INT64).Var("sm", {4, 8}).Var("loss", {4, 1});
+  p.Op(Unary("relu", "a", "ua"));
+  p.Op(CrossEntropy("x", "label", "sm", "loss"));
+  p.Op(Unary("relu", "b", "ub"));
+  return p.program;
+}
+
+// Lone ops that must stay apart: the second relu reads the loss made from
+// the first (a path through a non-lowerable op), and exp is another type.
+proto::ProgramDesc LoneOpsApartProgram() {
+  ProgramMaker p;
+  p.Var("a", {4, 8}).Var("ua", {4, 8}).Var("label", {4, 1}, proto::INT64).Var("sm", {4, 8});
+  p.Var("loss", {4, 1}).Var("ul", {4, 1}).Var("b", {4, 8}).Var("eb", {4, 8});
+  p.Op(Unary("relu", "a", "ua"));
+  p.Op(CrossEntropy("ua", "label", "sm", "loss"));
+  p.Op(Unary("relu", "loss", "ul"));
+  p.Op(Unary("exp", "b", "eb"));
+  return p.program;
+}
+
 // h = x @ w; a = relu(h); s = 2a (fetched); d = exp(a) (dead);
 // g = x^T @ a; sgd(w, g, lr) in place; softmax_with_cross_entropy(h, label)
 // reads h after the cluster. Outputs: h (read outside), s (kept), w
@@ -455,6 +480,29 @@ TEST(BuildJitPassGolden, LoneCandidateDoesNotFire) {
   ASSERT_NE(relu, nullptr);
   EXPECT_EQ(relu->reason, JitExclusion::kClusterTooSmall);
   EXPECT_STREQ(JitExclusionName(relu->reason), "too_small");
+}
+
+// Ops no data edge joins merge by type (the optimizer updates after a
+// gradient average): one cluster of the two relus.
+TEST(BuildJitPassGolden, LoneOpsOfATypeMerge) {
+  BuildJitPassOptions o;
+  o.keep_vars = {"ua", "ub", "loss"};
+  auto r = CheckGolden("lone_ops_merge", LoneOpsProgram(), o);
+  ASSERT_EQ(r->report.clusters.size(), 1u);
+  EXPECT_EQ(r->report.clusters[0].ops, (std::vector<std::string>{"op #0 'relu'", "op #2 'relu'"}));
+}
+
+TEST(BuildJitPassGolden, LoneOpsOnAPathOrOfOtherTypesDoNotMerge) {
+  BuildJitPassOptions o;
+  o.keep_vars = {"ul", "eb", "loss"};
+  auto r = CheckGolden("lone_ops_apart", LoneOpsApartProgram(), o);
+  EXPECT_FALSE(r->changed);
+  EXPECT_TRUE(r->sink.subgraphs.empty());
+  for (const char* label : {"op #0 'relu'", "op #2 'relu'", "op #3 'exp'"}) {
+    const auto* e = r->report.FindExcluded(label);
+    ASSERT_NE(e, nullptr) << label;
+    EXPECT_EQ(e->reason, JitExclusion::kClusterTooSmall) << label;
+  }
 }
 
 TEST(BuildJitPassGolden, NoCandidatesDoesNotFire) {

@@ -125,6 +125,29 @@ TEST(DataParallelTest, ClustersDoNotSpanTheCollectives) {
   }
 }
 
+// The updates after a bucket's wait read only averaged gradients (no data
+// edge to each other): they compile as one cluster, not one op each.
+TEST(DataParallelTest, UpdatesAfterAWaitFormOneCluster) {
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  Model m = Mlp(OptimizerKind::kMomentum);
+  AppendDataParallel(&m.train, DataParallelOptions{});
+  BuildJitPassOptions bo;
+  bo.keep_vars = {m.features, m.labels, m.loss};
+  BuildJitReport report;
+  test::ApplyBuildJit(m.train, bo, &report);
+  int updates_clustered = 0;
+  for (const auto& c : report.clusters) {
+    int momentum = 0;
+    for (const auto& label : c.ops) momentum += label.find("'momentum'") != std::string::npos;
+    if (momentum > 0) {
+      EXPECT_EQ(momentum, static_cast<int>(c.ops.size())) << c.key;
+    }
+    updates_clustered += momentum;
+  }
+  EXPECT_EQ(updates_clustered, static_cast<int>(m.params.size()));
+  for (const auto& e : report.excluded) EXPECT_NE(e.type, "momentum") << e.op;
+}
+
 // In one process the averages are the values themselves: the same losses,
 // bit for bit, as the program without them.
 TEST(DataParallelTest, OneProcessTrainsAsWithoutTheCollectives) {
