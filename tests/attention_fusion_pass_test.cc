@@ -30,6 +30,7 @@
 #include "launch_op/jit_launch_op.h"
 #include "passes/pass_registry.h"
 #include "passes/pipeline.h"
+#include "tests/golden_util.h"
 #include "tests/jit_pipeline_util.h"
 #include "tests/program_maker.h"
 
@@ -82,17 +83,12 @@ int CountOps(const proto::ProgramDesc& p, const std::string& type) {
 // ---- Goldens -------------------------------------------------------------------
 
 std::string GoldenDir() { return std::string(KILN_SOURCE_DIR) + "/tests/golden/attention_fusion_pass/"; }
-bool UpdateGolden() {
-  const char* e = std::getenv("KILN_UPDATE_GOLDEN");
-  return e != nullptr && std::string(e) == "1";
-}
-
 // The input program lives beside the golden; the builder must still make it.
 AttentionFusionReport CheckGolden(const std::string& name, const proto::ProgramDesc& built,
                                   const std::set<std::string>& keep, bool expect_change) {
   const std::string input_path = GoldenDir() + name + ".pbtxt";
   const std::string golden_path = GoldenDir() + name + ".golden";
-  if (UpdateGolden()) WriteFileAtomic(input_path, ProgramToText(built));
+  if (test::UpdateGolden()) WriteFileAtomic(input_path, ProgramToText(built));
   const proto::ProgramDesc program = LoadProgram(input_path);
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(program, built))
       << input_path << " differs from the test's builder; regenerate with KILN_UPDATE_GOLDEN=1";
@@ -114,12 +110,7 @@ AttentionFusionReport CheckGolden(const std::string& name, const proto::ProgramD
   t += "# options: keep_vars=[" + keep_list + "]\n## before\n" + before;
   t += std::string("## after: ") + (changed ? "changed" : "unchanged") + "\n" + graph.Print();
   t += "## report\n" + report.ToString() + "\n";
-  if (UpdateGolden()) {
-    WriteFileAtomic(golden_path, t);
-  } else {
-    EXPECT_EQ(ReadFile(golden_path), t) << "golden " << golden_path
-                                        << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and review the diff";
-  }
+  test::ExpectGolden(golden_path, t);
   return report;
 }
 

@@ -19,6 +19,7 @@
 #include "framework/program_io.h"
 #include "framework/validate.h"
 #include "passes/pass_registry.h"
+#include "tests/golden_util.h"
 #include "tests/program_maker.h"
 
 namespace kiln {
@@ -154,11 +155,6 @@ void ExpectSameSemantics(const proto::BlockDesc& before, const proto::BlockDesc&
 // ---- Goldens -------------------------------------------------------------------
 
 std::string GoldenDir() { return std::string(KILN_SOURCE_DIR) + "/tests/golden/build_jit_pass/"; }
-bool UpdateGolden() {
-  const char* e = std::getenv("KILN_UPDATE_GOLDEN");
-  return e != nullptr && std::string(e) == "1";
-}
-
 std::string DescribeOptions(const BuildJitPassOptions& o) {
   return StrCat("# options: allow_ops=[", Join(o.allow_ops), "] deny_ops=[", Join(o.deny_ops),
                 "] min_cluster_size=", o.min_cluster_size, " keep_vars=[",
@@ -205,19 +201,14 @@ std::unique_ptr<PassResult> CheckGolden(const std::string& name, const proto::Pr
                                         const BuildJitPassOptions& options) {
   const std::string input_path = GoldenDir() + name + ".pbtxt";
   const std::string golden_path = GoldenDir() + name + ".golden";
-  if (UpdateGolden()) WriteFileAtomic(input_path, ProgramToText(built));
+  if (test::UpdateGolden()) WriteFileAtomic(input_path, ProgramToText(built));
   const proto::ProgramDesc program = LoadProgram(input_path);
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(program, built))
       << input_path << " differs from the test's builder; regenerate with KILN_UPDATE_GOLDEN=1";
   ValidateProgram(program);
 
   auto r = RunPass(program, options, name);
-  if (UpdateGolden()) {
-    WriteFileAtomic(golden_path, r->text);
-  } else {
-    EXPECT_EQ(ReadFile(golden_path), r->text) << "golden " << golden_path
-                                              << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and review the diff";
-  }
+  test::ExpectGolden(golden_path, r->text);
   ExpectSameSemantics(program.blocks(0), r->after, r->sink.subgraphs, options.keep_vars);
   return r;
 }

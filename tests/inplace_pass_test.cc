@@ -31,6 +31,7 @@
 #include "framework/validate.h"
 #include "launch_op/jit_launch_op.h"
 #include "passes/pass_registry.h"
+#include "tests/golden_util.h"
 #include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
 #include "tests/program_maker.h"
@@ -92,11 +93,6 @@ const InplaceReport::Skipped* FindSkipped(const InplaceReport& r, const std::str
 // ---- Goldens -------------------------------------------------------------------
 
 std::string GoldenDir() { return std::string(KILN_SOURCE_DIR) + "/tests/golden/inplace_pass/"; }
-bool UpdateGolden() {
-  const char* e = std::getenv("KILN_UPDATE_GOLDEN");
-  return e != nullptr && std::string(e) == "1";
-}
-
 // Runs the pass on block 0 and renders: options, the graph before and after,
 // and the report. The input program lives beside the golden; the builder must
 // still produce it.
@@ -104,7 +100,7 @@ InplaceReport CheckGolden(const std::string& name, const proto::ProgramDesc& bui
                           bool expect_change) {
   const std::string input_path = GoldenDir() + name + ".pbtxt";
   const std::string golden_path = GoldenDir() + name + ".golden";
-  if (UpdateGolden()) WriteFileAtomic(input_path, ProgramToText(built));
+  if (test::UpdateGolden()) WriteFileAtomic(input_path, ProgramToText(built));
   const proto::ProgramDesc program = LoadProgram(input_path);
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(program, built))
       << input_path << " differs from the test's builder; regenerate with KILN_UPDATE_GOLDEN=1";
@@ -127,12 +123,7 @@ InplaceReport CheckGolden(const std::string& name, const proto::ProgramDesc& bui
   t += "## before\n" + before;
   t += std::string("## after: ") + (changed ? "changed" : "unchanged") + "\n" + graph.Print();
   t += "## report\n" + report.ToString();
-  if (UpdateGolden()) {
-    WriteFileAtomic(golden_path, t);
-  } else {
-    EXPECT_EQ(ReadFile(golden_path), t) << "golden " << golden_path
-                                        << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and review the diff";
-  }
+  test::ExpectGolden(golden_path, t);
   return report;
 }
 
@@ -277,11 +268,7 @@ TEST(InplacePassGolden, MlpTrainAfterBuildJitPass) {
   t += "## before (after build_jit_pass)\n" + before;
   t += std::string("## after: ") + (changed ? "changed" : "unchanged") + "\n" + graph.Print();
   t += "## report\n" + report.ToString();
-  if (UpdateGolden()) {
-    WriteFileAtomic(golden_path, t);
-  } else {
-    EXPECT_EQ(ReadFile(golden_path), t) << "golden " << golden_path << " differs; regenerate with KILN_UPDATE_GOLDEN=1";
-  }
+  test::ExpectGolden(golden_path, t);
 }
 
 // ---- Options and registry ------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include "framework/file_util.h"
 #include "framework/ir/graph.h"
 #include "runtime/runner.h"
+#include "tests/golden_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln::test {
@@ -46,11 +47,6 @@ jit::ShapeSignature SignatureOf(const LoweringCase& c) {
   return sig;
 }
 
-bool UpdateGolden() {
-  const char* e = std::getenv("KILN_UPDATE_GOLDEN");
-  return e != nullptr && std::string(e) == "1";
-}
-
 }  // namespace
 
 std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c) {
@@ -72,12 +68,7 @@ std::string LoweringGolden(const LoweringCase& c) {
 void CheckLoweringGolden(const LoweringCase& c) {
   const std::string path = std::string(KILN_SOURCE_DIR) + "/tests/golden/lowering/" + c.name + ".golden";
   const std::string text = LoweringGolden(c);
-  if (UpdateGolden()) {
-    WriteFileAtomic(path, text);
-    return;
-  }
-  EXPECT_EQ(ReadFile(path), text) << "golden " << path << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and "
-                                     "review the diff";
+  test::ExpectGolden(path, text);
 }
 
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol, double rtol,
