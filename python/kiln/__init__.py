@@ -22,4 +22,4 @@ from .executor import Executor, Scope, global_scope  # noqa: F401
 from .io import (save_program, load_program, dump, save, load, save_inference_model,  # noqa: F401
                  load_inference_model)
 from .history import History  # noqa: F401
-from . import ops, nn, optimizer, datasets, distributed  # noqa: F401
+from . import ops, nn, optimizer, datasets, distributed, amp  # noqa: F401

@@ -248,6 +248,30 @@ class FlagsTest(unittest.TestCase):
             kiln.set_flags({"amp": ""})
         self.assertEqual(kiln.get_flags("amp")["amp"], "")
 
+    def test_amp_module_trains_in_bf16_and_restores_the_flag(self):
+        if not kiln.amp.available():
+            self.skipTest("this CPU has no oneDNN bf16 matmuls")
+        losses = {}
+        for precision in ("f32", "bf16"):
+            for jit in (False, True):
+                main, startup, x, label, logits, loss = mlp(hidden=64, features=48)
+                scope = kiln.Scope()
+                exe = kiln.Executor(use_jit=jit)
+                exe.run(startup, scope=scope)
+                xs, ys = batch(32, features=48)
+                run = lambda: exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[loss], scope=scope)[0][0]
+                if precision == "bf16":
+                    with kiln.amp.bf16():
+                        self.assertEqual(kiln.amp.enabled(), "bf16")
+                        losses[precision, jit] = [run() for _ in range(10)]
+                else:
+                    losses[precision, jit] = [run() for _ in range(10)]
+                self.assertIsNone(kiln.amp.enabled())
+        # bf16 ran (its losses are not f32's) and stays close to f32; JIT on and off agree.
+        self.assertNotEqual(losses["bf16", False], losses["f32", False])
+        np.testing.assert_allclose(losses["bf16", False], losses["f32", False], rtol=2e-2)
+        np.testing.assert_allclose(losses["bf16", True], losses["bf16", False], rtol=2e-2)
+
     def test_use_jit_flag_turns_the_jit_on(self):
         kiln.set_flags({"FLAGS_use_jit": True})
         try:
