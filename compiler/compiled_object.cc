@@ -30,7 +30,7 @@ size_t CompileOptions::Hash() const {
   HashCombine(h, static_cast<uint64_t>(isa));
   HashCombine(h, (use_onednn ? 1u : 0u) | (fuse_elementwise ? 2u : 0u) | (reuse_buffers ? 4u : 0u) |
                      (deterministic ? 8u : 0u));
-  HashCombine(h, static_cast<uint64_t>(matmul_compute));
+  HashCombine(h, static_cast<uint64_t>(amp_compute));
   return h;
 }
 
@@ -42,7 +42,7 @@ std::string CompiledObject::Listing() const {
     return "%" + std::to_string(b) + ":" + info.name;
   };
   os << "# cluster " << key << " " << signature.ToString() << " isa=" << IsaName(options.isa);
-  if (options.matmul_compute != ComputeType::kF32) os << " matmul_compute=" << ComputeTypeName(options.matmul_compute);
+  if (options.amp_compute != ComputeType::kF32) os << " amp_compute=" << ComputeTypeName(options.amp_compute);
   os << "\n";
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const auto& ins = program.instructions[i];

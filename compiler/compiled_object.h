@@ -41,15 +41,16 @@ struct CompileOptions {
   // (FusedElementwiseKernel::set_deterministic); oneDNN primitives follow
   // the process-wide onednn::SetDeterministic.
   bool deterministic = false;
-  // What oneDNN matmuls multiply in (--amp): the fused matmul and
-  // matmul+sgd kernels are created with it; a matmul_grad that runs the
-  // framework's oneDNN kernel follows the process-wide
-  // onednn::SetMatmulCompute, which the tools set to the same value.
-  ComputeType matmul_compute = ComputeType::kF32;
+  // What oneDNN matmuls and convolutions multiply in (--amp): the fused
+  // matmul, matmul+sgd and fused conv kernels are created with it; a
+  // matmul_grad or conv2d_grad that runs the framework's oneDNN kernel
+  // follows the process-wide onednn::SetAmpCompute, which the tools set to
+  // the same value.
+  ComputeType amp_compute = ComputeType::kF32;
   bool operator==(const CompileOptions& o) const {
     return isa == o.isa && use_onednn == o.use_onednn && fuse_elementwise == o.fuse_elementwise &&
            reuse_buffers == o.reuse_buffers && deterministic == o.deterministic &&
-           matmul_compute == o.matmul_compute;
+           amp_compute == o.amp_compute;
   }
   size_t Hash() const;
 };

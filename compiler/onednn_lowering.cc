@@ -195,7 +195,8 @@ class MatmulSgdKernel final : public runtime::Kernel {
 
 BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
   onednn::ConvHandler h(onednn::PrimitiveCache::Global(), spec.input_dims, spec.filter_dims, spec.strides,
-                        spec.paddings, spec.dilations, spec.groups, Fusion(spec.bias, spec.activation));
+                        spec.paddings, spec.dilations, spec.groups, Fusion(spec.bias, spec.activation),
+                        spec.compute);
   const std::string shapes = "input " + DimsToString(spec.input_dims) + " filter " +
                              DimsToString(spec.filter_dims) + " strides " + DimsToString(spec.strides) +
                              " paddings " + DimsToString(spec.paddings) + " dilations " +
@@ -215,7 +216,8 @@ class FusedConvKernel final : public runtime::Kernel {
       : name_(std::move(name)), spec_(spec), bound_(MakeFusedConv(spec)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return "oneDNN convolution (" + bound_.impl() + ")" + FusionSuffix(spec_.bias, spec_.activation);
+    return "oneDNN convolution (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
+           FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
 

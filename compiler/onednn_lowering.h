@@ -59,6 +59,9 @@ struct FusedConvSpec {
   int64_t groups = 1;
   bool bias = false;
   MatmulActivation activation = MatmulActivation::kNone;
+  // kBF16: bf16 input and filter (converted by the entry's reorders), f32
+  // accumulation, bias, post-ops and Output (onednn::ConvHandler).
+  ComputeType compute = ComputeType::kF32;
 };
 
 // One oneDNN convolution with the bias and activation fused. Arguments at run

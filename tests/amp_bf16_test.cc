@@ -27,6 +27,8 @@ namespace kiln {
 namespace {
 
 using onednn::PrimitiveCache;
+using test::Abs;
+using test::ComputeScope;
 using test::RandomTensor;
 using test::RunOp;
 
@@ -43,48 +45,9 @@ proto::OpDesc Op(const std::string& type, const Case& c) {
   return b.In("Out@GRAD", {"dout"}).Out("X@GRAD", {"dx"}).Out("Y@GRAD", {"dy"}).Build();
 }
 
-Tensor Abs(const Tensor& t) {
-  Tensor a(DataType::kFP32, t.dims());
-  float* p = a.mutable_data<float>();
-  for (int64_t i = 0; i < a.numel(); ++i) p[i] = std::fabs(t.data<float>()[i]);
-  return a;
-}
-
 // The output `name` of a run (a Tensor copy shares the buffer, which
 // outlives the scope).
 Tensor Out(const std::unique_ptr<Scope>& scope, const std::string& name) { return *scope->GetTensor(name); }
-
-// Sets the framework's matmul compute type for one scope.
-class ComputeScope {
- public:
-  explicit ComputeScope(ComputeType t) { onednn::SetMatmulCompute(t); }
-  ~ComputeScope() { onednn::SetMatmulCompute(ComputeType::kF32); }
-};
-
-struct Worst {
-  double ratio = 0;  // max |bf16 - f32| / sum |a b|: 0 means bf16 never ran
-  std::string failure;
-};
-
-// Checks `got` (bf16) against `ref` (f32 reference) elementwise with the
-// bound above; `abs_ref` is sum_k |a_k b_k| per element.
-Worst Check(const Tensor& got, const Tensor& ref, const Tensor& abs_ref, int64_t k, const std::string& what) {
-  Worst w;
-  if (got.dims() != ref.dims()) return {0, what + ": dims " + DimsToString(got.dims())};
-  const double rel = std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) + 2.0 * k * std::ldexp(1.0, -24);
-  const float* g = got.data<float>();
-  const float* r = ref.data<float>();
-  const float* a = abs_ref.data<float>();
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double err = std::fabs(double(g[i]) - r[i]);
-    if (a[i] > 0) w.ratio = std::max(w.ratio, err / a[i]);
-    if (err > rel * a[i] * (1 + 1e-6) + 1e-30 && w.failure.empty()) {
-      w.failure = what + " element " + std::to_string(i) + ": bf16 " + std::to_string(g[i]) + ", f32 " +
-                  std::to_string(r[i]) + ", bound " + std::to_string(rel * a[i]);
-    }
-  }
-  return w;
-}
 
 std::vector<Case> Cases() {
   return {
@@ -121,7 +84,7 @@ TEST(AmpBf16Test, MatmulForwardWithinTheBf16Bound) {
     const Tensor abs_ref = Out(RunOp(Op("matmul", abs_case), {{"x", Abs(x)}, {"y", Abs(y)}}), "out");
     ComputeScope bf16(ComputeType::kBF16);
     const Tensor got = Out(RunOp(Op("matmul", c), {{"x", x}, {"y", y}}, /*use_onednn=*/true), "out");
-    const Worst w = Check(got, ref, abs_ref, MaxContraction(c), what);
+    const test::Bf16Worst w = test::CheckBf16Bound(got, ref, abs_ref, MaxContraction(c), what);
     EXPECT_EQ(w.failure, "");
     // Above f32 rounding (2^-20 relative at these K): the product did run in bf16.
     EXPECT_GT(w.ratio, std::ldexp(1.0, -14)) << what << ": no bf16 rounding visible";
@@ -144,7 +107,8 @@ TEST(AmpBf16Test, MatmulGradientsWithinTheBf16Bound) {
     ComputeScope bf16(ComputeType::kBF16);
     auto got = RunOp(Op("matmul_grad", c), {{"x", x}, {"y", y}, {"dout", dout}}, /*use_onednn=*/true);
     for (const char* g : {"dx", "dy"}) {
-      const Worst w = Check(Out(got, g), Out(ref, g), Out(abs_ref, g), MaxContraction(c), what + " " + g);
+      const test::Bf16Worst w =
+          test::CheckBf16Bound(Out(got, g), Out(ref, g), Out(abs_ref, g), MaxContraction(c), what + " " + g);
       EXPECT_EQ(w.failure, "");
       EXPECT_GT(w.ratio, std::ldexp(1.0, -14)) << what << " " << g << ": no bf16 rounding visible";
     }
@@ -193,7 +157,7 @@ TEST(AmpBf16Test, FusedBiasReluOnTheF32Dst) {
   float* p = plain.mutable_data<float>();
   for (int64_t i = 0; i < plain.numel(); ++i) p[i] = std::max(0.f, p[i] + bias.data<float>()[i % 19]);
   // relu only shrinks the difference; the bias adds in f32.
-  EXPECT_EQ(Check(got, plain, abs_plain, 37, "bias+relu").failure, "");
+  EXPECT_EQ(test::CheckBf16Bound(got, plain, abs_plain, 37, "bias+relu").failure, "");
   for (int64_t i = 0; i < got.numel(); ++i) EXPECT_GE(got.data<float>()[i], 0.f);
 }
 

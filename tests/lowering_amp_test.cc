@@ -1,10 +1,11 @@
-// Lowering under --amp bf16 (CompileOptions::matmul_compute): the matmul
-// steps create bf16 oneDNN kernels, batch_one keeps its f32 gemv kernels
+// Lowering under --amp bf16 (CompileOptions::amp_compute): the matmul
+// and conv steps create bf16 oneDNN kernels, batch_one keeps its f32 gemv kernels
 // out, and compiled objects of the two compute types are kept apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "tests/bf16_util.h"
 #include "tests/lowering_test_util.h"
@@ -13,7 +14,7 @@ namespace kiln::test {
 namespace {
 
 LoweringCase Bf16(LoweringCase c) {
-  c.options.matmul_compute = ComputeType::kBF16;
+  c.options.amp_compute = ComputeType::kBF16;
   return c;
 }
 
@@ -34,8 +35,23 @@ TEST(LoweringAmpTest, MatmulEpilogueRunsInBf16) {
   const auto obj = CheckLoweringNumerics(Bf16(c), Bf16Atol(33), 0);
   EXPECT_TRUE(StepMatched(*obj, "matmul_epilogue")) << obj->lowering;
   const std::string listing = obj->Listing();
-  EXPECT_NE(listing.find("matmul_compute=bf16"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("amp_compute=bf16"), std::string::npos) << listing;
   EXPECT_NE(listing.find("in bf16 (f32 accumulation) + bias + relu post-op"), std::string::npos) << listing;
+}
+
+TEST(LoweringAmpTest, ConvEpilogueRunsInBf16) {
+  KILN_SKIP_WITHOUT_BF16();
+  // K = C/groups * KH * KW: 3 * 3 * 3, and 2 * 3 * 3 with groups.
+  const LoweringCase plain = ConvBiasAct("amp_conv_epilogue", true, "relu", {2, 3, 9, 7}, {5, 3, 3, 3}, 1, 1, 1);
+  const LoweringCase grouped = ConvBiasAct("amp_conv_groups", true, "gelu", {1, 4, 11, 9}, {6, 2, 3, 3}, 2, 1, 2);
+  for (const auto& [c, k] : {std::pair{plain, 27}, std::pair{grouped, 18}}) {
+    const auto obj = CheckLoweringNumerics(Bf16(c), Bf16Atol(k), 0);
+    EXPECT_TRUE(StepMatched(*obj, "conv_epilogue")) << obj->lowering;
+    const std::string listing = obj->Listing();
+    EXPECT_NE(listing.find("amp_compute=bf16"), std::string::npos) << listing;
+    EXPECT_NE(listing.find("oneDNN convolution ("), std::string::npos) << listing;
+    EXPECT_NE(listing.find(") in bf16 (f32 accumulation) + bias +"), std::string::npos) << listing;
+  }
 }
 
 TEST(LoweringAmpTest, WeightGradFoldInBf16AndNoGemvAtBatchOne) {
@@ -54,7 +70,7 @@ TEST(LoweringAmpTest, WeightGradFoldInBf16AndNoGemvAtBatchOne) {
 
 TEST(LoweringAmpTest, CompileOptionsKeyTheComputeType) {
   jit::CompileOptions f32 = LoweringCase::DefaultOptions(), bf16 = f32;
-  bf16.matmul_compute = ComputeType::kBF16;
+  bf16.amp_compute = ComputeType::kBF16;
   EXPECT_FALSE(f32 == bf16);
   EXPECT_NE(f32.Hash(), bf16.Hash());
 }

@@ -109,6 +109,35 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
   return obj;
 }
 
+LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& act, Dims input, Dims filter,
+                         int64_t stride, int64_t pad, int64_t groups) {
+  LoweringCase c;
+  c.name = name;
+  const std::vector<int64_t> strides = {stride, stride}, paddings = {pad, pad};
+  c.ops = {OpBuilder("conv2d")
+               .In("Input", {"x"})
+               .In("Filter", {"f"})
+               .Out("Output", {"conv"})
+               .Attr("strides", strides)
+               .Attr("paddings", paddings)
+               .Attr("groups", groups)
+               .Build()};
+  c.inputs = {{"x", input}, {"f", filter}};
+  std::string out = "conv";
+  if (bias) {
+    c.ops.push_back(
+        OpBuilder("elementwise_add").In("X", {"conv"}).In("Y", {"b"}).Out("Out", {"sum"}).Attr("axis", int64_t{1}).Build());
+    c.inputs.push_back({"b", {filter[0]}});
+    out = "sum";
+  }
+  if (!act.empty()) {
+    c.ops.push_back(OpBuilder(act).In("X", {out}).Out("Out", {"act"}).Build());
+    out = "act";
+  }
+  c.outputs = {out};
+  return c;
+}
+
 LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx) {
   LoweringCase c;
   c.name = name;

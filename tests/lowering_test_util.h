@@ -47,6 +47,12 @@ void CheckLoweringGolden(const LoweringCase& c);
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol = 1e-5,
                                                            double rtol = 1e-5, unsigned seed = 1);
 
+// conv2d of x `input` and f `filter` (square stride and padding, groups),
+// then, when asked, elementwise_add of a [O] bias b at axis 1 and the
+// activation `act` ("" for none): the conv epilogue's pattern.
+LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& act, Dims input, Dims filter,
+                         int64_t stride, int64_t pad, int64_t groups);
+
 // matmul_grad of x[m,k] and w[k,n] with dY [m,n] (dX wanted or not), whose
 // weight gradient dw feeds sgd(w, lr): the weight-gradient fold's pattern.
 LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx);

@@ -105,7 +105,7 @@ void WriteProfileSvg() {
 // bf16 matmul, so a CPU without one (oneDNN needs AVX512_CORE; AVX512_BF16
 // makes it native) fails at start-up instead of silently falling back to
 // f32 reference kernels.
-ComputeType MatmulComputeFromFlags() {
+ComputeType AmpComputeFromFlags() {
   if (FLAGS_amp.empty()) return ComputeType::kF32;
   if (FLAGS_amp != "bf16") {
     ThrowInvalidArgument("unknown --amp '", FLAGS_amp, "': expected bf16, or empty for f32 throughout");
@@ -150,8 +150,8 @@ void ConfigureJitFromFlags() {
   onednn::SetDeterministic(FLAGS_deterministic);
   // Likewise --amp: the framework's matmul kernels read the process-wide
   // value, compiled clusters their options.
-  o.compile.matmul_compute = MatmulComputeFromFlags();
-  onednn::SetMatmulCompute(o.compile.matmul_compute);
+  o.compile.amp_compute = AmpComputeFromFlags();
+  onednn::SetAmpCompute(o.compile.amp_compute);
   o.verbose = FLAGS_jit_verbose;
   for (const auto& key : SplitOpList(FLAGS_jit_deny_clusters)) o.deny_clusters.insert(key);
   if (FLAGS_jit_shadow_every < 0) ThrowInvalidArgument("--jit_shadow_every must be >= 0, got ", FLAGS_jit_shadow_every);

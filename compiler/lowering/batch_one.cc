@@ -88,7 +88,7 @@ std::unique_ptr<Unit> BackwardGemv(const Cluster& c, const MatmulSgdUnit& m, con
 Units UseGemvAtBatchOne(const Cluster& c, Units units, StepTrace& trace) {
   // kiln's gemv kernels multiply in f32: under --amp bf16 one-row matmuls
   // stay oneDNN bf16 products, as they are with the JIT off.
-  if (c.options().matmul_compute != ComputeType::kF32) return units;
+  if (c.options().amp_compute != ComputeType::kF32) return units;
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u] || Excluded(c, *units[u])) continue;
     std::unique_ptr<Unit> gemv;

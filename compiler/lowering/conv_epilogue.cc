@@ -11,7 +11,8 @@ OneDnnConvUnit::OneDnnConvUnit(const std::string& step, std::vector<int> ops, co
       args_(std::move(args)) {}
 
 std::string OneDnnConvUnit::Describe(const Cluster&) const {
-  return "oneDNN convolution" + EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
+  return "oneDNN convolution" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
+         EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
 }
 
 std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
@@ -39,6 +40,7 @@ std::unique_ptr<Unit> MatchAt(const Cluster& c, const Units& units, const std::v
   spec.paddings = c.Attr<std::vector<int64_t>>(i, "paddings");
   spec.dilations = c.Attr<std::vector<int64_t>>(i, "dilations");
   spec.groups = c.Attr<int64_t>(i, "groups");
+  spec.compute = c.options().amp_compute;
   // A [C_out] bias on the channel axis, then relu or gelu (either alone too).
   const EpilogueRule rule{{spec.filter_dims[0]}, {1}, /*activation_needs_bias=*/false};
   const Epilogue e = MatchEpilogue(c, units, unit_of, i, out, kStep, rule, {in, filter});

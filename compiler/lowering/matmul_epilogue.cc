@@ -41,7 +41,7 @@ bool MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_
   m->spec.w_dims = wd;
   m->spec.transpose_w = c.Attr<bool>(i, "transpose_Y");
   m->spec.alpha = c.Attr<float>(i, "alpha");
-  m->spec.compute = c.options().matmul_compute;
+  m->spec.compute = c.options().amp_compute;
   // A [N] row added on the last axis, then relu or gelu; a bare matmul (or
   // one with only an activation) stays a oneDNN anchor.
   const int64_t n = m->spec.transpose_w ? wd[0] : wd[1];

@@ -26,8 +26,8 @@ inline int64_t PaddingRight(int64_t in, int64_t out, int64_t span, int64_t strid
 inline dnnl::memory::dims D(const Dims& dims) { return ToDnnlDims(dims); }
 
 // Lets the primitive choose the layout (it is reordered to and from plain).
-inline dnnl::memory::desc AnyDesc(const Dims& dims) {
-  return dnnl::memory::desc(D(dims), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+inline dnnl::memory::desc AnyDesc(const Dims& dims, dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
+  return dnnl::memory::desc(D(dims), type, dnnl::memory::format_tag::any);
 }
 
 inline PrimitiveEntry MakeEntry(const dnnl::primitive_desc_base& pd, const dnnl::primitive& p) {

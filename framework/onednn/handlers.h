@@ -65,10 +65,18 @@ class MatmulHandler : public OneDnnHandler {
 // prefer; the cached entry holds the reorders from and to the plain tensors.
 // The forward may fuse a bias [O] and post-ops (e.g. relu); the backward
 // passes are always those of the plain convolution.
+//
+// With `compute` kBF16 (--amp bf16) every pass multiplies bf16 operands with
+// f32 accumulation and writes f32: forward src/weights bf16, dst f32 (the
+// bias and post-ops on f32); backward-data diff_dst/weights bf16, diff_src
+// f32; backward-weights src/diff_dst bf16, diff_weights f32. The entry's
+// reorders, which already move the plain tensors into the primitive's
+// layouts, convert to bf16 on the way. Key: PrimitiveKey::compute.
 class ConvHandler : public OneDnnHandler {
  public:
   ConvHandler(PrimitiveCache& cache, const Dims& input_dims, const Dims& filter_dims, const Dims& strides,
-              const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused = {});
+              const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused = {},
+              ComputeType compute = ComputeType::kF32);
   bool valid() const { return valid_; }
   const Dims& output_dims() const { return output_dims_; }
   bool RunForward(const Tensor& input, const Tensor& filter, Tensor* output);
@@ -85,7 +93,8 @@ class ConvHandler : public OneDnnHandler {
   // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint);
   // `any`: let the primitive pick the layouts.
   dnnl::convolution_forward::primitive_desc ForwardPd(const PrimitiveKey& key, bool any) const;
-  dnnl::memory::desc FilterDesc(bool any) const;
+  // The filter as `type` (f32: the tensor's own).
+  dnnl::memory::desc FilterDesc(bool any, dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
 
   bool valid_ = false;
   Dims output_dims_;

@@ -144,7 +144,8 @@ bool MatmulHandler::Run(const Tensor& a, const Tensor& b, const Tensor* bias, Te
 // ---- ConvHandler ---------------------------------------------------------------------------
 
 ConvHandler::ConvHandler(PrimitiveCache& cache, const Dims& in, const Dims& f, const Dims& strides,
-                         const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused)
+                         const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused,
+                         ComputeType compute)
     : OneDnnHandler(cache) {
   if (in.size() != 4 || f.size() != 4 || strides.size() != 2 || paddings.size() != 2 || dilations.size() != 2) {
     return;
@@ -168,34 +169,38 @@ ConvHandler::ConvHandler(PrimitiveCache& cache, const Dims& in, const Dims& f, c
   fwd_key_.dilations = {dilations[0] - 1, dilations[1] - 1};
   fwd_key_.padding_l = paddings;
   fwd_key_.padding_r = pad_r;
+  fwd_key_.compute = compute;
   // The backward passes are those of the plain convolution.
   bwd_key_ = fwd_key_;
   SetFusion(&fwd_key_, fused);
   valid_ = true;
 }
 
-dnnl::memory::desc ConvHandler::FilterDesc(bool any) const {
+dnnl::memory::desc ConvHandler::FilterDesc(bool any, dnnl::memory::data_type type) const {
   const Dims& f = fwd_key_.dims[1];
   const int64_t g = fwd_key_.groups;
   // OIHW with groups is the same buffer as GOIHW: [g, O/g, I/g, KH, KW].
   const Dims dims = g == 1 ? f : Dims{g, f[0] / g, f[1], f[2], f[3]};
-  return any ? AnyDesc(dims) : PlainDesc(dims);
+  return any ? AnyDesc(dims, type) : PlainDesc(dims, type);
 }
 
+// With bf16 compute src and weights are bf16; dst and the bias stay f32.
 dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const PrimitiveKey& k, bool any) const {
+  const dnnl::memory::data_type type = OperandType(k.compute);
   auto md = [any](const Dims& d) { return any ? AnyDesc(d) : PlainDesc(d); };
+  const dnnl::memory::desc src = any ? AnyDesc(k.dims[0], type) : PlainDesc(k.dims[0], type);
   // A sum post-op reads dst: it stays plain, so the tensor's contents are
   // what the primitive adds to (an output reorder would start from garbage).
   const dnnl::memory::desc dst = detail::ReadsDst(k) ? PlainDesc(output_dims_) : md(output_dims_);
   const dnnl::primitive_attr attr = FusedAttr(k, PlainDesc({1, k.dims[1][0], 1, 1}));
   if (k.bias && !detail::BiasIsPostOp(k)) {
-    dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, md(k.dims[0]),
-                                         FilterDesc(any), PlainDesc({k.dims[1][0]}), dst, D(k.strides),
+    dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
+                                         FilterDesc(any, type), PlainDesc({k.dims[1][0]}), dst, D(k.strides),
                                          D(k.dilations), D(k.padding_l), D(k.padding_r));
     return dnnl::convolution_forward::primitive_desc(desc, attr, Engine());
   }
-  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, md(k.dims[0]),
-                                       FilterDesc(any), dst, D(k.strides), D(k.dilations), D(k.padding_l),
+  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
+                                       FilterDesc(any, type), dst, D(k.strides), D(k.dilations), D(k.padding_l),
                                        D(k.padding_r));
   return dnnl::convolution_forward::primitive_desc(desc, attr, Engine());
 }
@@ -217,14 +222,16 @@ PrimitiveEntry ConvHandler::CreateForward() const {
   return e;
 }
 
+// With bf16 compute the operands are bf16 and the gradient written is f32.
 PrimitiveEntry ConvHandler::CreateBackward() const {
   const PrimitiveKey& k = bwd_key_;
+  const dnnl::memory::data_type type = OperandType(k.compute), f32 = dnnl::memory::data_type::f32;
   if (k.kind == PrimitiveKind::kConvBackwardData) {
     const bool any = k.dims[1][1] >= 4;  // input channels per group
-    auto md = [any](const Dims& d) { return any ? AnyDesc(d) : PlainDesc(d); };
-    dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, md(k.dims[0]), FilterDesc(any),
-                                               md(output_dims_), D(k.strides), D(k.dilations), D(k.padding_l),
-                                               D(k.padding_r));
+    auto md = [any](const Dims& d, dnnl::memory::data_type t) { return any ? AnyDesc(d, t) : PlainDesc(d, t); };
+    dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, md(k.dims[0], f32),
+                                               FilterDesc(any, type), md(output_dims_, type), D(k.strides),
+                                               D(k.dilations), D(k.padding_l), D(k.padding_r));
     dnnl::convolution_backward_data::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd(k, any));
     PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_data(pd));
     AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
@@ -233,9 +240,9 @@ PrimitiveEntry ConvHandler::CreateBackward() const {
     return e;
   }
   KILN_CHECK(k.kind == PrimitiveKind::kConvBackwardWeights);
-  dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, AnyDesc(k.dims[0]), FilterDesc(true),
-                                                AnyDesc(output_dims_), D(k.strides), D(k.dilations),
-                                                D(k.padding_l), D(k.padding_r));
+  dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, AnyDesc(k.dims[0], type),
+                                                FilterDesc(true), AnyDesc(output_dims_, type), D(k.strides),
+                                                D(k.dilations), D(k.padding_l), D(k.padding_r));
   dnnl::convolution_backward_weights::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd(k, true));
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_weights(pd));
   AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());

@@ -38,7 +38,7 @@ bool IsSlowImplementation(const std::string& impl) {
 namespace {
 std::atomic<bool> allow_slow_impls{false};
 std::atomic<bool> deterministic{false};
-std::atomic<ComputeType> matmul_compute{ComputeType::kF32};
+std::atomic<ComputeType> amp_compute{ComputeType::kF32};
 
 // One OpenMP thread for the calling thread while it lives, in deterministic
 // mode: oneDNN sizes its work split by omp_get_max_threads() when it creates
@@ -65,8 +65,8 @@ void SetAllowSlowImplementations(bool allow) { allow_slow_impls.store(allow); }
 bool AllowSlowImplementations() { return allow_slow_impls.load(std::memory_order_relaxed); }
 void SetDeterministic(bool on) { deterministic.store(on); }
 bool Deterministic() { return deterministic.load(std::memory_order_relaxed); }
-void SetMatmulCompute(ComputeType type) { matmul_compute.store(type); }
-ComputeType MatmulCompute() { return matmul_compute.load(std::memory_order_relaxed); }
+void SetAmpCompute(ComputeType type) { amp_compute.store(type); }
+ComputeType AmpCompute() { return amp_compute.load(std::memory_order_relaxed); }
 
 bool AllFp32(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {

@@ -57,11 +57,12 @@ bool AllowSlowImplementations();
 void SetDeterministic(bool on);
 bool Deterministic();
 
-// What the framework's matmul kernels multiply in (--amp; process-wide, set
-// at the tool edge like --deterministic, which also sets the JIT's
-// CompileOptions::matmul_compute to the same value). Their tensors stay f32.
-void SetMatmulCompute(ComputeType type);
-ComputeType MatmulCompute();
+// What the framework's matmul and conv2d kernels (forward and gradients)
+// multiply in (--amp; process-wide, set at the tool edge like
+// --deterministic, which also sets the JIT's CompileOptions::amp_compute to
+// the same value). Their tensors stay f32.
+void SetAmpCompute(ComputeType type);
+ComputeType AmpCompute();
 
 // True when every tensor is FP32 (the only dtype these kernels handle) and
 // non-empty.

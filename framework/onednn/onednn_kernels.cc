@@ -44,7 +44,7 @@ bool MatmulKernel(ExecContext& ctx) {
   Tensor* out = ctx.Output("Out");
   if (!AllFp32({&x, &y}) || out->numel() == 0) return false;
   onednn::MatmulHandler h(Cache(), x.dims(), ctx.Attr<bool>("transpose_X"), y.dims(), ctx.Attr<bool>("transpose_Y"),
-                          ctx.Attr<float>("alpha"), {}, onednn::MatmulCompute());
+                          ctx.Attr<float>("alpha"), {}, onednn::AmpCompute());
   if (!h.valid() || h.dst_dims() != out->dims()) return false;
   return h.Run(x, y, out);
 }
@@ -82,7 +82,7 @@ bool MatmulGradKernel(ExecContext& ctx) {
     const Dims ad = fold ? FoldRows(a.dims()) : a.dims();
     const Dims bd = fold ? FoldRows(b.dims()) : b.dims();
     auto h = std::make_unique<onednn::MatmulHandler>(Cache(), ad, ta, bd, tb, alpha, onednn::FusedOps{},
-                                                     onednn::MatmulCompute());
+                                                     onednn::AmpCompute());
     if (!h->valid() || !SameDimsUpToLeadingOnes(h->dst_dims(), o->dims())) return false;
     products.push_back({std::move(h), &a, &b, o});
     return true;
@@ -117,7 +117,7 @@ std::unique_ptr<onednn::ConvHandler> MakeConvHandler(const ExecContext& ctx, con
   return std::make_unique<onednn::ConvHandler>(
       Cache(), input.dims(), filter.dims(), ctx.Attr<std::vector<int64_t>>("strides"),
       ctx.Attr<std::vector<int64_t>>("paddings"), ctx.Attr<std::vector<int64_t>>("dilations"),
-      ctx.Attr<int64_t>("groups"));
+      ctx.Attr<int64_t>("groups"), onednn::FusedOps{}, onednn::AmpCompute());
 }
 
 bool Conv2dKernel(ExecContext& ctx) {
@@ -130,6 +130,8 @@ bool Conv2dKernel(ExecContext& ctx) {
   return h->RunForward(input, filter, output);
 }
 
+// Under --amp bf16 both gradients multiply bf16 copies of their operands
+// (the handler's reorders) and are written in f32.
 bool Conv2dGradKernel(ExecContext& ctx) {
   const Tensor& input = ctx.Input("Input");
   const Tensor& filter = ctx.Input("Filter");
