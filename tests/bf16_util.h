@@ -1,7 +1,8 @@
-// bf16 matmuls need oneDNN's AVX512_CORE kernels at least; on a CPU without
-// them kiln refuses --amp bf16 at start-up and the tests that run bf16
-// matmuls skip, saying why. Also the per-element bf16 bound the op tests
-// check (docs/jit.md, "Mixed precision"; derived in amp_bf16_test.cc).
+// bf16 matmuls and convolutions need oneDNN's AVX512_CORE kernels at least;
+// on a CPU without them kiln refuses --amp bf16 at start-up and the tests
+// that run bf16 kernels skip, saying why. Also the per-element bf16 bound
+// the op tests check (docs/jit.md, "Mixed precision"; derived in
+// amp_bf16_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,12 +15,12 @@
 #include "framework/onednn/onednn_handler.h"
 #include "framework/tensor.h"
 
-#define KILN_SKIP_WITHOUT_BF16()                                                        \
-  do {                                                                                  \
-    std::string kiln_bf16_why;                                                          \
-    if (!::kiln::onednn::Bf16MatmulAvailable(&kiln_bf16_why)) {                         \
-      GTEST_SKIP() << "this CPU has no fast bf16 matmul in oneDNN: " << kiln_bf16_why; \
-    }                                                                                   \
+#define KILN_SKIP_WITHOUT_BF16()                                                               \
+  do {                                                                                         \
+    std::string kiln_bf16_why;                                                                 \
+    if (!::kiln::onednn::Bf16KernelsAvailable(&kiln_bf16_why)) {                               \
+      GTEST_SKIP() << "this CPU has no fast bf16 matmul or convolution in oneDNN: " << kiln_bf16_why; \
+    }                                                                                          \
   } while (0)
 
 namespace kiln::test {

@@ -112,8 +112,8 @@ ComputeType AmpComputeFromFlags() {
   }
   if (!FLAGS_use_onednn) ThrowInvalidArgument("--amp bf16 needs --use_onednn: the bf16 matmuls are oneDNN primitives");
   std::string why;
-  if (!onednn::Bf16MatmulAvailable(&why)) {
-    ThrowUnimplemented("--amp bf16: oneDNN has no usable bf16 matmul on this CPU (", why,
+  if (!onednn::Bf16KernelsAvailable(&why)) {
+    ThrowUnimplemented("--amp bf16: oneDNN has no usable bf16 matmul or convolution on this CPU (", why,
                        "; it needs AVX512_CORE, natively AVX512_BF16)");
   }
   return ComputeType::kBF16;

@@ -222,9 +222,9 @@ class SumHandler : public OneDnnHandler {
   PrimitiveEntry CreateForward() const override;
 };
 
-// Whether this CPU has a fast bf16 matmul in oneDNN (AVX512_CORE at least,
-// natively AVX512_BF16): creates a small one. When not, *why (if given)
-// says what oneDNN offered instead.
-bool Bf16MatmulAvailable(std::string* why = nullptr);
+// Whether this CPU has fast bf16 matmuls and convolutions in oneDNN
+// (AVX512_CORE at least, natively AVX512_BF16): creates a small one of each.
+// When not, *why (if given) says which and what oneDNN offered instead.
+bool Bf16KernelsAvailable(std::string* why = nullptr);
 
 }  // namespace kiln::onednn

@@ -290,15 +290,26 @@ bool ConvHandler::RunBackwardWeights(const Tensor& input, const Tensor& d_output
   return true;
 }
 
-bool Bf16MatmulAvailable(std::string* why) {
-  PrimitiveCache probe(1);
-  MatmulHandler h(probe, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
+namespace {
+
+// Whether `h` gets a fast forward primitive; else *why says what oneDNN had.
+bool ProbeForward(OneDnnHandler& h, const char* what, std::string* why) {
   if (h.AcquireForwardPrimitive()) return true;
   if (why != nullptr) {
     const auto& entry = h.acquired_entry();
-    *why = entry && entry->primitive ? "only the slow " + entry->impl : std::string("none");
+    *why = std::string(what) + ": " + (entry && entry->primitive ? "only the slow " + entry->impl : "none");
   }
   return false;
+}
+
+}  // namespace
+
+bool Bf16KernelsAvailable(std::string* why) {
+  PrimitiveCache probe(2);
+  MatmulHandler matmul(probe, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
+  if (!ProbeForward(matmul, "matmul", why)) return false;
+  ConvHandler conv(probe, {1, 16, 8, 8}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, {}, ComputeType::kBF16);
+  return ProbeForward(conv, "convolution", why);
 }
 
 }  // namespace kiln::onednn
