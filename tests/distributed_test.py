@@ -142,12 +142,17 @@ class DistributedTest(unittest.TestCase):
         self.assertIn("after step 5 parameter 'fc0.w' differs between rank 0 and rank 1 (--dp_check_every 5)",
                       r.stderr)
 
-    def test_a_dead_rank_fails_the_job(self):
-        args = MODELS["mlp"] + ["--epochs", "1000", "--use_jit"]
+    def start_long_job(self, extra=()):
+        """A 2-rank MLP job that would train for a long time; returns the
+        mpirun process and the ranks' pids once they train."""
+        args = MODELS["mlp"] + ["--epochs", "1000", "--use_jit", *extra]
         cmd = [*MPIRUN, "-np", "2", KILN, "train", "--progress=false", "--data_parallel", *args]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, OMP_NUM_THREADS="1"))
-        ranks = self.wait_for_ranks(2)
+        return p, self.wait_for_ranks(2)
+
+    def test_a_dead_rank_fails_the_job(self):
+        p, ranks = self.start_long_job()
         os.kill(ranks[-1], signal.SIGKILL)
         start = time.time()
         _, err = p.communicate(timeout=120)
@@ -155,11 +160,7 @@ class DistributedTest(unittest.TestCase):
         self.assertLess(time.time() - start, 60)
 
     def test_a_hanging_rank_times_out(self):
-        args = MODELS["mlp"] + ["--epochs", "1000", "--use_jit", "--dp_timeout_s", "3"]
-        cmd = [*MPIRUN, "-np", "2", KILN, "train", "--progress=false", "--data_parallel", *args]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, OMP_NUM_THREADS="1"))
-        ranks = self.wait_for_ranks(2)
+        p, ranks = self.start_long_job(["--dp_timeout_s", "3"])
         os.kill(ranks[-1], signal.SIGSTOP)
         start = time.time()
         try:

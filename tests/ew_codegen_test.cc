@@ -584,6 +584,18 @@ TEST(EwCodegenTest, SpillsAndManyOperandsStayExact) {
   }
 }
 
+// Out0 = tanh(0.75 x + y) elementwise; Out1 = Out0 * x, stored to an
+// operand that may be a reduction: the threading tests' program.
+EwProgram TanhAndProductProgram() {
+  EwProgram p;
+  const EwValue x = p.Load(0);
+  const EwValue y = p.Load(1);
+  const EwValue t = p.Tanh(p.Fma(x, p.Const(0.75f), y));
+  p.Store(0, t);
+  p.Store(1, p.Mul(t, x));
+  return p;
+}
+
 TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
   struct Shape {
     Dims x, y;
@@ -597,12 +609,7 @@ TEST(EwCodegenTest, MultiThreadedRunEqualsSingleThreaded) {
   };
   for (Isa isa : Isas()) {
     for (const Shape& s : shapes) {
-      EwProgram p;
-      const EwValue x = p.Load(0);
-      const EwValue y = p.Load(1);
-      const EwValue t = p.Tanh(p.Fma(x, p.Const(0.75f), y));
-      p.Store(0, t);
-      p.Store(1, p.Mul(t, x));
+      const EwProgram p = TanhAndProductProgram();
       const EwLayout l = CollapseLayout(s.x, {s.x, s.y}, {s.x, s.y});
       const Buffers in = RandomInputs(l, 0.1f, 1.0f, 17);
       const Buffers one = RunJit(p, l, isa, in, 1);
@@ -636,12 +643,7 @@ TEST(EwCodegenTest, DeterministicKernelsSumTheSameBitsOnEveryThreadCount) {
   };
   for (Isa isa : Isas()) {
     for (const Shape& s : shapes) {
-      EwProgram p;
-      const EwValue x = p.Load(0);
-      const EwValue y = p.Load(1);
-      const EwValue t = p.Tanh(p.Fma(x, p.Const(0.75f), y));
-      p.Store(0, t);
-      p.Store(1, p.Mul(t, x));
+      const EwProgram p = TanhAndProductProgram();
       const EwLayout l = CollapseLayout(s.x, {s.x, s.y}, {s.x, s.y});
       const Buffers in = RandomInputs(l, -1.0f, 1.0f, 23);
       const Buffers one = RunJit(p, l, isa, in, 1, /*deterministic=*/true);

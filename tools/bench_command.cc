@@ -108,7 +108,10 @@ FlopCount CountFlops(const Model& model, int64_t batch) {
       *concrete.add_vars() = v;
     }
   }
-  for (int i = 0; i < concrete.ops_size(); ++i) InferShapeAtBuild(&concrete, i, /*declare_outputs=*/true);
+  BlockVarIndex index(&concrete);
+  for (int i = 0; i < concrete.ops_size(); ++i) {
+    InferShapeAtBuild(&concrete, i, /*declare_outputs=*/true, OpRegistry::Global(), &index);
+  }
 
   auto dims_of = [&](const std::string& name) {
     const proto::VarDesc* v = FindVarDesc(concrete, name);

@@ -59,7 +59,10 @@ proto::BlockDesc ConcreteBlock(const proto::BlockDesc& block, const std::map<std
       if (nv->dims(i) < 0) nv->set_dims(i, batch);
     }
   }
-  for (int i = 0; i < out.ops_size(); ++i) InferShapeAtBuild(&out, i, /*declare_outputs=*/true);
+  BlockVarIndex index(&out);
+  for (int i = 0; i < out.ops_size(); ++i) {
+    InferShapeAtBuild(&out, i, /*declare_outputs=*/true, OpRegistry::Global(), &index);
+  }
   return out;
 }
 

@@ -55,13 +55,7 @@ def measure(args, side, cfg):
     if side.startswith("torch"):
         return bvp.run_json(bvp.torch_cmd(cfg, args.threads, args, side), args.threads, args.timeout,
                             args.idle_wait, peer=True)
-    _, model, batch, flags, _ = cfg
-    cmd = [args.kiln, "bench", "--model", model, "--batch_size", str(batch), "--optimizer", "sgd", "--lr", "0.1",
-           "--seed", "1", "--bench_warmup", str(args.warmup), "--bench_steps", str(args.steps),
-           "--progress=false", "--use_jit=" + ("false" if side == "nojit" else "true")] + flags
-    if side == "jit_bf16":
-        cmd += ["--amp", "bf16"]
-    return bvp.run_json(cmd, args.threads, args.timeout, args.idle_wait)
+    return bvp.run_json(bvp.kiln_cmd(args.kiln, cfg, side, args), args.threads, args.timeout, args.idle_wait)
 
 
 def sweep(args, sides, configs):
