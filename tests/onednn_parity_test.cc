@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "framework/onednn/handlers.h"
 #include "framework/onednn/onednn_handler.h"
 #include "framework/onednn/onednn_kernels.h"
 #include "framework/onednn/primitive_cache.h"
@@ -239,6 +240,9 @@ TEST_F(OneDnnParityTest, Conv2d) {
       {{2, 3, 7, 7}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3},    // depthwise
       {{1, 33, 7, 7}, {17, 33, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}, // 1x1
       {{3, 7, 1, 17}, {5, 7, 1, 3}, {1, 2}, {0, 1}, {1, 1}, 1},
+      // LeNet's layers at odd sizes: filter gradients that run channels-last.
+      {{3, 1, 13, 11}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
+      {{3, 6, 9, 7}, {16, 6, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
   };
   for (const auto& c : cases) {
     const std::map<std::string, Tensor> in = {{"in", Rand(c.input)}, {"f", Rand(c.filter)}};
@@ -255,6 +259,44 @@ TEST_F(OneDnnParityTest, Conv2d) {
     ExpectGradParity(op, in, Rng());
     ExpectGradParity(op, in, Rng(), Expect::kOneDnn, {}, {"f@GRAD"});
     ExpectGradParity(op, in, Rng(), Expect::kOneDnn, {}, {"in@GRAD"});
+  }
+}
+
+// Each convolution primitive works blocked or channels-last, whichever gets
+// the higher ISA: on this host oneDNN 2.6 runs LeNet's second filter
+// gradient blocked at jit:avx2 and channels-last at jit:avx512_core.
+TEST(ConvLayoutTest, FilterGradientRunsAtLeastAtTheBlockedLayoutsIsa) {
+  EXPECT_GT(onednn::IsaRank("jit:avx512_core"), onednn::IsaRank("jit:avx2"));
+  EXPECT_GT(onednn::IsaRank("brgconv:avx512_core_amx"), onednn::IsaRank("jit:avx512_core_bf16"));
+  EXPECT_GT(onednn::IsaRank("jit:avx2"), onednn::IsaRank("x64:gemm:jit"));
+  EXPECT_EQ(onednn::IsaRank("ref:any"), 0);
+  using dnnl::memory;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  for (const auto& [in, f] : std::vector<std::pair<Dims, Dims>>{{{64, 6, 14, 14}, {16, 6, 5, 5}},
+                                                               {{64, 1, 28, 28}, {6, 1, 5, 5}},
+                                                               {{8, 16, 9, 9}, {32, 16, 3, 3}}}) {
+    onednn::PrimitiveCache cache(8);
+    onednn::ConvHandler h(cache, in, f, {1, 1}, {2, 2}, {1, 1}, 1);
+    ASSERT_TRUE(h.valid());
+    Tensor d_filter(DataType::kFP32, f);
+    ASSERT_TRUE(h.RunBackwardWeights(Rand(in), Rand(h.output_dims()), &d_filter));
+    const std::string chosen = h.acquired_entry()->impl;
+    // Each layout's implementation, straight from oneDNN.
+    auto impl = [&](memory::format_tag act) {
+      auto md = [](const Dims& d, memory::format_tag tag) {
+        return memory::desc(memory::dims(d.begin(), d.end()), memory::data_type::f32, tag);
+      };
+      const memory::dims s{1, 1}, p{2, 2};
+      const memory::desc src = md(in, act), dst = md(h.output_dims(), act), wei = md(f, memory::format_tag::any);
+      dnnl::convolution_forward::primitive_desc fwd(
+          {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei, dst, s, p, p}, engine);
+      return dnnl::convolution_backward_weights::primitive_desc(
+                 {dnnl::algorithm::convolution_direct, src, wei, dst, s, p, p}, engine, fwd)
+          .impl_info_str();
+    };
+    const std::string blocked = impl(memory::format_tag::any), nhwc = impl(memory::format_tag::nhwc);
+    EXPECT_EQ(onednn::IsaRank(chosen), std::max(onednn::IsaRank(blocked), onednn::IsaRank(nhwc)))
+        << chosen << " against blocked " << blocked << " and channels-last " << nhwc;
   }
 }
 

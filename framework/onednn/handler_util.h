@@ -1,9 +1,10 @@
-// Helpers shared by the handler sources (handlers.cc, handlers_matmul_conv.cc).
+// Helpers shared by the handler sources (handlers*.cc).
 // Internal to framework/onednn: kernels and the compiler use handlers.h.
 #pragma once
 
 #include <algorithm>
 
+#include "framework/onednn/handlers.h"
 #include "framework/onednn/onednn_handler.h"
 
 namespace kiln::onednn::detail {
@@ -67,6 +68,26 @@ inline dnnl::primitive_attr FusedAttr(const PrimitiveKey& key, const dnnl::memor
 inline bool ReadsDst(const PrimitiveKey& key) {
   return std::any_of(key.post_ops.begin(), key.post_ops.end(),
                      [](const PostOp& p) { return p.kind == PostOp::Kind::kSum; });
+}
+
+// Copies the bias and post-ops of `fused` into `key`.
+inline void SetFusion(PrimitiveKey* key, const FusedOps& fused) {
+  key->bias = fused.bias;
+  key->post_ops = fused.post_ops;
+}
+
+// Binds the optional bias to `args` (nothing when the key has none).
+inline bool BindBias(OneDnnHandler* h, const Tensor* bias, ExecArgs* args) {
+  if (!h->forward_key().bias) return true;
+  if (bias == nullptr) return false;
+  const int arg = h->entry().bias_arg;
+  (*args)[arg] = h->AcquireMemory(h->UserDesc(arg), *bias);
+  return true;
+}
+
+// The operand type of a compute type (bf16 operands accumulate in f32).
+inline dnnl::memory::data_type OperandType(ComputeType compute) {
+  return compute == ComputeType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
 }  // namespace kiln::onednn::detail

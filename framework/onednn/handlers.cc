@@ -1,6 +1,6 @@
 // The handlers of the op families without fused variants (pooling, softmax,
-// reduction, layer_norm, eltwise, binary, sum); matmul and conv are in
-// handlers_matmul_conv.cc.
+// reduction, layer_norm, eltwise, binary, sum); matmul is in
+// handlers_matmul_conv.cc, conv in handlers_conv.cc.
 #include "framework/onednn/handlers.h"
 
 #include <algorithm>

@@ -61,8 +61,10 @@ class MatmulHandler : public OneDnnHandler {
 
 // 2-D convolution, NCHW input, OIHW filter (O, C/groups, KH, KW). `strides`,
 // `dilations` (kiln convention: 1 = dense) and symmetric `paddings` have 2
-// entries. Key dims: {input, filter}. The primitives work in the layouts they
-// prefer; the cached entry holds the reorders from and to the plain tensors.
+// entries. Key dims: {input, filter}. Each primitive works blocked or
+// channels-last, whichever gets oneDNN's best implementation for its shape
+// (ConvLayout); the cached entry holds the reorders from and to the plain
+// tensors.
 // The forward may fuse a bias [O] and post-ops (e.g. relu); the backward
 // passes are always those of the plain convolution.
 //
@@ -72,6 +74,10 @@ class MatmulHandler : public OneDnnHandler {
 // f32; backward-weights src/diff_dst bf16, diff_weights f32. The entry's
 // reorders, which already move the plain tensors into the primitive's
 // layouts, convert to bf16 on the way. Key: PrimitiveKey::compute.
+// Where a convolution primitive keeps its activations: oneDNN's blocked
+// layout of choice (format "any"), NHWC, or the tensors' own NCHW.
+enum class ConvLayout { kBlocked, kChannelsLast, kPlain };
+
 class ConvHandler : public OneDnnHandler {
  public:
   ConvHandler(PrimitiveCache& cache, const Dims& input_dims, const Dims& filter_dims, const Dims& strides,
@@ -90,9 +96,11 @@ class ConvHandler : public OneDnnHandler {
   PrimitiveEntry CreateBackward() const override;  // bwd_key_.kind picks data or weights
 
  private:
-  // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint);
-  // `any`: let the primitive pick the layouts.
-  dnnl::convolution_forward::primitive_desc ForwardPd(const PrimitiveKey& key, bool any) const;
+  PrimitiveEntry CreateBackwardData() const;
+  PrimitiveEntry CreateBackwardWeights() const;
+  // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint) with
+  // its activations in `layout` (the filter "any" unless kPlain).
+  dnnl::convolution_forward::primitive_desc ForwardPd(const PrimitiveKey& key, ConvLayout layout) const;
   // The filter as `type` (f32: the tensor's own).
   dnnl::memory::desc FilterDesc(bool any, dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
 

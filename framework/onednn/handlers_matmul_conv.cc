@@ -1,5 +1,5 @@
-// MatmulHandler and ConvHandler: the handlers whose forward primitives fuse
-// a bias and post-ops (the JIT's matmul/conv epilogues).
+// MatmulHandler, whose forward primitive fuses a bias and post-ops (the
+// JIT's matmul epilogue), and the start-up check of bf16 kernels.
 #include <algorithm>
 
 #include "framework/onednn/handler_util.h"
@@ -11,28 +11,13 @@ namespace kiln::onednn {
 using detail::AllPositive;
 using detail::AnyDesc;
 using detail::D;
+using detail::BindBias;
 using detail::FusedAttr;
+using detail::OperandType;
+using detail::SetFusion;
 using detail::MakeEntry;
 using dnnl::algorithm;
 using dnnl::prop_kind;
-
-namespace {
-
-void SetFusion(PrimitiveKey* key, const FusedOps& fused) {
-  key->bias = fused.bias;
-  key->post_ops = fused.post_ops;
-}
-
-// Binds the optional bias to `args` (nothing when the key has none).
-bool BindBias(OneDnnHandler* h, const Tensor* bias, ExecArgs* args) {
-  if (!h->forward_key().bias) return true;
-  if (bias == nullptr) return false;
-  const int arg = h->entry().bias_arg;
-  (*args)[arg] = h->AcquireMemory(h->UserDesc(arg), *bias);
-  return true;
-}
-
-}  // namespace
 
 // ---- MatmulHandler -----------------------------------------------------------------------
 
@@ -92,9 +77,6 @@ dnnl::memory::desc OperandDesc(const Dims& stored, bool trans,
   return TransposedLastTwoDesc(logical, type);
 }
 
-dnnl::memory::data_type OperandType(ComputeType compute) {
-  return compute == ComputeType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-}
 
 }  // namespace
 
@@ -137,155 +119,6 @@ bool MatmulHandler::Run(const Tensor& a, const Tensor& b, const Tensor* bias, Te
   args[DNNL_ARG_WEIGHTS] = AcquireWeightsMemory(b);
   if (!BindBias(this, bias, &args)) return false;
   args[DNNL_ARG_DST] = AcquireDstMemory(dst);
-  Execute(std::move(args));
-  return true;
-}
-
-// ---- ConvHandler ---------------------------------------------------------------------------
-
-ConvHandler::ConvHandler(PrimitiveCache& cache, const Dims& in, const Dims& f, const Dims& strides,
-                         const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused,
-                         ComputeType compute)
-    : OneDnnHandler(cache) {
-  if (in.size() != 4 || f.size() != 4 || strides.size() != 2 || paddings.size() != 2 || dilations.size() != 2) {
-    return;
-  }
-  if (!AllPositive(in) || !AllPositive(f) || groups < 1 || in[1] != f[1] * groups || f[0] % groups != 0) return;
-  Dims out = {in[0], f[0], 0, 0};
-  Dims pad_r(2);
-  for (int i = 0; i < 2; ++i) {
-    if (strides[i] < 1 || dilations[i] < 1 || paddings[i] < 0) return;
-    const int64_t span = dilations[i] * (f[2 + i] - 1) + 1;
-    const int64_t room = in[2 + i] + 2 * paddings[i] - span;
-    if (room < 0) return;
-    out[2 + i] = room / strides[i] + 1;
-    pad_r[i] = detail::PaddingRight(in[2 + i], out[2 + i], span, strides[i], paddings[i]);
-  }
-  output_dims_ = out;
-  fwd_key_.kind = PrimitiveKind::kConvForward;
-  fwd_key_.dims = {in, f};
-  fwd_key_.groups = groups;
-  fwd_key_.strides = strides;
-  fwd_key_.dilations = {dilations[0] - 1, dilations[1] - 1};
-  fwd_key_.padding_l = paddings;
-  fwd_key_.padding_r = pad_r;
-  fwd_key_.compute = compute;
-  // The backward passes are those of the plain convolution.
-  bwd_key_ = fwd_key_;
-  SetFusion(&fwd_key_, fused);
-  valid_ = true;
-}
-
-dnnl::memory::desc ConvHandler::FilterDesc(bool any, dnnl::memory::data_type type) const {
-  const Dims& f = fwd_key_.dims[1];
-  const int64_t g = fwd_key_.groups;
-  // OIHW with groups is the same buffer as GOIHW: [g, O/g, I/g, KH, KW].
-  const Dims dims = g == 1 ? f : Dims{g, f[0] / g, f[1], f[2], f[3]};
-  return any ? AnyDesc(dims, type) : PlainDesc(dims, type);
-}
-
-// With bf16 compute src and weights are bf16; dst and the bias stay f32.
-dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const PrimitiveKey& k, bool any) const {
-  const dnnl::memory::data_type type = OperandType(k.compute);
-  auto md = [any](const Dims& d) { return any ? AnyDesc(d) : PlainDesc(d); };
-  const dnnl::memory::desc src = any ? AnyDesc(k.dims[0], type) : PlainDesc(k.dims[0], type);
-  // A sum post-op reads dst: it stays plain, so the tensor's contents are
-  // what the primitive adds to (an output reorder would start from garbage).
-  const dnnl::memory::desc dst = detail::ReadsDst(k) ? PlainDesc(output_dims_) : md(output_dims_);
-  const dnnl::primitive_attr attr = FusedAttr(k, PlainDesc({1, k.dims[1][0], 1, 1}));
-  if (k.bias && !detail::BiasIsPostOp(k)) {
-    dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                         FilterDesc(any, type), PlainDesc({k.dims[1][0]}), dst, D(k.strides),
-                                         D(k.dilations), D(k.padding_l), D(k.padding_r));
-    return dnnl::convolution_forward::primitive_desc(desc, attr, Engine());
-  }
-  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                       FilterDesc(any, type), dst, D(k.strides), D(k.dilations), D(k.padding_l),
-                                       D(k.padding_r));
-  return dnnl::convolution_forward::primitive_desc(desc, attr, Engine());
-}
-
-// Layouts: the primitives pick their own (format "any", usually channel
-// blocked) and the entry reorders the plain tensors in and out. Measured on
-// LeNet-sized layers this is 1.5-4x faster than the gemm-based
-// implementation oneDNN uses for plain layouts, reorders included, except for
-// the backward-data pass with very few input channels per group, which stays
-// plain.
-PrimitiveEntry ConvHandler::CreateForward() const {
-  const PrimitiveKey& k = fwd_key_;
-  auto pd = ForwardPd(k, /*any=*/true);
-  PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_forward(pd));
-  if (detail::BiasIsPostOp(k)) e.bias_arg = detail::kBiasPostOpArg;
-  AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
-  AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
-  AddReorder(&e, DNNL_ARG_DST, true, PlainDesc(output_dims_), pd.dst_desc());
-  return e;
-}
-
-// With bf16 compute the operands are bf16 and the gradient written is f32.
-PrimitiveEntry ConvHandler::CreateBackward() const {
-  const PrimitiveKey& k = bwd_key_;
-  const dnnl::memory::data_type type = OperandType(k.compute), f32 = dnnl::memory::data_type::f32;
-  if (k.kind == PrimitiveKind::kConvBackwardData) {
-    const bool any = k.dims[1][1] >= 4;  // input channels per group
-    auto md = [any](const Dims& d, dnnl::memory::data_type t) { return any ? AnyDesc(d, t) : PlainDesc(d, t); };
-    dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, md(k.dims[0], f32),
-                                               FilterDesc(any, type), md(output_dims_, type), D(k.strides),
-                                               D(k.dilations), D(k.padding_l), D(k.padding_r));
-    dnnl::convolution_backward_data::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd(k, any));
-    PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_data(pd));
-    AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
-    AddReorder(&e, DNNL_ARG_DIFF_DST, false, PlainDesc(output_dims_), pd.diff_dst_desc());
-    AddReorder(&e, DNNL_ARG_DIFF_SRC, true, PlainDesc(k.dims[0]), pd.diff_src_desc());
-    return e;
-  }
-  KILN_CHECK(k.kind == PrimitiveKind::kConvBackwardWeights);
-  dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, AnyDesc(k.dims[0], type),
-                                                FilterDesc(true), AnyDesc(output_dims_, type), D(k.strides),
-                                                D(k.dilations), D(k.padding_l), D(k.padding_r));
-  dnnl::convolution_backward_weights::primitive_desc pd(desc, DefaultAttr(), Engine(), ForwardPd(k, true));
-  PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_weights(pd));
-  AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
-  AddReorder(&e, DNNL_ARG_DIFF_DST, false, PlainDesc(output_dims_), pd.diff_dst_desc());
-  AddReorder(&e, DNNL_ARG_DIFF_WEIGHTS, true, FilterDesc(false), pd.diff_weights_desc());
-  return e;
-}
-
-bool ConvHandler::RunForward(const Tensor& input, const Tensor& filter, Tensor* output) {
-  return RunForward(input, filter, nullptr, output);
-}
-
-bool ConvHandler::RunForward(const Tensor& input, const Tensor& filter, const Tensor* bias, Tensor* output) {
-  if (!valid_ || !AcquireForwardPrimitive()) return false;
-  ExecArgs args;
-  args[DNNL_ARG_SRC] = AcquireSrcMemory(input);
-  args[DNNL_ARG_WEIGHTS] = AcquireWeightsMemory(filter);
-  if (!BindBias(this, bias, &args)) return false;
-  args[DNNL_ARG_DST] = AcquireDstMemory(output);
-  Execute(std::move(args));
-  return true;
-}
-
-bool ConvHandler::RunBackwardData(const Tensor& filter, const Tensor& d_output, Tensor* d_input) {
-  if (!valid_) return false;
-  bwd_key_.kind = PrimitiveKind::kConvBackwardData;
-  if (!AcquireBackwardPrimitive()) return false;
-  ExecArgs args;
-  args[DNNL_ARG_WEIGHTS] = AcquireWeightsMemory(filter);
-  args[DNNL_ARG_DIFF_DST] = AcquireDiffDstMemory(d_output);
-  args[DNNL_ARG_DIFF_SRC] = AcquireDiffSrcMemory(d_input);
-  Execute(std::move(args));
-  return true;
-}
-
-bool ConvHandler::RunBackwardWeights(const Tensor& input, const Tensor& d_output, Tensor* d_filter) {
-  if (!valid_) return false;
-  bwd_key_.kind = PrimitiveKind::kConvBackwardWeights;
-  if (!AcquireBackwardPrimitive()) return false;
-  ExecArgs args;
-  args[DNNL_ARG_SRC] = AcquireSrcMemory(input);
-  args[DNNL_ARG_DIFF_DST] = AcquireDiffDstMemory(d_output);
-  args[DNNL_ARG_DIFF_WEIGHTS] = AcquireDiffWeightsMemory(d_filter);
   Execute(std::move(args));
   return true;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -33,6 +35,17 @@ bool IsSlowImplementation(const std::string& impl) {
     if (impl.rfind(prefix, 0) == 0) return true;
   }
   return false;
+}
+
+int IsaRank(const std::string& impl) {
+  static const std::vector<std::pair<const char*, int>> kIsas = {
+      {"avx512_core_amx", 6}, {"avx512_core_bf16", 5}, {"avx512_core", 4}, {"avx512", 3},
+      {"avx2", 2},            {"avx", 1},              {"sse41", 1}};
+  if (impl.find("gemm") != std::string::npos || impl.rfind("ref", 0) == 0) return 0;
+  for (const auto& [name, rank] : kIsas) {
+    if (impl.find(name) != std::string::npos) return rank;
+  }
+  return 0;
 }
 
 namespace {

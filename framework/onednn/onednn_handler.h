@@ -44,6 +44,10 @@ dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims,
 // (Acquire*Primitive returns false and the kernel falls back). Tests turn
 // them on to check descriptor set-up on every case. Process-wide.
 bool IsSlowImplementation(const std::string& impl);
+// Rank of the instruction set named in an implementation string
+// ("jit:avx512_core", "brgconv:avx512_core_amx", "x64:gemm:jit"): higher is
+// the newer ISA; gemm-based and reference implementations rank 0.
+int IsaRank(const std::string& impl);
 void SetAllowSlowImplementations(bool allow);
 bool AllowSlowImplementations();
 
