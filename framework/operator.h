@@ -195,8 +195,9 @@ struct OpInfo {
   std::vector<std::pair<std::string, std::string>> inplace;
   JitLowering jit = JitLowering::kNone;
   // The op's elementwise meaning for the JIT (ew_fragment.h): the EwProgram
-  // fragments it computes. Set for kElementwise and kOptimizer ops; empty
-  // for every other op.
+  // fragments it computes. Set for kElementwise and kOptimizer ops and for
+  // reduce_sum/reduce_mean (kReduction) and their grads; empty for every
+  // other op.
   EwLoweringFn elementwise;
   // No cluster spans across the op: build_jit_pass puts every op before it
   // (in program order) and every op after it in different clusters. For

@@ -688,7 +688,63 @@ TEST(JitOpsTest, NonElementwiseOpsRunFrameworkKernels) {
   c.inputs = {{"x", Uniform({6, 33}, rng)}, {"w", Uniform({33, 20}, rng, -0.3, 0.3)}, {"bias", Uniform({20}, rng)}};
   c.outputs = {"s", "out"};
   c.tol = kTranscendental;
-  CheckCluster("matmul softmax reshape2 reduce_sum", c, KernelCount{2, 4});
+  // matmul, softmax and reshape2 on framework kernels; add+relu, reduce_sum
+  // and scale generated (the reduction's space differs from scale's).
+  CheckCluster("matmul softmax reshape2 reduce_sum", c, KernelCount{3, 3});
+}
+
+// ---- reductions -----------------------------------------------------------------------
+
+struct ReduceCase {
+  std::string name;
+  Dims x;
+  std::vector<int64_t> dim;
+  bool keep_dim = false;
+  bool reduce_all = false;
+};
+
+std::vector<ReduceCase> ReduceCases(int64_t n) {
+  return {{"[3,n,5] dim 1", {3, n, 5}, {1}},
+          {"[n,7] dim -1 keep", {n, 7}, {-1}, true},
+          {"[2,n,3] dims 0,2", {2, n, 3}, {0, 2}},
+          {"[n,4] all", {n, 4}, {0}, false, true},
+          {"[4,3,n] dim 0 keep", {4, 3, n}, {0}, true}};
+}
+
+proto::OpDesc ReduceOp(const std::string& type, const ReduceCase& rc) {
+  return OpBuilder(type)
+      .In("X", {"x"})
+      .Out("Out", {"out"})
+      .Attr("dim", rc.dim)
+      .Attr("keep_dim", rc.keep_dim)
+      .Attr("reduce_all", rc.reduce_all)
+      .Build();
+}
+
+// reduce_sum / reduce_mean and their grads compile to one generated kernel
+// each (a reduction output; a broadcast input) and match the reference.
+TEST(JitOpsTest, ReduceSumAndMeanForwardAndGrad) {
+  std::mt19937 rng(17);
+  for (const std::string type : {"reduce_sum", "reduce_mean"}) {
+    for (int64_t n : kSizes) {
+      for (const ReduceCase& rc : ReduceCases(n)) {
+        const proto::OpDesc fwd = ReduceOp(type, rc);
+        Cluster c;
+        c.ops = {fwd};
+        c.inputs = {{"x", Uniform(rc.x, rng)}};
+        c.outputs = {"out"};
+        c.tol = SumTol(Numel(rc.x), 3.0);
+        CheckCluster(type + " " + rc.name + " " + SizeName(n), c, kOneGeneratedKernel);
+
+        Cluster g;
+        g.ops = {GradOf(fwd, {GradVarName("x")})};
+        auto scope = test::RunOps({fwd}, c.inputs, /*use_onednn=*/false);
+        g.inputs = {{"x", c.inputs["x"]}, {GradVarName("out"), Uniform(scope->GetVar("out")->Get().dims(), rng)}};
+        g.outputs = {GradVarName("x")};
+        CheckCluster(type + "_grad " + rc.name + " " + SizeName(n), g, kOneGeneratedKernel);
+      }
+    }
+  }
 }
 
 // 2x2/2 max-pool gradient on kiln's kernel: ties go to the first maximum of
@@ -774,10 +830,13 @@ TEST(JitOpsTest, EveryLowerableOpIsCovered) {
   for (const std::string& t : kBinaryOps) covered.insert({t, t + "_grad"});
   for (const UnaryCase& u : UnaryCases()) covered.insert({u.op.type(), u.op.type() + "_grad"});
   covered.insert("dropout_grad");  // DropoutGradTest.JitMatchesReferenceOnBothIsas (dropout_op_test.cc)
+  covered.insert({"reduce_sum", "reduce_sum_grad", "reduce_mean", "reduce_mean_grad"});  // ReduceSumAndMean...
   std::set<std::string> lowerable;
   for (const std::string& t : OpRegistry::Global().Types()) {
     const JitLowering j = OpRegistry::Global().Get(t).jit;
-    if (j == JitLowering::kElementwise || j == JitLowering::kOptimizer) lowerable.insert(t);
+    if (j == JitLowering::kElementwise || j == JitLowering::kOptimizer || OpRegistry::Global().Get(t).elementwise) {
+      lowerable.insert(t);
+    }
   }
   EXPECT_EQ(lowerable, covered);
 }

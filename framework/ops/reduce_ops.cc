@@ -3,9 +3,12 @@
 // summation order more than rounding the final value does.
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "framework/ew/ew_fragment.h"
 #include "framework/op_registry.h"
+#include "framework/shape_util.h"
 #include "framework/ops/kernel_util_a.h"
 #include "framework/ops/ops.h"
 
@@ -164,6 +167,50 @@ void ReduceGradKernel(ExecContext& ctx, bool mean) {
   });
 }
 
+// The JIT's form of reduce_sum / reduce_mean and their grads: one fragment
+// over X's dims. The forward writes Out as its dims at X's rank (1 in the
+// reduced dims: the generated kernel sums over them); the grad reads Out@GRAD
+// the same way (broadcast). The mean scales each element by 1/count, so the
+// generated sum runs in float over scaled terms where the reference divides
+// its double sum once.
+class EwReduceView {
+ public:
+  explicit EwReduceView(const EwOpView& v) : v_(v) {}
+  template <typename T>
+  const T& Attr(const std::string& name) const { return v_.Attr<T>(name); }
+  std::string OpName() const { return "op '" + v_.op().type() + "'"; }
+  template <typename... Args>
+  [[noreturn]] void Fail(Args&&... args) const {
+    ThrowInvalidArgument(OpName(), ": ", std::forward<Args>(args)...);
+  }
+
+ private:
+  const EwOpView& v_;
+};
+
+std::vector<EwFragment> EwReduce(const EwOpView& v, bool mean, bool grad) {
+  const std::string x = v.In("X");
+  const std::string small = grad ? v.In(GradVarName("Out")) : v.Out("Out");
+  const std::string full = grad ? v.Out(GradVarName("X")) : x;
+  if (x.empty() || small.empty() || full.empty()) return {};
+  EwFragment f;
+  f.iter = v.DimsOf(x);
+  const Dims kept = KeptDims(f.iter, ReducedDims(EwReduceView(v), f.iter.size()));
+  if (Numel(f.iter) == 0) return {};
+  const float scale = mean ? static_cast<float>(static_cast<double>(Numel(kept)) / Numel(f.iter)) : 1.0f;
+  if (grad) {
+    f.reads = {{small, kept}};
+    f.writes = {{full, f.iter}};
+  } else {
+    f.reads = {{full, f.iter}};
+    f.writes = {{small, kept}};
+  }
+  f.emit = [mean, scale](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{mean ? p.Mul(in[0], p.Const(scale)) : in[0]};
+  };
+  return {f};
+}
+
 // ---- sum -----------------------------------------------------------------------------
 
 void InferSum(InferShapeContext& ctx) {
@@ -257,6 +304,7 @@ void AddReduce(OpRegistry& r, const std::string& type, const std::string& doc, b
     return std::vector<proto::OpDesc>{MakeGradOp(op, {"X"}, {}, {"Out"}, {"X"})};
   };
   fwd.jit = JitLowering::kReduction;
+  fwd.elementwise = [mean](const EwOpView& v) { return EwReduce(v, mean, /*grad=*/false); };
   r.Add(std::move(fwd));
 
   OpInfo grad;
@@ -269,6 +317,7 @@ void AddReduce(OpRegistry& r, const std::string& type, const std::string& doc, b
   grad.reference_kernel = [mean](ExecContext& ctx) { ReduceGradKernel(ctx, mean); };
   grad.no_need_buffer = {"X"};
   grad.jit = JitLowering::kReduction;
+  grad.elementwise = [mean](const EwOpView& v) { return EwReduce(v, mean, /*grad=*/true); };
   r.Add(std::move(grad));
 }
 
