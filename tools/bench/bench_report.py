@@ -16,6 +16,16 @@ SIDE_NAMES = {"torch": "PyTorch eager", "torch_bf16": "PyTorch autocast bf16", "
 # Issue 14's targets: kiln-JIT step time / PyTorch (fp32) step time at most this.
 TARGETS = {"mlp b1": 0.2, "mlp b64": 0.65, "mlp b256": 0.85, "cnn b64": 0.4, "transformer b8": 0.7}
 MATMUL_FRACTION_TARGET = ("mlp b256", 0.8)
+# The rest of issue 14's point 6 and points 4-5: (what, model, side, peer, bound, thread counts); a ratio
+# target is met at or below its bound, a "matmul" target (peer None: the JIT step's share of the
+# oneDNN matmul rate) at or above it.
+EXTRA_TARGETS = [
+    ("kiln bf16 / PyTorch fp32", "mlp b256", "jit_bf16", "torch", 0.5, None),
+    ("kiln bf16 / PyTorch autocast bf16", "mlp b256", "jit_bf16", "torch_bf16", 0.6, None),
+    ("kiln bf16 / PyTorch fp32", "transformer b8", "jit_bf16", "torch", 0.5, None),
+    ("JIT step, share of the matmul rate", "cnn b64", "jit", None, 0.6, [1]),
+    ("JIT step, share of the matmul rate", "transformer b8", "jit", None, 0.8, [2]),
+]
 
 
 def ratio(results, name, threads, a, b):
@@ -52,6 +62,28 @@ def table_rows(configs, threads_list, results, limits):
                          fmt(ratio(results, name, threads, "jit", "nojit"), "%.2f"), rss,
                          fmt(jit and jit["gflops"], "%.1f"),
                          fmt(jit and 100 * jit["matmul_fraction"], "%.0f%%")])
+    return header, rows
+
+
+def target_rows(threads_list, results):
+    """Issue 14's targets, one row per (target, thread count): the measured figure, the bound, met."""
+    header = ["model", "thr", "figure", "measured", "target", "met"]
+    rows = []
+    checks = [("kiln JIT fp32 / PyTorch fp32", name, "jit", "torch", bound, None) for name, bound in TARGETS.items()]
+    for what, name, side, peer, bound, only in checks + EXTRA_TARGETS:
+        for t in threads_list:
+            if only and t not in only:
+                continue
+            if peer is None:
+                r = results.get((name, t, side))
+                v = r and r.get("matmul_fraction")
+                met = v is not None and v >= bound
+                shown, target = fmt(v and 100 * v, "%.0f%%"), ">= %.0f%%" % (100 * bound)
+            else:
+                v = ratio(results, name, t, side, peer)
+                met = v is not None and v <= bound
+                shown, target = fmt(v, "%.2f"), "<= %.2f" % bound
+            rows.append([name, str(t), what, shown, target, "-" if v is None else ("yes" if met else "NO")])
     return header, rows
 
 
@@ -220,7 +252,7 @@ def method_paragraph(args, configs):
                "starts); for every (model, threads) the sides run interleaved PyTorch, PyTorch with bf16 autocast "
                "(`torch.autocast('cpu', dtype=torch.bfloat16)` around the forward and the loss; its Linear and "
                "convolution layers then run in bf16, weights and optimizer stay fp32), kiln JIT off, kiln JIT on, kiln JIT with `--amp bf16` (its "
-               "matmuls in bf16 with f32 accumulation; convolutions stay f32 so far: docs/jit.md), "
+               "matmuls and convolutions in bf16 with f32 accumulation, everything else f32: docs/jit.md), "
                "%d rounds of %d warm-up steps (untimed; they include the JIT's compiles) and %d timed steps, each "
                "process started when no other task was runnable or after waiting %g s. A step time is the lowest "
                "over rounds of each process's median step (other jobs on the machine only make a round slower; "
@@ -260,6 +292,11 @@ def result_paragraphs(args, threads_list, results, limits, header, rows, svg_nam
             out.append("- %s, %d thread(s): the JIT step reaches %.0f%% of the matmul figure (target %.0f%%): %s."
                        % (name, t, 100 * r["matmul_fraction"], 100 * need,
                           "met" if r["matmul_fraction"] >= need else "not met"))
+    out.append("")
+    out.append("Issue 14's targets from this run (`met` as measured; the reasons for the unmet ones are in "
+               "\"Issue 14's targets\" below this section):")
+    out.append("")
+    out.append(md_table(*target_rows(threads_list, results)))
     out.append("")
     out.append("![step time per model and configuration](%s)" % svg_name)
     out.append("")
