@@ -17,6 +17,10 @@
 namespace kiln {
 namespace {
 
+// Issue 14: bf16 reaches the fp32 run's test accuracy within 0.5 points
+// (doing better is allowed).
+constexpr double kAccuracyPoints = 0.005;
+
 struct TrainRun {
   std::vector<double> losses;  // per step
   double accuracy = -1;        // after the last epoch
@@ -76,15 +80,17 @@ TEST(AmpTrainTest, MlpOnDigitsJitOnMatchesJitOffAndF32Accuracy) {
   // about 3e-4 within 10 steps) much further than f32's own JIT-on/off noise.
   EXPECT_GT(MaxLossDiff(bf16, f32, 30), 2e-5);
   EXPECT_GT(MaxLossDiff(bf16_jit, f32_jit, 30), 2e-5);
-  EXPECT_LE(std::fabs(bf16.accuracy - f32.accuracy), 0.005) << bf16.accuracy << " vs " << f32.accuracy;
-  EXPECT_LE(std::fabs(bf16_jit.accuracy - f32.accuracy), 0.005) << bf16_jit.accuracy << " vs " << f32.accuracy;
+  EXPECT_GE(bf16.accuracy, f32.accuracy - kAccuracyPoints) << bf16.accuracy << " vs " << f32.accuracy;
+  EXPECT_GE(bf16_jit.accuracy, f32.accuracy - kAccuracyPoints) << bf16_jit.accuracy << " vs " << f32.accuracy;
 }
 
 // The CNN's two convolutions (forward, input and filter gradients) and its
 // fully connected layer run in bf16. Early on the runs part noticeably (at
 // 10 epochs, measured: f32 0.9611, bf16 0.9417 JIT off, 0.9500 JIT on; the
 // test set has 360 digits, one is 0.28 points); after 15 epochs all four
-// reach 0.9722.
+// reach 0.9722 (the bf16 JIT run 0.9778 since the filter gradients choose
+// their layout per shape and the matmul+sgd kernel scales X instead of dY:
+// other roundings, two more digits right).
 TEST(AmpTrainTest, CnnOnDigitsReachesF32AccuracyJitOnAndOff) {
   KILN_SKIP_WITHOUT_BF16();
   const TrainRun f32 = Train("cnn_f32", "", "cnn", 15);
@@ -93,8 +99,8 @@ TEST(AmpTrainTest, CnnOnDigitsReachesF32AccuracyJitOnAndOff) {
   // bf16 did run: the losses leave f32's.
   EXPECT_GT(MaxLossDiff(bf16, f32, 30), 2e-5);
   EXPECT_GT(MaxLossDiff(bf16_jit, f32, 30), 2e-5);
-  EXPECT_LE(std::fabs(bf16.accuracy - f32.accuracy), 0.005) << bf16.accuracy << " vs " << f32.accuracy;
-  EXPECT_LE(std::fabs(bf16_jit.accuracy - f32.accuracy), 0.005) << bf16_jit.accuracy << " vs " << f32.accuracy;
+  EXPECT_GE(bf16.accuracy, f32.accuracy - kAccuracyPoints) << bf16.accuracy << " vs " << f32.accuracy;
+  EXPECT_GE(bf16_jit.accuracy, f32.accuracy - kAccuracyPoints) << bf16_jit.accuracy << " vs " << f32.accuracy;
 }
 
 TEST(AmpTrainTest, UnknownAmpValueNamesTheFlag) {
