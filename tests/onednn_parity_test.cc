@@ -272,9 +272,11 @@ TEST(ConvLayoutTest, FilterGradientRunsAtLeastAtTheBlockedLayoutsIsa) {
   EXPECT_EQ(onednn::IsaRank("ref:any"), 0);
   using dnnl::memory;
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  for (const auto& [in, f] : std::vector<std::pair<Dims, Dims>>{{{64, 6, 14, 14}, {16, 6, 5, 5}},
+  for (const auto& shapes : std::vector<std::pair<Dims, Dims>>{{{64, 6, 14, 14}, {16, 6, 5, 5}},
                                                                {{64, 1, 28, 28}, {6, 1, 5, 5}},
                                                                {{8, 16, 9, 9}, {32, 16, 3, 3}}}) {
+    const Dims& in = shapes.first;  // not a structured binding: lambdas below capture it
+    const Dims& f = shapes.second;
     onednn::PrimitiveCache cache(8);
     onednn::ConvHandler h(cache, in, f, {1, 1}, {2, 2}, {1, 1}, 1);
     ASSERT_TRUE(h.valid());
