@@ -48,7 +48,10 @@ Pd ChooseLayout(const std::vector<ConvLayout>& candidates, const MakePd& make) {
     try {
       Pd pd = make(layout);
       const int rank = IsaRank(pd.impl_info_str());
-      if (rank > best_rank) best.emplace(pd), best_rank = rank;
+      if (rank > best_rank) {
+        best.emplace(pd);
+        best_rank = rank;
+      }
     } catch (const dnnl::error&) {
       // No implementation in this layout: the next candidate.
     }
