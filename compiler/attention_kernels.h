@@ -10,10 +10,14 @@
 // Parallel with OpenMP: the forward over (head, query tile) pairs, the
 // backward over heads (each head's dQ, dK and dV belong to one thread).
 //
-// f32 only. Inputs are first copied, per head, into zero-padded f32 panels
-// (transposed where a product needs it), so a bf16 variant needs only
-// converting packs: the tile loops, the softmax and the accumulators stay
-// f32 (as FlashAttention accumulates 16-bit inputs).
+// Inputs are first copied, per head, into zero-padded f32 panels
+// (transposed where a product needs it).
+//
+// f32 only, under --amp bf16 too: a bf16 variant (vdpbf16ps micro-kernels
+// over bf16 pair packs; branch attention-bf16-vdpbf16ps) ran slower than
+// these on an AVX512_BF16 + AMX host, where vdpbf16ps multiplies half as
+// many pairs per second as f32 FMA (docs/benchmarks.md, "Issue 14's
+// targets"); AMX tiles are what would make the products faster.
 #pragma once
 
 #include <cstdint>
