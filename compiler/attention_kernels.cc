@@ -1,23 +1,13 @@
 #include "compiler/attention_kernels.h"
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "compiler/attention_internal.h"
 #include "framework/error.h"
 
 namespace kiln::jit {
-
-constexpr int64_t kTileRows = 64;   // queries per tile
-constexpr int64_t kTileCols = 128;  // keys per tile: a multiple of every ISA's vector width
-
-// One head's backward: its packed panels, its slices of the inputs and
-// outputs, and per-thread scratch (see attention_tiles_impl.h).
-struct BackwardHeadArgs {
-  const float *kt, *vt, *kp, *qp, *dop, *dout, *lse, *dsum;
-  int64_t ldt;  // row stride of kt and vt
-  float *s, *dp, *dqa, *dka, *dva;
-  float *dq, *dk, *dv;
-};
 
 // The tile loops, compiled once per ISA. Everything attention_tiles_impl.h
 // defines lands in the namespace it is included in, so neither copy is ever
@@ -60,8 +50,6 @@ const IsaKernels& KernelsFor(Isa isa) {
 
 int64_t RoundUpTo(int64_t n, int64_t w) { return (n + w - 1) / w * w; }
 int64_t MinOf(int64_t a, int64_t b) { return a < b ? a : b; }
-// Row stride of the transposed panels (see attention_tiles_impl.h).
-int64_t TransposedLd(int64_t sk, int64_t w) { return RoundUpTo(sk, w) + w; }
 
 // dst [cols, ldd] = src [rows, cols]^T; columns [rows, ldd) zero. Blocks
 // of 16 source rows stay in L1 while their columns are written out.
@@ -107,28 +95,38 @@ std::vector<float*> ThreadSlices(const std::vector<int64_t>& sizes) {
   return slices;
 }
 
-// One thread's backward panels and scratch, sized for the shape.
+// The calling thread's scratch of bf16 pairs, as ThreadSlices.
+uint32_t* ThreadPairs(int64_t n) {
+  thread_local std::vector<uint32_t> buffer;
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+// One thread's backward panels and scratch, sized for the shape; `sr` only
+// under bf16 compute.
 struct BackwardScratch {
-  float *kt, *vt, *kp, *qp, *dop, *dsum, *s, *dp, *dqa, *dka, *dva;
-  BackwardScratch(const AttentionShape& sh, int64_t w) {
+  float *kt, *vt, *kp, *qp, *dop, *dsum, *s, *dp, *dqa, *dka, *dva, *sr;
+  BackwardScratch(const AttentionShape& sh, int64_t w, bool bf16) {
     const int64_t ldt = TransposedLd(sh.sk, w), dp_ = RoundUpTo(sh.d, w), dvp = RoundUpTo(sh.dv, w);
     const std::vector<float*> t = ThreadSlices({sh.d * ldt, sh.dv * ldt, sh.sk * dp_, sh.sq * dp_, sh.sq * dvp,
                                                 sh.sq, kTileRows * kTileCols, kTileRows * kTileCols, sh.sq * dp_,
-                                                kTileCols * dp_, kTileCols * dvp});
+                                                kTileCols * dp_, kTileCols * dvp, bf16 ? kTileRows * kTileCols : 0});
     kt = t[0], vt = t[1], kp = t[2], qp = t[3], dop = t[4], dsum = t[5];
-    s = t[6], dp = t[7], dqa = t[8], dka = t[9], dva = t[10];
+    s = t[6], dp = t[7], dqa = t[8], dka = t[9], dva = t[10], sr = bf16 ? t[11] : nullptr;
   }
 };
 
-// Packs head h's panels and D = rowsum(dOut * Out) into `b`.
-BackwardHeadArgs PackHead(const AttentionShape& sh, int64_t w, const AttentionGradArgs& a, int64_t h,
-                          BackwardScratch* b) {
+// Packs head h's panels and D = rowsum(dOut * Out) into `b`; D reads
+// `sum_dout` (dOut before any rounding).
+BackwardHeadArgs PackHead(const AttentionShape& sh, int64_t w, const AttentionGradArgs& a, const float* sum_dout,
+                          int64_t h, BackwardScratch* b) {
   const int64_t ldt = TransposedLd(sh.sk, w), dp = RoundUpTo(sh.d, w), dvp = RoundUpTo(sh.dv, w);
   const float* q = a.q + h * sh.sq * sh.d;
   const float* k = a.k + h * sh.sk * sh.d;
   const float* v = a.v + h * sh.sk * sh.dv;
   const float* out = a.out + h * sh.sq * sh.dv;
   const float* dout = a.dout + h * sh.sq * sh.dv;
+  const float* sdout = sum_dout + h * sh.sq * sh.dv;
   PackTransposed(k, sh.sk, sh.d, b->kt, ldt);
   PackTransposed(v, sh.sk, sh.dv, b->vt, ldt);
   const float* kp = PaddedRows(k, sh.sk, sh.d, b->kp, dp);
@@ -136,7 +134,7 @@ BackwardHeadArgs PackHead(const AttentionShape& sh, int64_t w, const AttentionGr
   const float* dop = PaddedRows(dout, sh.sq, sh.dv, b->dop, dvp);
   for (int64_t r = 0; r < sh.sq; ++r) {
     float acc = 0.f;
-    for (int64_t j = 0; j < sh.dv; ++j) acc += dout[r * sh.dv + j] * out[r * sh.dv + j];
+    for (int64_t j = 0; j < sh.dv; ++j) acc += sdout[r * sh.dv + j] * out[r * sh.dv + j];
     b->dsum[r] = acc;
   }
   return {b->kt,
@@ -153,15 +151,34 @@ BackwardHeadArgs PackHead(const AttentionShape& sh, int64_t w, const AttentionGr
           b->dqa,
           b->dka,
           b->dva,
+          b->sr,
           a.dq != nullptr ? a.dq + h * sh.sq * sh.d : nullptr,
           a.dk != nullptr ? a.dk + h * sh.sk * sh.d : nullptr,
           a.dv != nullptr ? a.dv + h * sh.sk * sh.dv : nullptr};
 }
 
-}  // namespace
+// x rounded to the nearest bf16 (ties to even) as an f32; NaN stays NaN.
+float RoundToBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
 
-void FusedAttentionForward(const AttentionParams& p, const float* q, const float* k, const float* v, float* out,
-                           float* lse) {
+// A copy of x[0, n) rounded to bf16, for the f32 tile loops under bf16
+// compute (empty for a null x).
+std::vector<float> RoundedCopy(const float* x, int64_t n) {
+  std::vector<float> r;
+  if (x == nullptr) return r;
+  r.resize(static_cast<size_t>(n));
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) r[i] = RoundToBf16(x[i]);
+  return r;
+}
+
+void ForwardF32(const AttentionParams& p, const float* q, const float* k, const float* v, float* out, float* lse) {
   const IsaKernels& isa = KernelsFor(p.isa);
   const AttentionShape& sh = p.shape;
   const int64_t ldt = TransposedLd(sh.sk, isa.width), dvp = RoundUpTo(sh.dv, isa.width);
@@ -192,15 +209,181 @@ void FusedAttentionForward(const AttentionParams& p, const float* q, const float
   }
 }
 
-void FusedAttentionBackward(const AttentionParams& p, const AttentionGradArgs& a) {
+// The f32 forward's task order, with bf16 panels packed per head.
+void ForwardNativeBf16(const AttentionParams& p, const float* q, const float* k, const float* v, float* out,
+                       float* lse) {
+  namespace b = avx512bf16;
+  const AttentionShape& sh = p.shape;
+  const int64_t kt_pairs = Pairs(sh.d) * TransposedLd(sh.sk, b::kW);
+  const int64_t vp_pairs = Pairs(sh.sk) * b::Padded(sh.dv);
+  const int64_t tiles = (sh.sq + kTileRows - 1) / kTileRows;
+  const int64_t tasks = sh.heads * tiles;
+#pragma omp parallel if (tasks > 1)
+  {
+    uint32_t* kt = ThreadPairs(kt_pairs + vp_pairs + b::ForwardPairScratch(sh));
+    uint32_t* vp = kt + kt_pairs;
+    uint32_t* pair_scratch = vp + vp_pairs;
+    float* float_scratch = ThreadSlices({b::ForwardFloatScratch(sh)})[0];
+    int64_t packed = -1;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t h = t / tiles, r0 = (t % tiles) * kTileRows;
+      if (h != packed) {
+        b::PackForwardHead(sh, k + h * sh.sk * sh.d, v + h * sh.sk * sh.dv, kt, vp);
+        packed = h;
+      }
+      b::ForwardRows(p, q + h * sh.sq * sh.d, kt, vp, out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
+                     MinOf(kTileRows, sh.sq - r0), pair_scratch, float_scratch);
+    }
+  }
+}
+
+// The f32 forward's task order on AMX tiles, panels packed per head.
+void ForwardAmx(const AttentionParams& p, const float* q, const float* k, const float* v, float* out, float* lse) {
+  const AttentionShape& sh = p.shape;
+  const int64_t panel_pairs = amx::ForwardPanelPairs(sh);
+  const int64_t tiles = (sh.sq + kTileRows - 1) / kTileRows;
+  const int64_t tasks = sh.heads * tiles;
+#pragma omp parallel if (tasks > 1)
+  {
+    uint32_t* panels = ThreadPairs(panel_pairs + amx::ForwardPairScratch(sh));
+    uint32_t* pair_scratch = panels + panel_pairs;
+    float* float_scratch = ThreadSlices({amx::ForwardFloatScratch(sh)})[0];
+    int64_t packed = -1;
+    amx::ConfigureTiles();
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t h = t / tiles, r0 = (t % tiles) * kTileRows;
+      if (h != packed) {
+        amx::PackForwardHead(sh, k + h * sh.sk * sh.d, v + h * sh.sk * sh.dv, panels);
+        packed = h;
+      }
+      amx::ForwardRows(p, q + h * sh.sq * sh.d, panels, out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
+                       MinOf(kTileRows, sh.sq - r0), pair_scratch, float_scratch);
+    }
+    amx::ReleaseTiles();
+  }
+}
+
+void BackwardF32(const AttentionParams& p, const AttentionGradArgs& a, const float* sum_dout) {
   const IsaKernels& isa = KernelsFor(p.isa);
   const AttentionShape& sh = p.shape;
+  const bool bf16 = p.compute == ComputeType::kBF16;
 #pragma omp parallel if (sh.heads > 1)
   {
-    BackwardScratch scratch(sh, isa.width);
+    BackwardScratch scratch(sh, isa.width, bf16);
 #pragma omp for schedule(dynamic)
-    for (int64_t h = 0; h < sh.heads; ++h) isa.backward_head(p, PackHead(sh, isa.width, a, h, &scratch));
+    for (int64_t h = 0; h < sh.heads; ++h) isa.backward_head(p, PackHead(sh, isa.width, a, sum_dout, h, &scratch));
   }
+}
+
+// One head's pointers into the bf16 kernels' arguments.
+avx512bf16::HeadArgs HeadOf(const AttentionShape& sh, const AttentionGradArgs& a, int64_t h) {
+  const int64_t qo = h * sh.sq * sh.d, ko = h * sh.sk * sh.d, vo = h * sh.sk * sh.dv, oo = h * sh.sq * sh.dv;
+  return {a.q + qo,
+          a.k + ko,
+          a.v + vo,
+          a.out + oo,
+          a.dout + oo,
+          a.lse + h * sh.sq,
+          a.dq != nullptr ? a.dq + qo : nullptr,
+          a.dk != nullptr ? a.dk + ko : nullptr,
+          a.dv != nullptr ? a.dv + vo : nullptr};
+}
+
+void BackwardNativeBf16(const AttentionParams& p, const AttentionGradArgs& a, bool use_amx) {
+  const AttentionShape& sh = p.shape;
+  const int64_t pair_size = use_amx ? amx::BackwardPairScratch(sh) : avx512bf16::BackwardPairScratch(sh);
+  const int64_t float_size = use_amx ? amx::BackwardFloatScratch(sh) : avx512bf16::BackwardFloatScratch(sh);
+#pragma omp parallel if (sh.heads > 1)
+  {
+    uint32_t* pairs = ThreadPairs(pair_size);
+    float* floats = ThreadSlices({float_size})[0];
+    if (use_amx) amx::ConfigureTiles();
+#pragma omp for schedule(dynamic)
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      if (use_amx) {
+        amx::BackwardHead(p, HeadOf(sh, a, h), pairs, floats);
+      } else {
+        avx512bf16::BackwardHead(p, HeadOf(sh, a, h), pairs, floats);
+      }
+    }
+    if (use_amx) amx::ReleaseTiles();
+  }
+}
+
+}  // namespace
+
+const char* Bf16ProductsName(Bf16Products p) {
+  switch (p) {
+    case Bf16Products::kAuto: return "auto";
+    case Bf16Products::kAmx: return "amx (tdpbf16ps)";
+    case Bf16Products::kVdpbf16ps: return "avx512_bf16 (vdpbf16ps)";
+    case Bf16Products::kRoundedF32: return "f32 on bf16-rounded operands";
+  }
+  return "?";
+}
+
+bool Bf16ProductsSupported(Bf16Products p) {
+  switch (p) {
+    case Bf16Products::kAmx: return AmxUsable();
+    case Bf16Products::kVdpbf16ps: return HasAvx512Bf16();
+    default: return true;
+  }
+}
+
+Bf16Products ResolveBf16Products(Bf16Products p, Isa isa) {
+  if (p != Bf16Products::kAuto) return p;
+  if (isa == Isa::kAvx512 && AmxUsable()) return Bf16Products::kAmx;
+  if (isa == Isa::kAvx512 && HasAvx512Bf16()) return Bf16Products::kVdpbf16ps;
+  return Bf16Products::kRoundedF32;
+}
+
+bool Bf16AttentionPays(Isa isa) { return ResolveBf16Products(Bf16Products::kAuto, isa) == Bf16Products::kAmx; }
+
+namespace {
+
+// The bf16 path of `p`, checked against the CPU and the ISA.
+Bf16Products Bf16PathOf(const AttentionParams& p) {
+  const Bf16Products path = ResolveBf16Products(p.bf16_products, p.isa);
+  if (!Bf16ProductsSupported(path) || (path != Bf16Products::kRoundedF32 && p.isa != Isa::kAvx512)) {
+    ThrowInvalidArgument("fused attention kernel: bf16 products on ", Bf16ProductsName(path),
+                         " need a CPU and ISA (", IsaName(p.isa), ") that have them");
+  }
+  return path;
+}
+
+}  // namespace
+
+void FusedAttentionForward(const AttentionParams& p, const float* q, const float* k, const float* v, float* out,
+                           float* lse) {
+  KernelsFor(p.isa);  // checks the ISA
+  if (p.compute == ComputeType::kF32) return ForwardF32(p, q, k, v, out, lse);
+  const Bf16Products path = Bf16PathOf(p);
+  if (path == Bf16Products::kAmx) return ForwardAmx(p, q, k, v, out, lse);
+  if (path == Bf16Products::kVdpbf16ps) return ForwardNativeBf16(p, q, k, v, out, lse);
+  // The f32 tile loops on rounded operands (they round the probabilities
+  // themselves).
+  const AttentionShape& sh = p.shape;
+  const std::vector<float> rq = RoundedCopy(q, sh.heads * sh.sq * sh.d);
+  const std::vector<float> rk = RoundedCopy(k, sh.heads * sh.sk * sh.d);
+  const std::vector<float> rv = RoundedCopy(v, sh.heads * sh.sk * sh.dv);
+  ForwardF32(p, rq.data(), k != nullptr ? rk.data() : nullptr, v != nullptr ? rv.data() : nullptr, out, lse);
+}
+
+void FusedAttentionBackward(const AttentionParams& p, const AttentionGradArgs& a) {
+  KernelsFor(p.isa);
+  if (p.compute == ComputeType::kF32) return BackwardF32(p, a, a.dout);
+  const Bf16Products path = Bf16PathOf(p);
+  if (path != Bf16Products::kRoundedF32) return BackwardNativeBf16(p, a, path == Bf16Products::kAmx);
+  const AttentionShape& sh = p.shape;
+  const std::vector<float> rq = RoundedCopy(a.q, sh.heads * sh.sq * sh.d);
+  const std::vector<float> rk = RoundedCopy(a.k, sh.heads * sh.sk * sh.d);
+  const std::vector<float> rv = RoundedCopy(a.v, sh.heads * sh.sk * sh.dv);
+  const std::vector<float> rdo = RoundedCopy(a.dout, sh.heads * sh.sq * sh.dv);
+  AttentionGradArgs r = a;
+  r.q = rq.data(), r.k = rk.data(), r.v = rv.data(), r.dout = rdo.data();
+  BackwardF32(p, r, a.dout);
 }
 
 }  // namespace kiln::jit

@@ -10,19 +10,23 @@
 // Parallel with OpenMP: the forward over (head, query tile) pairs, the
 // backward over heads (each head's dQ, dK and dV belong to one thread).
 //
-// Inputs are first copied, per head, into zero-padded f32 panels
-// (transposed where a product needs it).
-//
-// f32 only, under --amp bf16 too: a bf16 variant (vdpbf16ps micro-kernels
-// over bf16 pair packs; branch attention-bf16-vdpbf16ps) ran slower than
-// these on an AVX512_BF16 + AMX host, where vdpbf16ps multiplies half as
-// many pairs per second as f32 FMA (docs/benchmarks.md, "Issue 14's
-// targets"); AMX tiles are what would make the products faster.
+// f32, or bf16 compute: Q, K, V, dOut, the probabilities that multiply V or
+// dOut and dS are rounded to bf16 (nearest even) and every product
+// accumulates in f32; the softmax, its running statistics, the row sums and
+// dS's formula stay f32, as FlashAttention accumulates 16-bit inputs. The
+// bf16 products run on AMX tiles (tdpbf16ps, attention_amx.cc) where the CPU
+// has them, else on vdpbf16ps micro-kernels (attention_bf16.cc) with
+// AVX512_BF16, else as the f32 tile loops on operands rounded by an exact
+// integer sequence (Bf16Products). Only AMX makes the bf16 kernels faster
+// than the f32 ones (vdpbf16ps multiplies half as many pairs per second as
+// f32 FMA on an AMX host), so --amp bf16 lowers attention to bf16 only
+// there (Bf16AttentionPays).
 #pragma once
 
 #include <cstdint>
 
 #include "compiler/isa.h"
+#include "framework/data_type.h"
 
 namespace kiln::jit {
 
@@ -31,11 +35,23 @@ struct AttentionShape {
   int64_t heads = 0, sq = 0, sk = 0, d = 0, dv = 0;
 };
 
+// How bf16 compute runs its products: kAuto is the fastest this CPU has.
+enum class Bf16Products : uint8_t { kAuto, kAmx, kVdpbf16ps, kRoundedF32 };
+const char* Bf16ProductsName(Bf16Products p);  // "amx (tdpbf16ps)", ...
+// Whether the CPU runs `p` (kAuto: always).
+bool Bf16ProductsSupported(Bf16Products p);
+// kAuto resolved for `isa` (kVdpbf16ps and kAmx need kAvx512).
+Bf16Products ResolveBf16Products(Bf16Products p, Isa isa);
+// True where bf16 attention beats the f32 kernels: AMX (AmxUsable()).
+bool Bf16AttentionPays(Isa isa);
+
 struct AttentionParams {
   AttentionShape shape;
   float scale = 1.0f;
   bool causal = false;  // query i sees keys j <= i (sq == sk)
   Isa isa = Isa::kAvx512;
+  ComputeType compute = ComputeType::kF32;
+  Bf16Products bf16_products = Bf16Products::kAuto;  // under kBF16 compute
 };
 
 // Out [heads, sq, dv], lse [heads, sq] (natural log of each row's sum of

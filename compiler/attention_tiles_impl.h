@@ -1,7 +1,8 @@
-// The tile loops of the fused attention kernels, for one vector ISA.
+// The f32 tile loops of the fused attention kernels, for one vector ISA.
 // attention_kernels.cc includes this file twice, inside namespace
-// kiln::jit::avx512 and kiln::jit::avx2 under `#pragma GCC target`, after
-// defining (besides kTileRows, kTileCols and BackwardHeadArgs there)
+// kiln::jit::avx512 and kiln::jit::avx2 under `#pragma GCC target`
+// (attention_bf16.cc once more, for its softmax helpers), after defining
+// (besides kTileRows, kTileCols and BackwardHeadArgs of attention_internal.h)
 //   kW   floats per vector (16, 8),
 //   kMR  rows and kNV vectors of the micro-kernel's register block
 //        (kMR * kNV accumulators + kNV loads + 1 broadcast fit the ISA's
@@ -42,6 +43,20 @@ inline float MaxV(Vec v) {
   float m = v[0];
   for (int i = 1; i < kW; ++i) m = v[i] > m ? v[i] : m;
   return m;
+}
+
+// x rounded to the nearest bf16, ties to even, as an f32 (the low 16 bits
+// zero); NaN stays NaN. The bf16 compute of CPUs without AVX512_BF16.
+inline Vec RoundBf16(Vec x) {
+  typedef uint32_t UVec __attribute__((vector_size(kW * sizeof(float))));
+  const UVec u = (UVec)x;
+  const UVec r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return x != x ? x : (Vec)r;
+}
+
+// dst[0, n) = RoundBf16(src[0, n)), n a multiple of kW (dst may be src).
+inline void RoundRow(const float* src, float* dst, int64_t n) {
+  for (int64_t c = 0; c < n; c += kW) StoreV(dst + c, RoundBf16(LoadV(src + c)));
 }
 
 // exp(x), Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two
@@ -180,6 +195,9 @@ void ForwardRows(const AttentionParams& p, const float* q, const float* kt, int6
     for (int64_t r = 0; r < rows; ++r) {
       const float alpha = OnlineSoftmaxRow(s + r * kTileCols, Visible(r0 + r, c0, cols, p.causal), colsp, p.scale,
                                            &m[r], &l[r]);
+      // bf16 compute (the caller rounded q and the panels): the product with
+      // V multiplies rounded probabilities; the row sum l stays unrounded.
+      if (p.compute == ComputeType::kBF16) RoundRow(s + r * kTileCols, s + r * kTileCols, colsp);
       if (alpha == 1.0f) continue;
       for (int64_t j = 0; j < dvp; j += kW) StoreV(acc + r * dvp + j, LoadV(acc + r * dvp + j) * alpha);
     }
@@ -223,11 +241,20 @@ void BackwardTile(const AttentionParams& p, const BackwardHeadArgs& a, int64_t c
   for (int64_t r = 0; r < rows; ++r) {
     ProbRow(a.s + r * kTileCols, Visible(r0 + r, c0, cols, p.causal), colsp, p.scale, a.lse[r0 + r]);
   }
-  if (a.dv != nullptr) Gemm(cols, dvp, rows, a.s, 1, kTileCols, a.dop + r0 * dvp, dvp, a.dva, dvp, true);
+  // bf16 compute (a.sr set; the caller rounded the panels): dV's product
+  // multiplies rounded probabilities, dS's formula reads them unrounded and
+  // dS is rounded for its two products.
+  const float* pv = a.s;
+  if (a.sr != nullptr && a.dv != nullptr) {
+    for (int64_t r = 0; r < rows; ++r) RoundRow(a.s + r * kTileCols, a.sr + r * kTileCols, colsp);
+    pv = a.sr;
+  }
+  if (a.dv != nullptr) Gemm(cols, dvp, rows, pv, 1, kTileCols, a.dop + r0 * dvp, dvp, a.dva, dvp, true);
   if (a.dq == nullptr && a.dk == nullptr) return;
   Gemm(rows, colsp, sh.dv, a.dout + r0 * sh.dv, sh.dv, 1, a.vt + c0, a.ldt, a.dp, kTileCols, false);
   for (int64_t r = 0; r < rows; ++r) {
     DsRow(a.s + r * kTileCols, a.dp + r * kTileCols, colsp, p.scale, a.dsum[r0 + r]);
+    if (a.sr != nullptr) RoundRow(a.dp + r * kTileCols, a.dp + r * kTileCols, colsp);
   }
   if (a.dq != nullptr) Gemm(rows, dp, cols, a.dp, kTileCols, 1, a.kp + c0 * dp, dp, a.dqa + r0 * dp, dp, true);
   if (a.dk != nullptr) Gemm(cols, dp, rows, a.dp, 1, kTileCols, a.qp + r0 * dp, dp, a.dka, dp, true);

@@ -1,5 +1,7 @@
 #include "compiler/isa.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <xbyak/xbyak_util.h>
 
 #include "framework/error.h"
@@ -19,6 +21,27 @@ bool IsaSupported(Isa isa) {
   using Cpu = Xbyak::util::Cpu;
   if (isa == Isa::kAvx512) return cpu.has(Cpu::tAVX512F);
   return cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA);
+}
+
+bool HasAvx512Bf16() {
+  static const Xbyak::util::Cpu cpu;
+  using Cpu = Xbyak::util::Cpu;
+  return cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) && cpu.has(Cpu::tAVX512_BF16);
+}
+
+bool AmxUsable() {
+  static const bool usable = [] {
+    static const Xbyak::util::Cpu cpu;
+    using Cpu = Xbyak::util::Cpu;
+    if (!HasAvx512Bf16() || !cpu.has(Cpu::tAMX_TILE) || !cpu.has(Cpu::tAMX_BF16)) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
 }
 
 Isa HostIsa() {

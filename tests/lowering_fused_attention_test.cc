@@ -1,9 +1,11 @@
 // Lowering step fused_attention (compiler/lowering/fused_attention.h):
 // fused_attention and its grad become kiln's tiled kernels, on both ISAs,
 // and agree with the reference kernels; a grad without Out@GRAD is left to
-// the framework fallback.
+// the framework fallback. Under --amp bf16 the kernels run in bf16 exactly
+// where that is faster (AMX tiles, compiler/attention_kernels.h).
 #include <gtest/gtest.h>
 
+#include "compiler/attention_kernels.h"
 #include "tests/lowering_test_util.h"
 
 namespace kiln::test {
@@ -51,6 +53,22 @@ TEST(FusedAttentionLoweringTest, ForwardAndBackwardBecomeTheTiledKernels) {
     odd.options.isa = isa;
     const auto o = CheckLoweringNumerics(odd, 2e-5, 2e-4);
     EXPECT_TRUE(StepMatched(*o, "fused_attention")) << IsaName(isa) << "\n" << o->lowering;
+  }
+}
+
+TEST(FusedAttentionLoweringTest, AmpBf16RunsBf16AttentionWhereItPays) {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (!IsaSupported(isa)) continue;
+    LoweringCase c = Attention("amp_attention", {2, 131, 33}, 131, 20, true);
+    c.options.isa = isa;
+    c.options.amp_compute = ComputeType::kBF16;
+    // Inputs in [-2, 2): bf16 probabilities and dS are off by 2^-8
+    // relative, each output a sum of at most 131 such terms.
+    const auto obj = CheckLoweringNumerics(c, 0.05, 0.02);
+    const std::string listing = obj->Listing();
+    const bool bf16 = listing.find("attention forward (causal) in bf16 (f32 accumulation)") != std::string::npos;
+    EXPECT_EQ(bf16, jit::Bf16AttentionPays(isa)) << IsaName(isa) << "\n" << listing;
+    EXPECT_EQ(bf16, listing.find("with amx (tdpbf16ps)") != std::string::npos) << listing;
   }
 }
 

@@ -11,8 +11,9 @@ constexpr const char* kStep = "fused_attention";
 // the kernel's own description names it.
 std::string Describe(const AttentionParams& p, bool backward) {
   const AttentionShape& s = p.shape;
-  return StrCat("kiln tiled attention ", backward ? "backward" : "forward", p.causal ? " (causal)" : "", ", ",
-                s.heads, " heads, ", s.sq, " queries x ", s.sk, " keys, head dims ", s.d, "/", s.dv);
+  return StrCat("kiln tiled attention ", backward ? "backward" : "forward", p.causal ? " (causal)" : "",
+                p.compute == ComputeType::kBF16 ? " in bf16 (f32 accumulation)" : "", ", ", s.heads, " heads, ", s.sq,
+                " queries x ", s.sk, " keys, head dims ", s.d, "/", s.dv);
 }
 
 class AttentionKernel final : public runtime::Kernel {
@@ -21,7 +22,10 @@ class AttentionKernel final : public runtime::Kernel {
       : name_(std::move(name)), params_(params), grads_(std::move(grads)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return jit::Describe(params_, !grads_.empty()) + ", " + IsaName(params_.isa);
+    const bool bf16 = params_.compute == ComputeType::kBF16;
+    return jit::Describe(params_, !grads_.empty()) + ", " + IsaName(params_.isa) +
+           (bf16 ? std::string(" with ") + Bf16ProductsName(ResolveBf16Products(params_.bf16_products, params_.isa))
+                 : "");
   }
   std::vector<std::string> fused_ops() const override {
     return {grads_.empty() ? "fused_attention" : "fused_attention_grad"};
@@ -62,6 +66,10 @@ AttentionParams ParamsOf(const Cluster& c, int i) {
   p.scale = c.Attr<float>(i, "scale");
   p.causal = c.Attr<bool>(i, "causal");
   p.isa = c.options().isa;
+  // Under --amp bf16 the products run in bf16 only where that is faster
+  // than f32 (AMX tiles); elsewhere the kernel stays f32.
+  const bool bf16 = c.options().amp_compute == ComputeType::kBF16 && Bf16AttentionPays(p.isa);
+  p.compute = bf16 ? ComputeType::kBF16 : ComputeType::kF32;
   return p;
 }
 
