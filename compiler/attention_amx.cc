@@ -126,33 +126,27 @@ inline __m512i Strided(int64_t stride) {
                             _mm512_set1_epi32(static_cast<int>(stride)));
 }
 
-// dst [cols, ldd] = src [rows, cols]^T (pairs); columns [rows, ldd) zero
-// (16 rows gathered at a time).
-void TransposePairs(const uint32_t* src, int64_t rows, int64_t cols, uint32_t* dst, int64_t ldd) {
-  const __m512i idx = Strided(cols);
+// dst[j][i] = src[i][j] for i < rows, j < cols (32-bit elements: pairs or
+// floats), src's rows lds apart and dst's ldd; 16 rows of src gathered at a
+// time.
+void Transpose32(const void* src_v, int64_t lds, int64_t rows, int64_t cols, void* dst_v, int64_t ldd) {
+  const uint32_t* src = static_cast<const uint32_t*>(src_v);
+  uint32_t* dst = static_cast<uint32_t*>(dst_v);
+  const __m512i idx = Strided(lds);
   for (int64_t j = 0; j < cols; ++j) {
     int64_t i = 0;
     for (; i + 16 <= rows; i += 16) {
-      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, src + i * cols + j, 4);
+      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, src + i * lds + j, 4);
       _mm512_storeu_si512(dst + j * ldd + i, v);
     }
-    for (; i < rows; ++i) dst[j * ldd + i] = src[i * cols + j];
-    ZeroPairs(dst + j * ldd + rows, ldd - rows);
+    for (; i < rows; ++i) dst[j * ldd + i] = src[i * lds + j];
   }
 }
 
-// dst [rows, d] (row stride d) = src^T for src [d, ldsrc] floats, 16
-// columns of src gathered at a time.
-void TransposeOut(const float* src, int64_t ldsrc, int64_t d, float* dst, int64_t rows) {
-  const __m512i idx = Strided(ldsrc);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t j = 0;
-    for (; j + 16 <= d; j += 16) {
-      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, idx, src + j * ldsrc + r, 4);
-      _mm512_storeu_ps(dst + r * d + j, v);
-    }
-    for (; j < d; ++j) dst[r * d + j] = src[j * ldsrc + r];
-  }
+// dst [cols, ldd] = src [rows, cols]^T (pairs); columns [rows, ldd) zero.
+void TransposePairs(const uint32_t* src, int64_t rows, int64_t cols, uint32_t* dst, int64_t ldd) {
+  Transpose32(src, cols, rows, cols, dst, ldd);
+  for (int64_t j = 0; j < cols; ++j) ZeroPairs(dst + j * ldd + rows, ldd - rows);
 }
 
 }  // namespace
@@ -351,8 +345,8 @@ void BackwardHead(const AttentionParams& p, const avx512bf16::HeadArgs& a, uint3
     for (int64_t r0 = p.causal ? c0 : 0; r0 < sh.sq; r0 += kTileRows) {
       BackwardTile(p, b, c0, cols, r0, f32::Min(kTileRows, sh.sq - r0));
     }
-    if (b.dk != nullptr) TransposeOut(b.dkt, kTileCols, sh.d, b.dk + c0 * sh.d, cols);
-    if (b.dv != nullptr) TransposeOut(b.dvt, kTileCols, sh.dv, b.dv + c0 * sh.dv, cols);
+    if (b.dk != nullptr) Transpose32(b.dkt, kTileCols, sh.d, cols, b.dk + c0 * sh.d, sh.d);
+    if (b.dv != nullptr) Transpose32(b.dvt, kTileCols, sh.dv, cols, b.dv + c0 * sh.dv, sh.dv);
   }
   if (b.dq != nullptr) f32::CopyRows(b.dqa, b.dp, b.dq, sh.sq, sh.d);
 }
