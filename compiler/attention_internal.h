@@ -1,6 +1,7 @@
 // Internal to the fused attention kernels (attention_kernels.cc, the f32
 // tile loops of attention_tiles_impl.h and the bf16 ones of
-// attention_bf16.cc): the tile sizes and each head's packed operands.
+// attention_bf16.cc and attention_amx.cc): the tile sizes and each head's
+// packed operands.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // The f32 tile loops of the fused attention kernels, for one vector ISA.
 // attention_kernels.cc includes this file twice, inside namespace
 // kiln::jit::avx512 and kiln::jit::avx2 under `#pragma GCC target`
-// (attention_bf16.cc once more, for its softmax helpers), after defining
+// (attention_bf16.cc and attention_amx.cc once more each, for their softmax
+// helpers), after defining
 // (besides kTileRows, kTileCols and BackwardHeadArgs of attention_internal.h)
 //   kW   floats per vector (16, 8),
 //   kMR  rows and kNV vectors of the micro-kernel's register block
