@@ -14,6 +14,15 @@
 namespace kiln {
 namespace compiler {
 
+const char* Bf16StoreName(Bf16Store s) {
+  switch (s) {
+    case Bf16Store::kAuto: return "auto";
+    case Bf16Store::kVcvtneps2bf16: return "vcvtneps2bf16";
+    case Bf16Store::kIntegerSequence: return "integer sequence";
+  }
+  return "?";
+}
+
 FusedElementwiseKernel::FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, Isa isa)
     : name_(std::move(name)), program_(std::move(program)), layout_(std::move(layout)), isa_(isa) {}
 
@@ -33,8 +42,15 @@ void FusedElementwiseKernel::Create() {
                        inner_reductions, " accumulator registers; at most ", EwVectorRegs(isa_) - kEwTempRegs - 4,
                        " fit on ", IsaName(isa_));
   }
+  const bool native_bf16 = isa_ == Isa::kAvx512 && HasAvx512Bf16();
+  if (bf16_store_ == Bf16Store::kAuto) {
+    bf16_store_ = native_bf16 ? Bf16Store::kVcvtneps2bf16 : Bf16Store::kIntegerSequence;
+  } else if (bf16_store_ == Bf16Store::kVcvtneps2bf16 && !native_bf16) {
+    ThrowUnimplemented("jit kernel '", name_, "': vcvtneps2bf16 needs AVX-512 with AVX512_BF16 (ISA ", IsaName(isa_),
+                       HasAvx512Bf16() ? ")" : ", and this CPU has no AVX512_BF16)");
+  }
   const EwKernelPlan plan = PlanEwKernel(program_, layout_, pool);
-  std::unique_ptr<JitKernel> jit = MakeEwGenerator(name_, plan, isa_);
+  std::unique_ptr<JitKernel> jit = MakeEwGenerator(name_, plan, isa_, bf16_store_);
   jit->Create();
   fn_ = jit->fn<EwKernelFn>();
   jit_ = std::move(jit);
@@ -50,14 +66,21 @@ void FusedElementwiseKernel::Run(const std::vector<const float*>& inputs, const 
   KILN_CHECK(inputs.size() == layout_.inputs.size() && outputs.size() == layout_.outputs.size(),
              "jit kernel '", name_, "': got ", inputs.size(), " inputs and ", outputs.size(), " outputs, layout has ",
              layout_.inputs.size(), " and ", layout_.outputs.size());
-  Run(inputs.data(), outputs.data(), num_threads);
+  for (const EwOperand& op : layout_.inputs) KILN_CHECK(op.elem == EwElem::kF32, "jit kernel '", name_, "': bf16 input given as floats");
+  for (const EwOperand& op : layout_.outputs) KILN_CHECK(op.elem == EwElem::kF32, "jit kernel '", name_, "': bf16 output given as floats");
+  std::vector<const void*> in(inputs.begin(), inputs.end());
+  std::vector<void*> out(outputs.begin(), outputs.end());
+  Run(in.data(), out.data(), num_threads);
 }
 
-void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outputs, int num_threads) const {
+void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs, int num_threads) const {
   KILN_CHECK(fn_ != nullptr, "jit kernel '", name_, "': Run before Create");
   const int n_out = static_cast<int>(layout_.outputs.size());
   for (int k = 0; k < n_out; ++k) {
-    if (layout_.IsReduction(k)) std::fill(outputs[k], outputs[k] + layout_.OutputExtent(k), 0.0f);
+    if (layout_.IsReduction(k)) {  // always f32 (EwLayout::Validate)
+      float* out = static_cast<float*>(outputs[k]);
+      std::fill(out, out + layout_.OutputExtent(k), 0.0f);
+    }
   }
   const int64_t numel = layout_.numel();
   if (numel == 0) return;
@@ -95,7 +118,7 @@ void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outpu
   }
   bounds[chunks] = d0;
   std::vector<std::vector<float>> scratch;
-  std::vector<std::vector<float*>> outs(static_cast<size_t>(chunks), std::vector<float*>(outputs, outputs + n_out));
+  std::vector<std::vector<void*>> outs(static_cast<size_t>(chunks), std::vector<void*>(outputs, outputs + n_out));
   for (int64_t c = 1; c < chunks; ++c) {
     for (int k : partial) {
       scratch.emplace_back(static_cast<size_t>(layout_.OutputExtent(k)), 0.0f);
@@ -109,11 +132,11 @@ void FusedElementwiseKernel::Run(const float* const* inputs, float* const* outpu
   }
   for (int k : partial) {
     const int64_t extent = layout_.OutputExtent(k);
-    float* out = outputs[k];
+    float* out = static_cast<float*>(outputs[k]);
 #pragma omp parallel for num_threads(threads) schedule(static) if (extent >= kParallelMinElements)
     for (int64_t i = 0; i < extent; ++i) {
       float s = out[i];
-      for (int64_t c = 1; c < chunks; ++c) s += outs[c][k][i];
+      for (int64_t c = 1; c < chunks; ++c) s += static_cast<const float*>(outs[c][k])[i];
       out[i] = s;
     }
   }
@@ -123,7 +146,14 @@ std::string FusedElementwiseKernel::ToString() const {
   std::ostringstream os;
   os << "kernel " << name_ << " isa=" << IsaName(isa_) << " ops=[";
   for (size_t i = 0; i < fused_ops_.size(); ++i) os << (i ? "," : "") << fused_ops_[i];
-  os << "] code=" << code_size() << "B regs=" << num_vector_regs_ << " spills=" << num_spills_ << "\n";
+  os << "] code=" << code_size() << "B regs=" << num_vector_regs_ << " spills=" << num_spills_;
+  for (const EwOperand& op : layout_.outputs) {
+    if (op.elem == EwElem::kBF16) {
+      os << " bf16_store=" << Bf16StoreName(bf16_store_);
+      break;
+    }
+  }
+  os << "\n";
   os << layout_.ToString() << "\n" << program_.ToString();
   return os.str();
 }

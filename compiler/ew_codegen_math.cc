@@ -198,6 +198,20 @@ void EwGenerator<Vmm>::Erfc(const Vmm& d, const Vmm& x) {
 }
 
 
+template <typename Vmm>
+void EwGenerator<Vmm>::Fma(const Vmm& d, const Vmm& a, const Vmm& b, const Vmm& c) {
+  if (d.getIdx() == a.getIdx()) {
+    vfmadd213ps(d, b, c);
+  } else if (d.getIdx() == b.getIdx()) {
+    vfmadd213ps(d, a, c);
+  } else if (d.getIdx() == c.getIdx()) {
+    vfmadd231ps(d, a, b);
+  } else {
+    vmovaps(d, a);
+    vfmadd213ps(d, b, c);
+  }
+}
+
 #define KILN_EW_MATH_INSTANTIATE(Vmm)                                   \
   template void EwGenerator<Vmm>::Exp(const Vmm&, const Vmm&);          \
   template void EwGenerator<Vmm>::Sigmoid(const Vmm&, const Vmm&);      \
@@ -205,7 +219,8 @@ void EwGenerator<Vmm>::Erfc(const Vmm& d, const Vmm& x) {
   template void EwGenerator<Vmm>::ErfcTail();                           \
   template void EwGenerator<Vmm>::Erf(const Vmm&, const Vmm&);          \
   template void EwGenerator<Vmm>::Erfc(const Vmm&, const Vmm&);         \
-  template void EwGenerator<Vmm>::MaxMin(EwOp, const Vmm&, const Vmm&, const Vmm&, bool, bool);
+  template void EwGenerator<Vmm>::MaxMin(EwOp, const Vmm&, const Vmm&, const Vmm&, bool, bool); \
+  template void EwGenerator<Vmm>::Fma(const Vmm&, const Vmm&, const Vmm&, const Vmm&);
 KILN_EW_MATH_INSTANTIATE(Xbyak::Zmm)
 KILN_EW_MATH_INSTANTIATE(Xbyak::Ymm)
 #undef KILN_EW_MATH_INSTANTIATE

@@ -56,7 +56,9 @@ EwKernelPlan PlanEwKernel(const EwProgram& program, const EwLayout& layout, int 
 int EwVectorRegs(Isa isa);
 
 // The Xbyak generator of a plan (ew_codegen_x86.cc); call Create() on it.
-std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, Isa isa);
+// `bf16_store` is resolved (not kAuto).
+std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, Isa isa,
+                                           Bf16Store bf16_store);
 
 }  // namespace compiler
 }  // namespace kiln

@@ -66,7 +66,7 @@ void EwGenerator<Vmm>::LoadPointers() {
     mov(rax, qword[rsp + kFrameArgs]);
     mov(rax, qword[rax + static_cast<int>(is_in ? offsetof(EwKernelArgs, inputs) : offsetof(EwKernelArgs, outputs))]);
     mov(rax, qword[rax + 8 * idx]);
-    const int64_t step = op.strides[0] * 4;
+    const int64_t step = op.strides[0] * EwElemBytes(op.elem);
     if (step != 0) {
       KILN_CHECK(step <= INT32_MAX, "ew kernel: dim-0 stride too large");
       mov(rdx, qword[rsp + kFrameIdx]);
@@ -93,10 +93,11 @@ void EwGenerator<Vmm>::AddPtrDeltas(int level) {
     int64_t delta = op.strides[level];
     for (int e = level + 1; e <= layout_.rank - 2; ++e) delta -= (layout_.dims[e] - 1) * op.strides[e];
     if (delta == 0) continue;
+    const int64_t bytes = delta * EwElemBytes(op.elem);
     if (p.in_reg) {
-      AddImm(p.reg, delta * 4);
+      AddImm(p.reg, bytes);
     } else {
-      AddImm(qword[rsp + p.off], delta * 4);
+      AddImm(qword[rsp + p.off], bytes);
     }
   }
 }
@@ -173,11 +174,9 @@ void EwGenerator<Vmm>::Generate() {
     sub(rax, qword[rsp + kFrameIdx]);
     mov(rdx, rax);
     and_(rdx, static_cast<uint32_t>(-(unroll_ * kW)));
-    shl(rdx, 2);
     mov(qword[rsp + kFrameBoundU], rdx);
     mov(rdx, rax);
     and_(rdx, static_cast<uint32_t>(-kW));
-    shl(rdx, 2);
     mov(qword[rsp + kFrameBound1], rdx);
     and_(rax, kW - 1);
     mov(qword[rsp + kFrameRem], rax);
@@ -221,15 +220,15 @@ void EwGenerator<Vmm>::Generate() {
 template <typename Vmm>
 void EwGenerator<Vmm>::InnerLoop() {
   const int rank = layout_.rank;
-  xor_(r8, r8);  // r8 = byte offset of the current vector in the row
+  xor_(r8, r8);  // r8 = element index of the current vector in the row
   Xbyak::Label l_unroll, l_unroll_end, l_one, l_one_end, l_tail_end;
   if (rank == 1) {
     if (unroll_ > 1) {
       L(l_unroll);
       cmp(r8, qword[rsp + kFrameBoundU]);
       jae(l_unroll_end, T_NEAR);
-      for (int u = 0; u < unroll_; ++u) Body(u * kVecBytes, false);
-      add(r8, unroll_ * kVecBytes);
+      for (int u = 0; u < unroll_; ++u) Body(u * kW, false);
+      add(r8, unroll_ * kW);
       jmp(l_unroll, T_NEAR);
       L(l_unroll_end);
     }
@@ -237,7 +236,7 @@ void EwGenerator<Vmm>::InnerLoop() {
     cmp(r8, qword[rsp + kFrameBound1]);
     jae(l_one_end, T_NEAR);
     Body(0, false);
-    add(r8, kVecBytes);
+    add(r8, kW);
     jmp(l_one, T_NEAR);
     L(l_one_end);
     mov(rax, qword[rsp + kFrameRem]);
@@ -249,13 +248,13 @@ void EwGenerator<Vmm>::InnerLoop() {
     return;
   }
   const int64_t n = layout_.dims[rank - 1];
-  const int64_t bound_u = n / (unroll_ * kW) * (unroll_ * kW) * 4;
-  const int64_t bound_1 = n / kW * kW * 4;
+  const int64_t bound_u = n / (unroll_ * kW) * (unroll_ * kW);
+  const int64_t bound_1 = n / kW * kW;
   KILN_CHECK(bound_1 <= INT32_MAX, "ew kernel: inner dim too large");
   if (unroll_ > 1 && bound_u > 0) {
     L(l_unroll);
-    for (int u = 0; u < unroll_; ++u) Body(u * kVecBytes, false);
-    add(r8, unroll_ * kVecBytes);
+    for (int u = 0; u < unroll_; ++u) Body(u * kW, false);
+    add(r8, unroll_ * kW);
     cmp(r8, static_cast<uint32_t>(bound_u));
     jb(l_unroll, T_NEAR);
   }
@@ -263,7 +262,7 @@ void EwGenerator<Vmm>::InnerLoop() {
   if (bound_1 > done) {
     L(l_one);
     Body(0, false);
-    add(r8, kVecBytes);
+    add(r8, kW);
     cmp(r8, static_cast<uint32_t>(bound_1));
     jb(l_one, T_NEAR);
   }
@@ -284,11 +283,16 @@ void EwGenerator<Vmm>::Body(int off, bool masked) {
 template <typename Vmm>
 void EwGenerator<Vmm>::LoadInput(const Vmm& d, int input, int off, bool masked) {
   const Reg64 p = PtrReg(InPtr(input));
-  if (!InnerContiguous(layout_.inputs[input])) {
+  const EwOperand& op = layout_.inputs[input];
+  if (op.elem == EwElem::kBF16) {
+    LoadBf16(d, p, op, off, masked);
+    return;
+  }
+  if (!InnerContiguous(op)) {
     vbroadcastss(d, dword[p]);
     return;
   }
-  const Address addr = ptr[p + r8 + off];
+  const Address addr = At(p, op, off);
   if (!masked) {
     vmovups(d, addr);
   } else if constexpr (kAvx512) {
@@ -315,7 +319,12 @@ void EwGenerator<Vmm>::StoreOutput(const Vmm& s, int output, int off, bool maske
     return;
   }
   const Reg64 p = PtrReg(OutPtr(output));
-  const Address addr = ptr[p + r8 + off];
+  const EwOperand& op = layout_.outputs[output];
+  if (op.elem == EwElem::kBF16) {  // never a reduction (EwLayout::Validate)
+    StoreBf16(s, p, op, off, masked);
+    return;
+  }
+  const Address addr = At(p, op, off);
   const bool reduce = layout_.IsReduction(output);
   if (!masked) {
     if (reduce) {
@@ -343,20 +352,6 @@ void EwGenerator<Vmm>::StoreOutput(const Vmm& s, int output, int off, bool maske
     } else {
       vmaskmovps(addr, T(1), s);
     }
-  }
-}
-
-template <typename Vmm>
-void EwGenerator<Vmm>::Fma(const Vmm& d, const Vmm& a, const Vmm& b, const Vmm& c) {
-  if (d.getIdx() == a.getIdx()) {
-    vfmadd213ps(d, b, c);
-  } else if (d.getIdx() == b.getIdx()) {
-    vfmadd213ps(d, a, c);
-  } else if (d.getIdx() == c.getIdx()) {
-    vfmadd231ps(d, a, b);
-  } else {
-    vmovaps(d, a);
-    vfmadd213ps(d, b, c);
   }
 }
 
@@ -439,9 +434,10 @@ template class EwGenerator<Xbyak::Ymm>;
 
 }  // namespace ew_x86
 
-std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, Isa isa) {
-  if (isa == Isa::kAvx512) return std::make_unique<ew_x86::EwGenerator<Xbyak::Zmm>>(name, plan);
-  return std::make_unique<ew_x86::EwGenerator<Xbyak::Ymm>>(name, plan);
+std::unique_ptr<JitKernel> MakeEwGenerator(const std::string& name, const EwKernelPlan& plan, Isa isa,
+                                           Bf16Store bf16_store) {
+  if (isa == Isa::kAvx512) return std::make_unique<ew_x86::EwGenerator<Xbyak::Zmm>>(name, plan, bf16_store);
+  return std::make_unique<ew_x86::EwGenerator<Xbyak::Ymm>>(name, plan, bf16_store);
 }
 
 }  // namespace compiler

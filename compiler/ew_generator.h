@@ -12,7 +12,10 @@
 //     add accumulator sums to their outputs
 //   A rank-1 layout is one row of end-begin elements, counted at run time.
 // Every operand has a row pointer (in a GPR, or a stack slot when more than 12
-// are live); rows advance by constant per-level deltas.
+// are live); rows advance by constant per-level deltas. r8 is the element
+// index in the row: an f32 operand's vector is at row + 4*r8, a bf16 one's at
+// row + 2*r8 (bf16 loads widen with vpmovzxwd + a shift; stores round with
+// vcvtneps2bf16 or the integer sequence of framework/bf16.h, then narrow).
 //
 // Vector registers: T0..T5 scratch (vmm0-5), then one accumulator per
 // inner-reduction output, then the allocator's pool.
@@ -51,17 +54,17 @@ constexpr int kFrameRem = 56;       // rank 1: tail lanes
 constexpr int kFrameArgs = 64;      // the EwKernelArgs pointer
 constexpr int kFrameMask = 96;      // AVX2: current tail mask (32 bytes)
 constexpr int kFrameMaskTab = 128;  // AVX2 rank 1: 8 x ~0 then 8 x 0
-constexpr int kFramePtrs = 192;     // row pointers that did not get a GPR
+constexpr int kFrameBf16 = 192;     // AVX2: a bf16 tail on its way to or from memory (16 bytes)
+constexpr int kFramePtrs = 224;     // row pointers that did not get a GPR
 
 template <typename Vmm>
 class EwGenerator : public JitKernel {
  public:
   static constexpr bool kAvx512 = std::is_same<Vmm, Xbyak::Zmm>::value;
   static constexpr int kW = kAvx512 ? 16 : 8;
-  static constexpr int kVecBytes = kW * 4;
 
-  EwGenerator(const std::string& name, const EwKernelPlan& plan)
-      : JitKernel(name), plan_(plan), layout_(plan.layout) {}
+  EwGenerator(const std::string& name, const EwKernelPlan& plan, Bf16Store bf16_store)
+      : JitKernel(name), plan_(plan), layout_(plan.layout), bf16_store_(bf16_store) {}
 
  protected:
   void Generate() override;
@@ -122,8 +125,19 @@ class EwGenerator : public JitKernel {
   void InnerLoop();
   void Body(int off, bool masked);
   void Compute(const EwStep& s, int off, bool masked);
+  // The vector of `op` at element offset `off` from r8 in its row.
+  Address At(const Reg64& p, const EwOperand& op, int off) const {
+    return op.elem == EwElem::kBF16 ? ptr[p + r8 * 2 + off * 2] : ptr[p + r8 * 4 + off * 4];
+  }
   void LoadInput(const Vmm& d, int input, int off, bool masked);
+  void LoadBf16(const Vmm& d, const Reg64& p, const EwOperand& op, int off, bool masked);
   void StoreOutput(const Vmm& s, int output, int off, bool masked);
+  // T1 = the bf16 bits of s in the low half of each dword (scratch T0, T2).
+  void RoundToBf16Bits(const Vmm& s);
+  void StoreBf16(const Vmm& s, const Reg64& p, const EwOperand& op, int off, bool masked);
+  // AVX2 tails: copies the tail's bf16 words between [rdx] and the frame's
+  // bf16 slot (rem lanes, from the constant rem or the rank-1 frame).
+  void CopyBf16Tail(bool to_frame);
   void Epilogue();
   void EmitConstTable();
   int UnrollFactor() const;
@@ -172,6 +186,7 @@ class EwGenerator : public JitKernel {
 
   const EwKernelPlan& plan_;
   const EwLayout& layout_;
+  Bf16Store bf16_store_;
   int num_acc_ = 0;
   std::vector<int> acc_of_output_;
   std::vector<PtrLoc> ptrs_;

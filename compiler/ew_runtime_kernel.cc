@@ -14,12 +14,12 @@ class EwRuntimeKernel final : public runtime::Kernel {
   void Run(const runtime::BufferView* args) const override {
     const int n_in = static_cast<int>(kernel_->layout().inputs.size());
     const int n_out = static_cast<int>(kernel_->layout().outputs.size());
-    const float* in[kMaxEwOperands];
-    float* out[kMaxEwOperands];
+    const void* in[kMaxEwOperands];
+    void* out[kMaxEwOperands];
     KILN_CHECK(n_in <= static_cast<int>(kMaxEwOperands) && n_out <= static_cast<int>(kMaxEwOperands),
                "ew kernel with more than ", kMaxEwOperands, " operands");
-    for (int i = 0; i < n_in; ++i) in[i] = static_cast<const float*>(args[i].data);
-    for (int o = 0; o < n_out; ++o) out[o] = static_cast<float*>(args[n_in + o].data);
+    for (int i = 0; i < n_in; ++i) in[i] = args[i].data;
+    for (int o = 0; o < n_out; ++o) out[o] = args[n_in + o].data;
     kernel_->Run(in, out);
   }
   const uint8_t* code() const override { return kernel_->code(); }
@@ -33,7 +33,7 @@ class EwRuntimeKernel final : public runtime::Kernel {
   std::string describe_;
 };
 
-// Output j over input k: same strides, neither broadcast nor reduced, and
+// Output j over input k: same strides and element type, neither broadcast nor reduced, and
 // every load of k comes before the first store to j in the program.
 std::vector<std::pair<int, int>> EwRuntimeKernel::InplacePairs() const {
   const EwLayout& l = kernel_->layout();
@@ -52,7 +52,10 @@ std::vector<std::pair<int, int>> EwRuntimeKernel::InplacePairs() const {
       if (instrs[i].op == EwOp::kLoad && instrs[i].operand == k) last_load = i;
     }
     for (int j = 0; j < static_cast<int>(l.outputs.size()); ++j) {
-      if (!full(l.outputs[j]) || l.outputs[j].strides != l.inputs[k].strides) continue;
+      if (!full(l.outputs[j]) || l.outputs[j].strides != l.inputs[k].strides ||
+          l.outputs[j].elem != l.inputs[k].elem) {
+        continue;
+      }
       int first_store = static_cast<int>(instrs.size());
       for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
         if (instrs[i].op == EwOp::kStore && instrs[i].operand == j) {

@@ -669,8 +669,8 @@ TEST(EwCodegenTest, PartialRangeCallsTouchOnlyTheirRows) {
     ASSERT_EQ(l.rank, 1);  // all dims merge: the range is in elements
     const Buffers in = RandomInputs(l, -1, 1, 2);
     std::vector<float> out(static_cast<size_t>(l.numel()), -7.0f);
-    const float* ip[] = {in[0].data()};
-    float* op[] = {out.data()};
+    const void* ip[] = {in[0].data()};
+    void* op[] = {out.data()};
     k.Call({ip, op, 33, 301});
     for (int64_t i = 0; i < l.numel(); ++i) {
       const float want = (i >= 33 && i < 301) ? in[0][i] + 1.0f : -7.0f;
@@ -684,7 +684,7 @@ TEST(EwCodegenTest, PartialRangeCallsTouchOnlyTheirRows) {
     k3.Create();
     const Buffers in3 = RandomInputs(l3, -1, 1, 4);
     std::fill(out.begin(), out.end(), -7.0f);
-    const float* ip3[] = {in3[0].data(), in3[1].data()};
+    const void* ip3[] = {in3[0].data(), in3[1].data()};
     k3.Call({ip3, op, 2, 4});
     for (int64_t i = 0; i < l3.numel(); ++i) {
       const int64_t n = i / 95, c = i / 19 % 5;
@@ -762,8 +762,8 @@ TEST(EwCodegenTest, ReportsThroughput) {
       k.Create();
       const Buffers in = RandomInputs(l, -1, 1, 1);
       std::vector<float> out(static_cast<size_t>(n));
-      const float* ip[] = {in[0].data(), in[1].data()};
-      float* op[] = {out.data()};
+      const void* ip[] = {in[0].data(), in[1].data()};
+      void* op[] = {out.data()};
       double best = 1e9;
       for (int rep = 0; rep < (n > (1 << 20) ? 4 : 20); ++rep) {
         const auto t0 = std::chrono::steady_clock::now();

@@ -43,6 +43,7 @@ std::string StridesToString(const EwLayout& layout, const EwOperand& op) {
   os << "[";
   for (int d = 0; d < layout.rank; ++d) os << (d ? "," : "") << op.strides[d];
   os << "]";
+  if (op.elem == EwElem::kBF16) os << ":bf16";
   return os.str();
 }
 
@@ -78,7 +79,12 @@ void EwLayout::Validate() const {
     }
   };
   for (size_t k = 0; k < inputs.size(); ++k) check(inputs[k], "in", k);
-  for (size_t k = 0; k < outputs.size(); ++k) check(outputs[k], "out", k);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    check(outputs[k], "out", k);
+    if (outputs[k].elem != EwElem::kF32 && IsReduction(static_cast<int>(k))) {
+      ThrowInvalidArgument("ew layout: out", k, " is a reduction and bf16; sums are kept in f32: ", ToString());
+    }
+  }
 }
 
 EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,

@@ -19,8 +19,18 @@ constexpr int kEwMaxRank = 4;
 // Input: stride 0 on a dim broadcasts the input along it. Output: stride 0 on a
 // dim of size > 1 makes the output the SUM over that dim (a reduction output).
 // The innermost stride is 0 or 1.
+//
+// Element type: kF32 operands hold floats; a kBF16 operand holds bf16 (the
+// top halves of floats, framework/bf16.h): its loads widen exactly and its
+// stores round to nearest even. The program computes in f32 either way, and
+// a reduction output is always kF32 (its sums are kept in f32).
+enum class EwElem : uint8_t { kF32, kBF16 };
+// Bytes per element: 4, 2.
+inline int64_t EwElemBytes(EwElem e) { return e == EwElem::kBF16 ? 2 : 4; }
+
 struct EwOperand {
   std::array<int64_t, kEwMaxRank> strides{};
+  EwElem elem = EwElem::kF32;
 };
 using EwInput = EwOperand;
 using EwOutput = EwOperand;
@@ -42,7 +52,8 @@ struct EwLayout {
   // space is empty along a dim the operand is not broadcast/reduced over.
   int64_t InputExtent(int input) const;
   int64_t OutputExtent(int output) const;
-  // "dims=[64,512] in0=[512,1] in1=[0,1] out0=[0,1]+"; "+" marks reductions.
+  // "dims=[64,512] in0=[512,1] in1=[0,1] out0=[0,1]+ out1=[512,1]:bf16"; "+"
+  // marks reductions, ":bf16" bf16 operands.
   std::string ToString() const;
   // Throws kiln::Error (InvalidArgument) naming the bad field.
   void Validate() const;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/bf16.h"
 #include "framework/error.h"
 
 namespace kiln {
@@ -81,6 +82,8 @@ void Interpret(const EwProgram& program, const EwLayout& layout, const std::vect
         for (int d = 0; d < kEwMaxRank; ++d) off += idx[d] * stride(op, d);
         if (reduce[in.operand]) {
           outputs[in.operand][off] += v[in.args[0]];
+        } else if (op.elem == EwElem::kBF16) {
+          outputs[in.operand][off] = T(RoundThroughBf16(static_cast<float>(v[in.args[0]])));
         } else {
           outputs[in.operand][off] = v[in.args[0]];
         }

@@ -12,6 +12,9 @@ namespace kiln {
 // The scalar oracle: runs the program at every iteration point in double
 // precision (inputs widened from float). Outputs are assigned (reductions are
 // summed from zero in double); output k must hold OutputExtent(k) elements.
+// bf16 operands (EwElem::kBF16) are given widened: a bf16 input's array holds
+// its values as floats, and a bf16 output receives its values rounded to bf16
+// (FloatToBf16Bits of the float value), widened again.
 void RunReference(const EwProgram& program, const EwLayout& layout, const std::vector<const float*>& inputs,
                   const std::vector<double*>& outputs);
 // The same in float arithmetic, one rounding per instruction (fma rounds once;
