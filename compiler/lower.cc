@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "compiler/lowering/batch_one.h"
+#include "compiler/lowering/bf16_weight_copies.h"
 #include "compiler/lowering/buffers.h"
 #include "compiler/lowering/conv_epilogue.h"
 #include "compiler/lowering/elementwise_groups.h"
@@ -36,6 +37,9 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   units = RunSgdBeforeDx(c, std::move(units),
                          t.Step("sgd_before_dx", "after batch_one: a one-row fold does dX and the step in one "
                                                  "pass over W instead"));
+  units = CopyBf16Weights(c, std::move(units),
+                          t.Step("bf16_weight_copies", "after the matmul steps, whose units it rewrites to read "
+                                                       "one bf16 copy of a weight"));
   units = LowerMaxPoolGrad(c, std::move(units),
                            t.Step("max_pool_grad", "before the oneDNN anchors, which would take pool2d_grad"));
   units = LowerFusedAttention(c, std::move(units),

@@ -105,9 +105,11 @@ Dims FoldRows(const Dims& dims, const char* what) {
 
 BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec) {
   onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), FoldRows(spec.x_dims, "x"), false, spec.w_dims,
-                          spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation), spec.compute);
+                          spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation), spec.compute,
+                          spec.w_dtype);
   const std::string shapes = "x " + DimsToString(spec.x_dims) + " w " + DimsToString(spec.w_dims) +
-                             (spec.transpose_w ? " (transposed)" : "");
+                             (spec.transpose_w ? " (transposed)" : "") +
+                             (spec.w_dtype != DataType::kFP32 ? std::string(" ") + DataTypeName(spec.w_dtype) : "");
   if (!h.valid() || h.dst_dims().size() != 2) {
     const std::string k = std::to_string(spec.x_dims.back());
     ThrowInvalidArgument("oneDNN matmul: ", shapes, " do not multiply: expected w ",
@@ -124,7 +126,7 @@ class FusedMatmulKernel final : public runtime::Kernel {
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return "oneDNN matmul (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
-           FusionSuffix(spec_.bias, spec_.activation);
+           (spec_.w_dtype == DataType::kBF16 ? ", W a bf16 copy" : "") + FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
 

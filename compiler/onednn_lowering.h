@@ -31,6 +31,8 @@ struct FusedMatmulSpec {
   // kBF16: bf16 operands (converted by the entry's reorders), f32
   // accumulation, bias, post-ops and Out (onednn::MatmulHandler).
   ComputeType compute = ComputeType::kF32;
+  // kBF16 (with compute kBF16): W is bound as a bf16 buffer, no reorder.
+  DataType w_dtype = DataType::kFP32;
 };
 
 // Out = act(alpha * X @ W (+ bias)) as one oneDNN matmul.

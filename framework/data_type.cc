@@ -13,6 +13,7 @@ size_t SizeOf(DataType dtype) {
     case DataType::kINT32: return 4;
     case DataType::kFP64: return 8;
     case DataType::kBOOL: return 1;
+    case DataType::kBF16: return 2;
   }
   return 0;
 }
@@ -24,6 +25,7 @@ const char* DataTypeName(DataType dtype) {
     case DataType::kINT32: return "i32";
     case DataType::kFP64: return "f64";
     case DataType::kBOOL: return "bool";
+    case DataType::kBF16: return "bf16";
   }
   return "?";
 }

@@ -11,7 +11,9 @@
 
 namespace kiln {
 
-enum class DataType : int { kFP32 = 0, kINT64 = 1, kINT32 = 2, kFP64 = 3, kBOOL = 4 };
+// kBF16 only inside compiled clusters (the JIT's bf16 weight copies under
+// --amp bf16); no framework kernel reads or writes it.
+enum class DataType : int { kFP32 = 0, kINT64 = 1, kINT32 = 2, kFP64 = 3, kBOOL = 4, kBF16 = 5 };
 
 // The type a primitive multiplies in while its tensors stay f32 (--amp):
 // kBF16 converts the operands to bf16 and accumulates in f32.
@@ -20,7 +22,7 @@ enum class ComputeType : uint8_t { kF32, kBF16 };
 const char* ComputeTypeName(ComputeType type);
 
 size_t SizeOf(DataType dtype);
-// Short readable name used in IR printing and errors: f32, i64, i32, f64, bool.
+// Short readable name used in IR printing and errors: f32, i64, i32, f64, bool, bf16.
 const char* DataTypeName(DataType dtype);
 // "float32", "int64", "int32", "float64", "bool" (numpy's names), and back.
 const char* NumpyDtypeName(DataType dtype);

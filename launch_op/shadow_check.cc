@@ -99,6 +99,7 @@ OutputDiff CompareOutput(const Tensor& got, const Tensor& want, const ShadowOpti
     case DataType::kINT64: CompareAs<int64_t>(got, want, tolerances, 0.0, true, &d); break;
     case DataType::kINT32: CompareAs<int32_t>(got, want, tolerances, 0.0, true, &d); break;
     case DataType::kBOOL: CompareAs<bool>(got, want, tolerances, 0.0, true, &d); break;
+    case DataType::kBF16: KILN_CHECK(false, "shadow check: a bf16 cluster output (bf16 exists only inside clusters)");
   }
   return d;
 }

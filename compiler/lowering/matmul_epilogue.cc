@@ -9,8 +9,10 @@ OneDnnMatmulUnit::OneDnnMatmulUnit(const std::string& step, std::vector<int> ops
       args_(std::move(args)) {}
 
 std::string OneDnnMatmulUnit::Describe(const Cluster&) const {
+  const std::string epilogue = EpilogueText(spec_.bias, spec_.activation);
   return "oneDNN matmul" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
-         EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
+         (spec_.w_dtype == DataType::kBF16 ? " on " + args_[1] : std::string()) +
+         (spec_.transpose_w ? " transposed" : "") + (epilogue.empty() ? "" : epilogue + " as post-ops");
 }
 
 std::vector<EmittedKernel> OneDnnMatmulUnit::Emit(EmitContext& ctx) const {

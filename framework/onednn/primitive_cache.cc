@@ -91,7 +91,8 @@ std::string PostOp::ToString() const {
 // ---- PrimitiveKey ----------------------------------------------------------------
 
 bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
-  return kind == o.kind && dtype == o.dtype && compute == o.compute && dims == o.dims && algorithm == o.algorithm &&
+  return kind == o.kind && dtype == o.dtype && compute == o.compute && b_dtype == o.b_dtype && dims == o.dims &&
+         algorithm == o.algorithm &&
          transpose_a == o.transpose_a && transpose_b == o.transpose_b && axis == o.axis && groups == o.groups &&
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
          padding_r == o.padding_r && FloatBits(alpha) == FloatBits(o.alpha) &&
@@ -105,6 +106,7 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, static_cast<uint64_t>(kind));
   HashCombine(seed, static_cast<uint64_t>(dtype));
   HashCombine(seed, static_cast<uint64_t>(compute));
+  HashCombine(seed, static_cast<uint64_t>(b_dtype));
   HashCombine(seed, dims.size());
   for (const Dims& d : dims) HashCombineDims(seed, d);
   HashCombine(seed, static_cast<uint64_t>(algorithm));
@@ -136,6 +138,7 @@ std::string PrimitiveKey::ToString() const {
   std::ostringstream os;
   os << PrimitiveKindName(kind) << ' ' << DataTypeName(dtype) << ' ';
   if (compute != ComputeType::kF32) os << "compute=" << ComputeTypeName(compute) << ' ';
+  if (b_dtype != DataType::kFP32) os << "b=" << DataTypeName(b_dtype) << ' ';
   for (size_t i = 0; i < dims.size(); ++i) os << (i ? "x" : "") << DimsToString(dims[i]);
   if (algorithm != 0) os << " alg=" << dnnl_alg_kind2str(static_cast<dnnl_alg_kind_t>(algorithm));
   if (transpose_a) os << " trans_a";

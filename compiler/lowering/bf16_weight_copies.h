@@ -1,0 +1,41 @@
+// Lowering step (--amp bf16): a weight that two or more of the cluster's bf16
+// matmuls read (a layer's forward product and its input gradient, when the
+// forward and backward passes share a cluster) is converted to bf16 once per
+// launch, by a generated kernel right before its first reader, and those
+// matmuls bind the copy as it is. Without it each one converts W in a
+// oneDNN reorder of its own.
+//
+// The readers it rewrites: the matmul units of matmul_epilogue, and the
+// input-gradient-only matmul_grad that weight_grad_fold leaves (which becomes
+// dX = dY W^T on the copy). No unit between the copy and its last reader may
+// write W (the sgd step comes after the input gradient), so every reader sees
+// the value it read before.
+#pragma once
+
+#include <string>
+
+#include "compiler/lowering/trace.h"
+#include "compiler/lowering/unit.h"
+
+namespace kiln::jit {
+
+// W -> its bf16 copy, one generated kernel (args: W -> copy). It computes no
+// op of the cluster: its ops are empty.
+class Bf16WeightCopyUnit final : public Unit {
+ public:
+  Bf16WeightCopyUnit(const std::string& step, std::string w, int readers);
+  const char* kind() const override { return "bf16_weight_copy"; }
+  std::string Describe(const Cluster& c) const override;
+  std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+  const std::string& w() const { return w_; }
+  // "<W>@BF16".
+  const std::string& copy() const { return copy_; }
+
+ private:
+  std::string w_, copy_;
+  int readers_;
+};
+
+Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace);
+
+}  // namespace kiln::jit
