@@ -29,8 +29,13 @@ class JitTrainTest : public ::testing::Test {
     jit::SetLaunchMode(jit::LaunchMode::kRuntime);
   }
   static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+    return JitDenying(p, keep, {});
+  }
+  static proto::ProgramDesc JitDenying(const proto::ProgramDesc& p, const std::set<std::string>& keep,
+                                       std::vector<std::string> deny) {
     BuildJitPassOptions o;
     o.keep_vars = keep;
+    o.deny_ops = std::move(deny);
     return test::ApplyBuildJit(p, o);
   }
   static int CountOps(const proto::ProgramDesc& p, const std::string& type) {
@@ -183,7 +188,10 @@ TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
 
 TEST_F(JitTrainTest, CacheIsBoundedLeastRecentlyUsedFirst) {
   const Case c = Models()[0];
-  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  // Denying the loss splits the step into a forward and a backward cluster.
+  const proto::ProgramDesc p =
+      JitDenying(c.model.train, {c.model.features, c.model.labels, c.model.loss}, {"softmax_with_cross_entropy"});
+  ASSERT_EQ(CountOps(p, "jit_launch"), 2);
   const jit::JitCompilerOptions saved = JitCompiler::Instance().options();
   jit::JitCompilerOptions o = saved;
   o.cache_capacity = 1;  // two clusters take turns

@@ -126,6 +126,7 @@ void RegisterFillOps(OpRegistry& r) {
                 {"dtype", AttrKind::kInt, Attribute(int64_t{0})}};
     op.infer_shape = InferFillConstant;
     op.reference_kernel = FillConstantKernel;
+    op.jit = JitLowering::kFramework;
     r.Add(std::move(op));
   }
   {

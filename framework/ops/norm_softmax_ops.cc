@@ -420,6 +420,7 @@ void RegisterNormSoftmaxOps(OpRegistry& r) {
     return std::vector<proto::OpDesc>{MakeGradOp(op, {"Label"}, {"Softmax"}, {"Softmax", "Loss"}, {"Logits"})};
   };
   ce.no_grad_inputs = {"Label"};
+  ce.jit = JitLowering::kFramework;
   r.Add(std::move(ce));
 
   OpInfo ce_grad;
@@ -432,6 +433,7 @@ void RegisterNormSoftmaxOps(OpRegistry& r) {
   ce_grad.reference_kernel = [](ExecContext& ctx) {
     DispatchFloat(ctx, "Softmax", [&](auto tag) { CrossEntropyGradKernel<decltype(tag)>(ctx); });
   };
+  ce_grad.jit = JitLowering::kFramework;
   r.Add(std::move(ce_grad));
 
   OpInfo ln;
