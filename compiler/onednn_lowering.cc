@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/ew_codegen.h"
 #include "dnnl.hpp"
 #include "framework/error.h"
 #include "framework/onednn/handlers.h"
@@ -156,9 +157,22 @@ void CopyFloats(void* out, const void* in, int64_t n) {
   }
 }
 
+// lr * x[0, n) rounded to bf16, as one generated kernel (lr is read at run
+// time: a broadcast input).
+std::unique_ptr<compiler::FusedElementwiseKernel> MakeScaleToBf16(int64_t n, Isa isa, const std::string& name) {
+  EwProgram p;
+  p.Store(0, p.Mul(p.Load(0), p.Load(1)));
+  EwLayout l = CollapseLayout({n}, {{n}, {1}}, {{n}});
+  l.outputs[0].elem = EwElem::kBF16;
+  auto k = std::make_unique<compiler::FusedElementwiseKernel>(name + "_scale", p, l, isa);
+  k->Create();
+  return k;
+}
+
 class MatmulSgdKernel final : public runtime::Kernel {
  public:
-  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, ComputeType compute, std::string name)
+  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, ComputeType compute, Isa isa,
+                  std::string name)
       : name_(std::move(name)), keep_old_(keep_old), compute_(compute) {
     const Dims x = FoldRows(x_dims, "x");
     if (w_dims.size() != 2 || w_dims[0] != x[1] || w_dims[1] <= 0) {
@@ -168,6 +182,11 @@ class MatmulSgdKernel final : public runtime::Kernel {
     x_numel_ = x[0] * x[1];
     dy_numel_ = x[0] * w_dims[1];
     w_numel_ = Numel(w_dims);
+    scale_x_ = x_numel_ < dy_numel_;
+    // bf16: the scaled operand is made in bf16 directly (bound as it is).
+    const bool bf16 = compute == ComputeType::kBF16;
+    const DataType scaled = bf16 ? DataType::kBF16 : DataType::kFP32;
+    if (bf16) scale_to_bf16_ = MakeScaleToBf16(scale_x_ ? x_numel_ : dy_numel_, isa, name_);
     // src = X^T [K, M] (X stored [M, K]), weights = dY [M, N], dst = W [K, N].
     // The learning rate is a tensor read at run time. A run-time output scale
     // makes oneDNN 2.6 drop from brgemm to its generic jit gemm (measured
@@ -176,7 +195,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
     onednn::FusedOps fused;
     fused.post_ops.push_back(onednn::PostOp::Sum(1.f));  // dst = scale * (src @ weights) + dst
     onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), x, /*trans_a=*/true, {x[0], w_dims[1]}, false, -1.f,
-                            fused, compute);
+                            fused, compute, scale_x_ ? DataType::kFP32 : scaled, scale_x_ ? scaled : DataType::kFP32);
     if (!h.valid()) ThrowInvalidArgument("oneDNN matmul sgd: no product for w ", DimsToString(w_dims));
     entry_ = AcquireEntry(h, "matmul for the update of w " + DimsToString(w_dims));
     src_md_ = onednn::UserDesc(*entry_, DNNL_ARG_SRC);
@@ -187,19 +206,28 @@ class MatmulSgdKernel final : public runtime::Kernel {
   std::string Describe() const override {
     return "oneDNN matmul (" + entry_->impl + ")" + ComputeSuffix(compute_) +
            " W -= lr * X^T dY: weight gradient and sgd step in one primitive" +
+           (scale_to_bf16_ ? std::string(", lr * ") + (scale_x_ ? "X" : "dY") + " rounded to bf16 by " +
+                                 IsaName(scale_to_bf16_->isa()) + " generated code"
+                           : std::string()) +
            (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
   }
   void Run(const runtime::BufferView* args) const override {
     const float lr = *static_cast<const float*>(args[2].data);
-    // lr scales a copy of the smaller operand (X or dY), which lives for this
-    // execution in the caching allocator. Scaling and copying run on every
-    // thread: serial, a [1024, 1024] dY cost the 2-thread transformer step
-    // 0.35 ms.
-    const bool scale_x = x_numel_ < dy_numel_;
+    // lr scales a copy of the smaller operand (X or dY; in bf16 under bf16
+    // compute), which lives for this execution in the caching allocator.
+    // Scaling and copying run on every thread: serial, a [1024, 1024] dY
+    // cost the 2-thread transformer step 0.35 ms.
+    const bool scale_x = scale_x_;
     const int64_t n = scale_x ? x_numel_ : dy_numel_;
-    Allocation scaled(static_cast<size_t>(n) * sizeof(float));
-    float* s = static_cast<float*>(scaled.ptr());
-    ScaleInto(s, static_cast<const float*>(args[scale_x ? 0 : 1].data), lr, n);
+    Allocation scaled(static_cast<size_t>(n) * (scale_to_bf16_ ? 2 : sizeof(float)));
+    void* s = scaled.ptr();
+    if (scale_to_bf16_) {
+      const void* in[] = {args[scale_x ? 0 : 1].data, args[2].data};
+      void* out[] = {s};
+      scale_to_bf16_->Run(in, out);
+    } else {
+      ScaleInto(static_cast<float*>(s), static_cast<const float*>(args[scale_x ? 0 : 1].data), lr, n);
+    }
     // args[3] is W as read, the last arg W as written: one buffer (in place).
     // With keep_old, args[4] receives W before the step.
     if (keep_old_) CopyFloats(args[4].data, args[3].data, w_numel_);
@@ -218,6 +246,8 @@ class MatmulSgdKernel final : public runtime::Kernel {
   int64_t x_numel_ = 0;
   int64_t dy_numel_ = 0;
   int64_t w_numel_ = 0;
+  bool scale_x_ = false;
+  std::unique_ptr<compiler::FusedElementwiseKernel> scale_to_bf16_;  // bf16 compute
   std::shared_ptr<const PrimitiveEntry> entry_;
   dnnl::memory::desc src_md_, wei_md_, dst_md_;
 };
@@ -260,8 +290,8 @@ class FusedConvKernel final : public runtime::Kernel {
 
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const std::string& name, bool keep_old,
-                                                           ComputeType compute) {
-  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, compute, name);
+                                                           ComputeType compute, Isa isa) {
+  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, compute, isa, name);
 }
 
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {

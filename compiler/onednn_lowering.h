@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "compiler/isa.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 
@@ -48,10 +49,14 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
 // With `keep_old`: X, dY, LearningRate, W -> W_old, W, where W_old receives
 // W before the step (so dX can be computed after it, from W_old, and X dies
 // here). With `compute` kBF16 the product multiplies bf16 copies of X and
-// lr * dY and adds into the f32 W. Throws kiln::Error as MakeFusedMatmulKernel.
+// dY, one of them scaled by lr, and adds into the f32 W: a kernel generated
+// for `isa` scales the smaller of the two and rounds it to bf16 in one pass
+// (oneDNN's reorder converts the other). Throws kiln::Error as
+// MakeFusedMatmulKernel.
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const std::string& name, bool keep_old = false,
-                                                           ComputeType compute = ComputeType::kF32);
+                                                           ComputeType compute = ComputeType::kF32,
+                                                           Isa isa = HostIsa());
 
 // kiln's conv2d (strides, symmetric paddings, dilations with 1 = dense,
 // groups), then elementwise_add of a [O] bias at axis 1 and the activation.

@@ -17,6 +17,8 @@
 #include "framework/allocator.h"
 #include "framework/onednn/handlers.h"
 #include "framework/op_desc.h"
+#include "framework/bf16.h"
+#include "tests/bf16_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln::jit {
@@ -169,6 +171,53 @@ void CheckMatmulSgd(const Dims& x_dims, int64_t n, bool keep_old, std::mt19937& 
   EXPECT_EQ(Compare(w.data, want), "") << DimsToString(x_dims) << " n=" << n << " keep_old=" << keep_old;
   if (keep_old) {
     EXPECT_EQ(w_old.data, w0.data);
+  }
+}
+
+// bf16 compute: lr scales the smaller of X and dY in f32 and a generated
+// kernel rounds it to bf16 (oneDNN's reorder rounds the other), so W moves by
+// the f32-accumulated product of exactly those bf16 operands.
+void CheckMatmulSgdBf16(const Dims& x_dims, int64_t n, bool keep_old, std::mt19937& rng) {
+  const int64_t k = x_dims.back(), m = Numel(x_dims) / k;
+  const float lr_value = 0.3f;
+  Buf x = Random(x_dims, rng), dy = Random({m, n}, rng), lr{{1}, {lr_value}}, w = Random({k, n}, rng);
+  const Buf w0 = w;
+  Buf w_old = Zeros({k, n});
+  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, "matmul_sgd_0", keep_old, ComputeType::kBF16);
+  std::vector<Buf*> args = {&x, &dy, &lr, &w};
+  if (keep_old) args.push_back(&w_old);
+  args.push_back(&w);
+  RunKernel(*kernel, args);
+  const bool scale_x = m * k < m * n;
+  const std::string what = DimsToString(x_dims) + " n=" + std::to_string(n) + (scale_x ? " scaling X" : " scaling dY");
+  EXPECT_NE(kernel->Describe().find(scale_x ? "lr * X rounded to bf16" : "lr * dY rounded to bf16"), std::string::npos)
+      << kernel->Describe();
+  for (int64_t p = 0; p < k; ++p) {
+    for (int64_t j = 0; j < n; ++j) {
+      double g = 0, mag = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        const float xv = x.data[i * k + p], dv = dy.data[i * n + j];
+        const double a = RoundThroughBf16(scale_x ? lr_value * xv : xv);
+        const double b = RoundThroughBf16(scale_x ? dv : lr_value * dv);
+        g += a * b;
+        mag += std::fabs(a * b);
+      }
+      const double want = w0.data[p * n + j] - g;
+      ASSERT_NEAR(w.data[p * n + j], want, std::ldexp(mag, -20) * m + std::ldexp(std::fabs(want), -23)) << what;
+    }
+  }
+  if (keep_old) {
+    EXPECT_EQ(w_old.data, w0.data);
+  }
+}
+
+TEST(MatmulSgdKernelTest, Bf16ScalesAndRoundsTheSmallerOperandInGeneratedCode) {
+  KILN_SKIP_WITHOUT_BF16();
+  std::mt19937 rng(17);
+  for (bool keep_old : {false, true}) {
+    for (const Dims& x : {Dims{17, 33}, Dims{2, 3, 5}, Dims{64, 1}, Dims{129, 40}}) {
+      for (int64_t n : {1, 37, 100}) CheckMatmulSgdBf16(x, n, keep_old, rng);
+    }
   }
 }
 

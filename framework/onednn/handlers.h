@@ -37,14 +37,15 @@ struct FusedOps {
 // with f32 accumulation and writes f32: the tensors stay f32 and the entry's
 // reorders convert a and b into bf16 copies held for one execution (so the
 // bias, the post-ops and a sum into dst work on f32 as before). Key:
-// PrimitiveKey::compute. With `b_dtype` kBF16 as well, b is stored in bf16
-// (the JIT's weight copies) and bound as it is (PrimitiveKey::b_dtype);
-// `valid()` is false for kBF16 b with f32 compute.
+// PrimitiveKey::compute. With `b_dtype` (`a_dtype`) kBF16 as well, b (a) is
+// stored in bf16 (the JIT's weight copies and lr-scaled operands) and bound
+// as it is (PrimitiveKey::b_dtype, a_dtype); `valid()` is false for a bf16
+// operand with f32 compute.
 class MatmulHandler : public OneDnnHandler {
  public:
   MatmulHandler(PrimitiveCache& cache, const Dims& a_dims, bool trans_a, const Dims& b_dims, bool trans_b,
                 float alpha, const FusedOps& fused = {}, ComputeType compute = ComputeType::kF32,
-                DataType b_dtype = DataType::kFP32);
+                DataType b_dtype = DataType::kFP32, DataType a_dtype = DataType::kFP32);
   // False when the dims do not make a matmul oneDNN can express.
   bool valid() const { return valid_; }
   // Dims of dst (batch dims broadcast, at the common rank).

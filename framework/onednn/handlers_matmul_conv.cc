@@ -22,11 +22,14 @@ using dnnl::prop_kind;
 // ---- MatmulHandler -----------------------------------------------------------------------
 
 MatmulHandler::MatmulHandler(PrimitiveCache& cache, const Dims& a, bool trans_a, const Dims& b, bool trans_b,
-                             float alpha, const FusedOps& fused, ComputeType compute, DataType b_dtype)
+                             float alpha, const FusedOps& fused, ComputeType compute, DataType b_dtype,
+                             DataType a_dtype)
     : OneDnnHandler(cache) {
   if (a.size() < 2 || b.size() < 2 || !AllPositive(a) || !AllPositive(b)) return;
-  const bool b_ok = b_dtype == DataType::kFP32 || (b_dtype == DataType::kBF16 && compute == ComputeType::kBF16);
-  if (!b_ok) return;
+  auto type_ok = [compute](DataType t) {
+    return t == DataType::kFP32 || (t == DataType::kBF16 && compute == ComputeType::kBF16);
+  };
+  if (!type_ok(a_dtype) || !type_ok(b_dtype)) return;
   const size_t ra = a.size(), rb = b.size();
   const int64_t m = trans_a ? a[ra - 1] : a[ra - 2];
   const int64_t ka = trans_a ? a[ra - 2] : a[ra - 1];
@@ -63,6 +66,7 @@ MatmulHandler::MatmulHandler(PrimitiveCache& cache, const Dims& a, bool trans_a,
   fwd_key_.transpose_b = trans_b;
   fwd_key_.output_scale = alpha;
   fwd_key_.compute = compute;
+  fwd_key_.a_dtype = a_dtype;
   fwd_key_.b_dtype = b_dtype;
   SetFusion(&fwd_key_, fused);
   valid_ = true;
@@ -107,8 +111,10 @@ PrimitiveEntry MatmulHandler::CreateForward() const {
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, bias, dst), attr, Engine());
     e = MakeEntry(pd, dnnl::matmul(pd));
   }
-  // No-ops for f32 (the descriptors are equal), and for bf16 weights.
-  AddReorder(&e, DNNL_ARG_SRC, /*output=*/false, OperandDesc(fwd_key_.dims[0], fwd_key_.transpose_a), src);
+  // No-ops for f32 (the descriptors are equal), and for bf16 operands.
+  if (fwd_key_.a_dtype != DataType::kBF16) {
+    AddReorder(&e, DNNL_ARG_SRC, /*output=*/false, OperandDesc(fwd_key_.dims[0], fwd_key_.transpose_a), src);
+  }
   if (fwd_key_.b_dtype != DataType::kBF16) {
     AddReorder(&e, DNNL_ARG_WEIGHTS, /*output=*/false, OperandDesc(fwd_key_.dims[1], fwd_key_.transpose_b), wei);
   }

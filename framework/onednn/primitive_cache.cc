@@ -91,7 +91,8 @@ std::string PostOp::ToString() const {
 // ---- PrimitiveKey ----------------------------------------------------------------
 
 bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
-  return kind == o.kind && dtype == o.dtype && compute == o.compute && b_dtype == o.b_dtype && dims == o.dims &&
+  return kind == o.kind && dtype == o.dtype && compute == o.compute && a_dtype == o.a_dtype && b_dtype == o.b_dtype &&
+         dims == o.dims &&
          algorithm == o.algorithm &&
          transpose_a == o.transpose_a && transpose_b == o.transpose_b && axis == o.axis && groups == o.groups &&
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
@@ -106,6 +107,7 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, static_cast<uint64_t>(kind));
   HashCombine(seed, static_cast<uint64_t>(dtype));
   HashCombine(seed, static_cast<uint64_t>(compute));
+  HashCombine(seed, static_cast<uint64_t>(a_dtype));
   HashCombine(seed, static_cast<uint64_t>(b_dtype));
   HashCombine(seed, dims.size());
   for (const Dims& d : dims) HashCombineDims(seed, d);
@@ -138,6 +140,7 @@ std::string PrimitiveKey::ToString() const {
   std::ostringstream os;
   os << PrimitiveKindName(kind) << ' ' << DataTypeName(dtype) << ' ';
   if (compute != ComputeType::kF32) os << "compute=" << ComputeTypeName(compute) << ' ';
+  if (a_dtype != DataType::kFP32) os << "a=" << DataTypeName(a_dtype) << ' ';
   if (b_dtype != DataType::kFP32) os << "b=" << DataTypeName(b_dtype) << ' ';
   for (size_t i = 0; i < dims.size(); ++i) os << (i ? "x" : "") << DimsToString(dims[i]);
   if (algorithm != 0) os << " alg=" << dnnl_alg_kind2str(static_cast<dnnl_alg_kind_t>(algorithm));

@@ -74,8 +74,10 @@ struct PrimitiveKey {
   // What the primitive multiplies in (matmul): kBF16 takes bf16 operands,
   // converted from the f32 tensors by the entry's reorders, and writes f32.
   ComputeType compute = ComputeType::kF32;
-  // matmul: the stored weights' type when it is not `dtype`. kBF16 (with
-  // compute kBF16): a bf16 copy the JIT made, bound without a reorder.
+  // matmul: the stored operands' types when they are not `dtype`. kBF16
+  // (with compute kBF16): bf16 buffers the JIT made (a weight copy, an
+  // lr-scaled operand), bound without a reorder.
+  DataType a_dtype = DataType::kFP32;
   DataType b_dtype = DataType::kFP32;
   std::vector<Dims> dims;  // every input's dims, in the order the handler documents
   int algorithm = 0;       // dnnl::algorithm (eltwise, pooling, binary); 0 when unused
@@ -107,7 +109,8 @@ struct PrimitiveKey {
   // Readable one-line form for logs and dumps, e.g.
   // "matmul f32 [64,784]x[784,10] scale=1 +bias +relu", with bf16 compute
   // "matmul f32 compute=bf16 [64,784]x...", with bf16 weights "matmul f32
-  // compute=bf16 b=bf16 [64,784]x..." (unused fields are left out).
+  // compute=bf16 b=bf16 [64,784]x..." (a=bf16 for a bf16 src; unused
+  // fields are left out).
   std::string ToString() const;
 };
 
