@@ -209,59 +209,67 @@ void ForwardF32(const AttentionParams& p, const float* q, const float* k, const 
   }
 }
 
-// The f32 forward's task order, with bf16 panels packed per head.
-void ForwardNativeBf16(const AttentionParams& p, const float* q, const float* k, const float* v, float* out,
-                       float* lse) {
-  namespace b = avx512bf16;
-  const AttentionShape& sh = p.shape;
-  const int64_t kt_pairs = Pairs(sh.d) * TransposedLd(sh.sk, b::kW);
-  const int64_t vp_pairs = Pairs(sh.sk) * b::Padded(sh.dv);
-  const int64_t tiles = (sh.sq + kTileRows - 1) / kTileRows;
-  const int64_t tasks = sh.heads * tiles;
-#pragma omp parallel if (tasks > 1)
-  {
-    uint32_t* kt = ThreadPairs(kt_pairs + vp_pairs + b::ForwardPairScratch(sh));
-    uint32_t* vp = kt + kt_pairs;
-    uint32_t* pair_scratch = vp + vp_pairs;
-    float* float_scratch = ThreadSlices({b::ForwardFloatScratch(sh)})[0];
-    int64_t packed = -1;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t h = t / tiles, r0 = (t % tiles) * kTileRows;
-      if (h != packed) {
-        b::PackForwardHead(sh, k + h * sh.sk * sh.d, v + h * sh.sk * sh.dv, kt, vp);
-        packed = h;
-      }
-      b::ForwardRows(p, q + h * sh.sq * sh.d, kt, vp, out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
-                     MinOf(kTileRows, sh.sq - r0), pair_scratch, float_scratch);
-    }
-  }
-}
+// A bf16 forward path: its per-head panels and scratch, how it packs a
+// head's K and V and computes rows of Out, and what a thread does before and
+// after its tasks (AMX configures and releases the tiles).
+struct Bf16ForwardPath {
+  int64_t (*panel_pairs)(const AttentionShape& sh);
+  int64_t (*pair_scratch)(const AttentionShape& sh);
+  int64_t (*float_scratch)(const AttentionShape& sh);
+  void (*pack)(const AttentionShape& sh, const float* k, const float* v, uint32_t* panels);
+  void (*rows)(const AttentionParams& p, const float* q, const uint32_t* panels, float* out, float* lse, int64_t r0,
+               int64_t rows, uint32_t* pair_scratch, float* float_scratch);
+  void (*begin)();
+  void (*end)();
+};
 
-// The f32 forward's task order on AMX tiles, panels packed per head.
-void ForwardAmx(const AttentionParams& p, const float* q, const float* k, const float* v, float* out, float* lse) {
+// vdpbf16ps: K^T's panel, then V's.
+int64_t Vdpbf16psKtPairs(const AttentionShape& sh) { return Pairs(sh.d) * TransposedLd(sh.sk, avx512bf16::kW); }
+constexpr Bf16ForwardPath kVdpbf16psForward = {
+    [](const AttentionShape& sh) { return Vdpbf16psKtPairs(sh) + Pairs(sh.sk) * avx512bf16::Padded(sh.dv); },
+    avx512bf16::ForwardPairScratch,
+    avx512bf16::ForwardFloatScratch,
+    [](const AttentionShape& sh, const float* k, const float* v, uint32_t* panels) {
+      avx512bf16::PackForwardHead(sh, k, v, panels, panels + Vdpbf16psKtPairs(sh));
+    },
+    [](const AttentionParams& p, const float* q, const uint32_t* panels, float* out, float* lse, int64_t r0,
+       int64_t rows, uint32_t* pair_scratch, float* float_scratch) {
+      avx512bf16::ForwardRows(p, q, panels, panels + Vdpbf16psKtPairs(p.shape), out, lse, r0, rows, pair_scratch,
+                              float_scratch);
+    },
+    [] {},
+    [] {},
+};
+constexpr Bf16ForwardPath kAmxForward = {
+    amx::ForwardPanelPairs, amx::ForwardPairScratch, amx::ForwardFloatScratch, amx::PackForwardHead,
+    amx::ForwardRows,       amx::ConfigureTiles,     amx::ReleaseTiles,
+};
+
+// The f32 forward's task order on a bf16 path, panels packed per head.
+void ForwardBf16(const Bf16ForwardPath& path, const AttentionParams& p, const float* q, const float* k,
+                 const float* v, float* out, float* lse) {
   const AttentionShape& sh = p.shape;
-  const int64_t panel_pairs = amx::ForwardPanelPairs(sh);
+  const int64_t panel_pairs = path.panel_pairs(sh);
   const int64_t tiles = (sh.sq + kTileRows - 1) / kTileRows;
   const int64_t tasks = sh.heads * tiles;
 #pragma omp parallel if (tasks > 1)
   {
-    uint32_t* panels = ThreadPairs(panel_pairs + amx::ForwardPairScratch(sh));
+    uint32_t* panels = ThreadPairs(panel_pairs + path.pair_scratch(sh));
     uint32_t* pair_scratch = panels + panel_pairs;
-    float* float_scratch = ThreadSlices({amx::ForwardFloatScratch(sh)})[0];
+    float* float_scratch = ThreadSlices({path.float_scratch(sh)})[0];
     int64_t packed = -1;
-    amx::ConfigureTiles();
+    path.begin();
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t h = t / tiles, r0 = (t % tiles) * kTileRows;
       if (h != packed) {
-        amx::PackForwardHead(sh, k + h * sh.sk * sh.d, v + h * sh.sk * sh.dv, panels);
+        path.pack(sh, k + h * sh.sk * sh.d, v + h * sh.sk * sh.dv, panels);
         packed = h;
       }
-      amx::ForwardRows(p, q + h * sh.sq * sh.d, panels, out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
-                       MinOf(kTileRows, sh.sq - r0), pair_scratch, float_scratch);
+      path.rows(p, q + h * sh.sq * sh.d, panels, out + h * sh.sq * sh.dv, lse + h * sh.sq, r0,
+                MinOf(kTileRows, sh.sq - r0), pair_scratch, float_scratch);
     }
-    amx::ReleaseTiles();
+    path.end();
   }
 }
 
@@ -360,8 +368,8 @@ void FusedAttentionForward(const AttentionParams& p, const float* q, const float
   KernelsFor(p.isa);  // checks the ISA
   if (p.compute == ComputeType::kF32) return ForwardF32(p, q, k, v, out, lse);
   const Bf16Products path = Bf16PathOf(p);
-  if (path == Bf16Products::kAmx) return ForwardAmx(p, q, k, v, out, lse);
-  if (path == Bf16Products::kVdpbf16ps) return ForwardNativeBf16(p, q, k, v, out, lse);
+  if (path == Bf16Products::kAmx) return ForwardBf16(kAmxForward, p, q, k, v, out, lse);
+  if (path == Bf16Products::kVdpbf16ps) return ForwardBf16(kVdpbf16psForward, p, q, k, v, out, lse);
   // The f32 tile loops on rounded operands (they round the probabilities
   // themselves).
   const AttentionShape& sh = p.shape;
