@@ -54,6 +54,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterMatmulOps(r);
   RegisterConvPoolOps(r);
   RegisterNormSoftmaxOps(r);
+  RegisterLayerNormOps(r);
   RegisterReduceOps(r);
   RegisterShapeOps(r);
   RegisterFillOps(r);

@@ -10,7 +10,8 @@ void RegisterElementwiseOps(OpRegistry& r);  // elementwise_add/sub/mul/div (+gr
 void RegisterActivationOps(OpRegistry& r);   // relu, tanh, sigmoid, exp, gelu, scale (+grads)
 void RegisterMatmulOps(OpRegistry& r);       // matmul (+grad)
 void RegisterConvPoolOps(OpRegistry& r);     // conv2d, pool2d (+grads)
-void RegisterNormSoftmaxOps(OpRegistry& r);  // softmax, softmax_with_cross_entropy, layer_norm (+grads)
+void RegisterNormSoftmaxOps(OpRegistry& r);  // softmax, softmax_with_cross_entropy (+grads)
+void RegisterLayerNormOps(OpRegistry& r);    // layer_norm (+grad)
 void RegisterReduceOps(OpRegistry& r);       // mean, reduce_sum, reduce_mean, sum (+grads)
 void RegisterShapeOps(OpRegistry& r);        // reshape2, transpose2 (+grads)
 void RegisterFillOps(OpRegistry& r);         // fill_constant, uniform_random
