@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "compiler/lowering/batch_one.h"
+#include "compiler/lowering/bf16_activations.h"
 #include "compiler/lowering/bf16_weight_copies.h"
 #include "compiler/lowering/buffers.h"
 #include "compiler/lowering/conv_epilogue.h"
@@ -50,6 +51,9 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   units = GroupElementwise(c, std::move(units),
                            t.Step("elementwise_groups", "after every pattern step: it groups the elementwise "
                                                         "ops no pattern took"));
+  units = StoreBf16Activations(c, std::move(units),
+                               t.Step("bf16_activations", "after grouping: it makes generated kernels store values "
+                                                          "that only bf16 matmuls read in bf16"));
   units = ClaimOneDnnAnchors(c, std::move(units),
                              t.Step("onednn_anchors", "the ops left that have a oneDNN kernel"));
   units = FallBackToFramework(c, std::move(units),

@@ -107,10 +107,11 @@ Dims FoldRows(const Dims& dims, const char* what) {
 BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec) {
   onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), FoldRows(spec.x_dims, "x"), false, spec.w_dims,
                           spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation), spec.compute,
-                          spec.w_dtype);
+                          spec.w_dtype, spec.x_dtype);
   const std::string shapes = "x " + DimsToString(spec.x_dims) + " w " + DimsToString(spec.w_dims) +
                              (spec.transpose_w ? " (transposed)" : "") +
-                             (spec.w_dtype != DataType::kFP32 ? std::string(" ") + DataTypeName(spec.w_dtype) : "");
+                             (spec.w_dtype != DataType::kFP32 ? std::string(" ") + DataTypeName(spec.w_dtype) : "") +
+                             (spec.x_dtype != DataType::kFP32 ? std::string(" x ") + DataTypeName(spec.x_dtype) : "");
   if (!h.valid() || h.dst_dims().size() != 2) {
     const std::string k = std::to_string(spec.x_dims.back());
     ThrowInvalidArgument("oneDNN matmul: ", shapes, " do not multiply: expected w ",
@@ -127,7 +128,8 @@ class FusedMatmulKernel final : public runtime::Kernel {
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return "oneDNN matmul (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
-           (spec_.w_dtype == DataType::kBF16 ? ", W a bf16 copy" : "") + FusionSuffix(spec_.bias, spec_.activation);
+           (spec_.w_dtype == DataType::kBF16 ? ", W a bf16 copy" : "") +
+           (spec_.x_dtype == DataType::kBF16 ? ", X stored in bf16" : "") + FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
 
@@ -172,8 +174,8 @@ std::unique_ptr<compiler::FusedElementwiseKernel> MakeScaleToBf16(int64_t n, Isa
 class MatmulSgdKernel final : public runtime::Kernel {
  public:
   MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, ComputeType compute, Isa isa,
-                  std::string name)
-      : name_(std::move(name)), keep_old_(keep_old), compute_(compute) {
+                  DataType dy_dtype, std::string name)
+      : name_(std::move(name)), keep_old_(keep_old), compute_(compute), dy_bf16_(dy_dtype == DataType::kBF16) {
     const Dims x = FoldRows(x_dims, "x");
     if (w_dims.size() != 2 || w_dims[0] != x[1] || w_dims[1] <= 0) {
       ThrowInvalidArgument("oneDNN matmul sgd: x ", DimsToString(x_dims), " expects w [", x[1], ",N], got ",
@@ -182,7 +184,9 @@ class MatmulSgdKernel final : public runtime::Kernel {
     x_numel_ = x[0] * x[1];
     dy_numel_ = x[0] * w_dims[1];
     w_numel_ = Numel(w_dims);
-    scale_x_ = x_numel_ < dy_numel_;
+    // A bf16 dY is bound as it comes: lr scales X then.
+    scale_x_ = dy_bf16_ || x_numel_ < dy_numel_;
+    if (dy_bf16_ && compute != ComputeType::kBF16) ThrowInvalidArgument("oneDNN matmul sgd: a bf16 dY needs bf16 compute");
     // bf16: the scaled operand is made in bf16 directly (bound as it is).
     const bool bf16 = compute == ComputeType::kBF16;
     const DataType scaled = bf16 ? DataType::kBF16 : DataType::kFP32;
@@ -195,7 +199,8 @@ class MatmulSgdKernel final : public runtime::Kernel {
     onednn::FusedOps fused;
     fused.post_ops.push_back(onednn::PostOp::Sum(1.f));  // dst = scale * (src @ weights) + dst
     onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), x, /*trans_a=*/true, {x[0], w_dims[1]}, false, -1.f,
-                            fused, compute, scale_x_ ? DataType::kFP32 : scaled, scale_x_ ? scaled : DataType::kFP32);
+                            fused, compute, /*b: dY*/ dy_bf16_ ? DataType::kBF16 : scale_x_ ? DataType::kFP32 : scaled,
+                            /*a: X^T*/ scale_x_ ? scaled : DataType::kFP32);
     if (!h.valid()) ThrowInvalidArgument("oneDNN matmul sgd: no product for w ", DimsToString(w_dims));
     entry_ = AcquireEntry(h, "matmul for the update of w " + DimsToString(w_dims));
     src_md_ = onednn::UserDesc(*entry_, DNNL_ARG_SRC);
@@ -209,6 +214,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
            (scale_to_bf16_ ? std::string(", lr * ") + (scale_x_ ? "X" : "dY") + " rounded to bf16 by " +
                                  IsaName(scale_to_bf16_->isa()) + " generated code"
                            : std::string()) +
+           (dy_bf16_ ? ", dY stored in bf16" : "") +
            (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
   }
   void Run(const runtime::BufferView* args) const override {
@@ -247,6 +253,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
   int64_t dy_numel_ = 0;
   int64_t w_numel_ = 0;
   bool scale_x_ = false;
+  bool dy_bf16_ = false;
   std::unique_ptr<compiler::FusedElementwiseKernel> scale_to_bf16_;  // bf16 compute
   std::shared_ptr<const PrimitiveEntry> entry_;
   dnnl::memory::desc src_md_, wei_md_, dst_md_;
@@ -290,8 +297,8 @@ class FusedConvKernel final : public runtime::Kernel {
 
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const std::string& name, bool keep_old,
-                                                           ComputeType compute, Isa isa) {
-  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, compute, isa, name);
+                                                           ComputeType compute, Isa isa, DataType dy_dtype) {
+  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, compute, isa, dy_dtype, name);
 }
 
 std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {

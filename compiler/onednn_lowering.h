@@ -32,8 +32,9 @@ struct FusedMatmulSpec {
   // kBF16: bf16 operands (converted by the entry's reorders), f32
   // accumulation, bias, post-ops and Out (onednn::MatmulHandler).
   ComputeType compute = ComputeType::kF32;
-  // kBF16 (with compute kBF16): W is bound as a bf16 buffer, no reorder.
+  // kBF16 (with compute kBF16): W, X is bound as a bf16 buffer, no reorder.
   DataType w_dtype = DataType::kFP32;
+  DataType x_dtype = DataType::kFP32;
 };
 
 // Out = act(alpha * X @ W (+ bias)) as one oneDNN matmul.
@@ -52,11 +53,13 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
 // dY, one of them scaled by lr, and adds into the f32 W: a kernel generated
 // for `isa` scales the smaller of the two and rounds it to bf16 in one pass
 // (oneDNN's reorder converts the other). Throws kiln::Error as
-// MakeFusedMatmulKernel.
+// MakeFusedMatmulKernel. With `dy_dtype` kBF16 (bf16 compute) dY comes in
+// bf16 (made by the kernel that computed it) and is bound as it is; lr then
+// scales X.
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const std::string& name, bool keep_old = false,
                                                            ComputeType compute = ComputeType::kF32,
-                                                           Isa isa = HostIsa());
+                                                           Isa isa = HostIsa(), DataType dy_dtype = DataType::kFP32);
 
 // kiln's conv2d (strides, symmetric paddings, dilations with 1 = dense,
 // groups), then elementwise_add of a [O] bias at axis 1 and the activation.

@@ -60,7 +60,17 @@ bool AsReader(const Cluster& c, const Unit& unit, size_t pos, Reader* r) {
     *r = Reader{pos, m->spec(), m->args(), m->ops()};
     return true;
   }
-  // The input gradient alone: dX = dY W^T.
+  FusedMatmulSpec spec;
+  std::vector<std::string> args;
+  if (!AsInputGradientMatmul(c, unit, c.options().amp_compute, &spec, &args)) return false;
+  *r = Reader{pos, spec, args, unit.ops()};
+  return true;
+}
+
+}  // namespace
+
+bool AsInputGradientMatmul(const Cluster& c, const Unit& unit, ComputeType compute, FusedMatmulSpec* spec,
+                           std::vector<std::string>* args) {
   const auto* o = dynamic_cast<const OneDnnOpUnit*>(&unit);
   if (o == nullptr || o->desc(c).type() != "matmul_grad") return false;
   const int i = o->ops().front();
@@ -78,16 +88,14 @@ bool AsReader(const Cluster& c, const Unit& unit, size_t pos, Reader* r) {
   Dims want = dyd;
   want.back() = wd[0];
   if (c.dims(dx) != want) return false;
-  FusedMatmulSpec spec;
-  spec.x_dims = dyd;
-  spec.w_dims = wd;
-  spec.transpose_w = true;
-  spec.compute = c.options().amp_compute;
-  *r = Reader{pos, spec, {dy, w, dx}, o->ops()};
+  *spec = FusedMatmulSpec{};
+  spec->x_dims = dyd;
+  spec->w_dims = wd;
+  spec->transpose_w = true;
+  spec->compute = compute;
+  *args = {dy, w, dx};
   return true;
 }
-
-}  // namespace
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace) {
   if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn) return units;

@@ -16,6 +16,7 @@
 
 #include "compiler/lowering/trace.h"
 #include "compiler/lowering/unit.h"
+#include "compiler/onednn_lowering.h"
 
 namespace kiln::jit {
 
@@ -37,5 +38,11 @@ class Bf16WeightCopyUnit final : public Unit {
 };
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace);
+
+// When `unit` is the input-gradient-only matmul_grad that weight_grad_fold
+// leaves (dX = dY W^T, no transposes, alpha 1, f32), the spec and args (dY,
+// W, dX) of the oneDNN matmul unit that computes it under `compute`.
+bool AsInputGradientMatmul(const Cluster& c, const Unit& unit, ComputeType compute, FusedMatmulSpec* spec,
+                           std::vector<std::string>* args);
 
 }  // namespace kiln::jit

@@ -26,6 +26,12 @@ void EwGroupUnit::Add(int op, const EwFragment& f) {
   pieces_.push_back({op, f});
 }
 
+void EwGroupUnit::StoreAsBf16(const std::string& var) {
+  KILN_CHECK(HoldsFull(var), "StoreAsBf16: the group does not hold all of ", var);
+  bf16_.insert(var);
+  writes_.insert(var + "@BF16");
+}
+
 bool EwGroupUnit::Fits(const EwFragment& f) const {
   size_t loads = loads_.size(), writes = writes_.size();
   for (const EwAccess& r : f.reads) loads += loads_.count({r.var, r.dims}) ? 0 : 1;
@@ -65,16 +71,31 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
     if (std::find(ops.begin(), ops.end(), piece.op) == ops.end()) ops.push_back(piece.op);
   }
   std::vector<EwAccess> outputs;
+  std::vector<bool> out_bf16;
+  std::vector<proto::VarDesc> bf16_vars;
   for (const auto& [var, value] : current) {
+    if (bf16_.count(var) > 0 && ctx.Stored(var + "@BF16")) {
+      program.Store(static_cast<int>(outputs.size()), value.first);
+      outputs.push_back({var + "@BF16", value.second});
+      out_bf16.push_back(true);
+      bf16_vars.push_back(c.var(var));
+      bf16_vars.back().set_name(var + "@BF16");
+      bf16_vars.back().set_persistable(false);
+      bf16_vars.back().set_dtype(proto::BF16);
+    }
     if (!ctx.Stored(var)) continue;
     program.Store(static_cast<int>(outputs.size()), value.first);
     outputs.push_back({var, value.second});
+    out_bf16.push_back(false);
   }
   if (outputs.empty()) ThrowInvalidArgument("elementwise group computes nothing that is used");
   std::vector<Dims> in_dims, out_dims;
   for (const auto& i : inputs) in_dims.push_back(i.dims);
   for (const auto& o : outputs) out_dims.push_back(o.dims);
-  const EwLayout layout = CollapseLayout(iter_, in_dims, out_dims);
+  EwLayout layout = CollapseLayout(iter_, in_dims, out_dims);
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (out_bf16[o]) layout.outputs[o].elem = EwElem::kBF16;
+  }
   const Isa isa = c.options().isa;
   auto kernel = std::make_shared<compiler::FusedElementwiseKernel>(ctx.KernelName("ew"), program, layout, isa);
   std::vector<std::string> types;
@@ -90,6 +111,7 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
   for (const auto& i : inputs) k.args.push_back(i.var);
   k.num_inputs = static_cast<int>(inputs.size());
   for (const auto& o : outputs) k.args.push_back(o.var);
+  k.new_vars = std::move(bf16_vars);
   return {k};
 }
 

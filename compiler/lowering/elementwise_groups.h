@@ -26,6 +26,9 @@ class EwGroupUnit final : public Unit {
   // inputs (distinct var and dims read) and outputs (vars written).
   bool Fits(const EwFragment& fragment) const;
   void Add(int op, const EwFragment& fragment);
+  // The group stores `var` (which it holds full) only as bf16, into
+  // "<var>@BF16" (bf16_activations: every reader is a bf16 matmul).
+  void StoreAsBf16(const std::string& var);
   std::string Describe(const Cluster& c) const override;
   // One generated kernel (compiler/ew_codegen.h); throws when the group
   // cannot be laid out or does not fit the registers.
@@ -40,6 +43,7 @@ class EwGroupUnit final : public Unit {
   std::vector<Piece> pieces_;
   std::map<std::string, Dims> full_defined_;
   std::set<std::pair<std::string, Dims>> loads_;  // every access read, an upper bound of the kernel's inputs
+  std::set<std::string> bf16_;                     // vars stored as "<var>@BF16" in bf16
 };
 
 Units GroupElementwise(const Cluster& c, Units units, StepTrace& trace);

@@ -11,6 +11,7 @@ OneDnnMatmulUnit::OneDnnMatmulUnit(const std::string& step, std::vector<int> ops
 std::string OneDnnMatmulUnit::Describe(const Cluster&) const {
   const std::string epilogue = EpilogueText(spec_.bias, spec_.activation);
   return "oneDNN matmul" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
+         (spec_.x_dtype == DataType::kBF16 ? " of " + args_[0] : std::string()) +
          (spec_.w_dtype == DataType::kBF16 ? " on " + args_[1] : std::string()) +
          (spec_.transpose_w ? " transposed" : "") + (epilogue.empty() ? "" : epilogue + " as post-ops");
 }

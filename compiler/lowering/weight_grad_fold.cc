@@ -13,13 +13,13 @@ MatmulSgdUnit::MatmulSgdUnit(const std::string& step, std::vector<int> ops, Oper
 
 std::string MatmulSgdUnit::Describe(const Cluster&) const {
   return std::string("oneDNN matmul W -= lr * X^T dY (weight gradient and sgd step in one primitive)") +
-         (keep_old_ ? ", before dX, keeping the old W" : "");
+         (keep_old_ ? ", before dX, keeping the old W" : "") + (o_.dy_dtype == DataType::kBF16 ? ", dY in bf16" : "");
 }
 
 std::vector<EmittedKernel> MatmulSgdUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
   k.kernel = MakeMatmulSgdKernel(o_.x_dims, o_.w_dims, ctx.KernelName("matmul_sgd"), keep_old_,
-                                 ctx.cluster().options().amp_compute, ctx.cluster().options().isa);
+                                 ctx.cluster().options().amp_compute, ctx.cluster().options().isa, o_.dy_dtype);
   k.args = {o_.x, o_.dy, o_.lr, o_.w};
   k.num_inputs = 4;
   if (keep_old_) {

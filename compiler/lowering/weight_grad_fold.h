@@ -20,6 +20,8 @@ class MatmulSgdUnit final : public Unit {
     // The input gradient the grad op also computes (by the unit right before
     // this one), or "" when it is not wanted.
     std::string dx;
+    // kBF16: dy is a bf16 buffer (bf16_activations), bound as it is.
+    DataType dy_dtype = DataType::kFP32;
   };
   MatmulSgdUnit(const std::string& step, std::vector<int> ops, Operands operands, bool keep_old = false);
   const char* kind() const override { return "matmul_sgd"; }

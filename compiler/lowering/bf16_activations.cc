@@ -1,0 +1,89 @@
+#include "compiler/lowering/bf16_activations.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/lowering/bf16_weight_copies.h"
+#include "compiler/lowering/elementwise_groups.h"
+#include "compiler/lowering/matmul_epilogue.h"
+#include "compiler/lowering/weight_grad_fold.h"
+
+namespace kiln::jit {
+namespace {
+
+constexpr const char* kStep = "bf16_activations";
+
+// The unit that reads `var` at `pos` once it reads "<var>@BF16" instead, or
+// null when that reader cannot take a bf16 value.
+std::unique_ptr<Unit> BindBf16(const Cluster& c, const Unit& unit, const std::string& var) {
+  if (!unit.ops().empty() && c.Excluded(kStep, unit.ops().front())) return nullptr;
+  const std::string copy = var + "@BF16";
+  FusedMatmulSpec spec;
+  std::vector<std::string> args;
+  if (const auto* m = dynamic_cast<const OneDnnMatmulUnit*>(&unit)) {
+    spec = m->spec();
+    args = m->args();
+  } else if (!AsInputGradientMatmul(c, unit, c.options().amp_compute, &spec, &args)) {
+    spec.compute = ComputeType::kF32;  // not a matmul unit
+  }
+  if (spec.compute == ComputeType::kBF16) {
+    // X only: W and the bias stay what they are.
+    if (args[0] != var || spec.x_dtype != DataType::kFP32) return nullptr;
+    for (size_t a = 1; a < args.size(); ++a) {
+      if (args[a] == var) return nullptr;
+    }
+    spec.x_dtype = DataType::kBF16;
+    args[0] = copy;
+    return std::make_unique<OneDnnMatmulUnit>(kStep, unit.ops(), spec, args);
+  }
+  const auto* s = dynamic_cast<const MatmulSgdUnit*>(&unit);
+  if (s == nullptr || c.options().amp_compute != ComputeType::kBF16) return nullptr;
+  MatmulSgdUnit::Operands o = s->operands();
+  if (o.dy != var || o.x == var || o.dy_dtype != DataType::kFP32) return nullptr;
+  o.dy = copy;
+  o.dy_dtype = DataType::kBF16;
+  return std::make_unique<MatmulSgdUnit>(kStep, s->ops(), o, s->keep_old());
+}
+
+}  // namespace
+
+Units StoreBf16Activations(const Cluster& c, Units units, StepTrace& trace) {
+  if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn) return units;
+  std::map<std::string, std::vector<size_t>> readers, writers;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const std::string& v : units[u]->reads()) readers[v].push_back(u);
+    for (const std::string& v : units[u]->writes()) writers[v].push_back(u);
+  }
+  for (size_t g = 0; g < units.size(); ++g) {
+    auto* group = dynamic_cast<EwGroupUnit*>(units[g].get());
+    if (group == nullptr || group->ops().empty() || c.Excluded(kStep, group->ops().front())) continue;
+    const std::set<std::string> written = group->writes();
+    for (const std::string& var : written) {
+      if (c.IsOutput(var) || !group->HoldsFull(var) || !c.IsF32(var) || writers[var].size() != 1) continue;
+      std::vector<std::pair<size_t, std::unique_ptr<Unit>>> rebound;
+      bool all = true;
+      for (size_t r : readers[var]) {
+        if (r == g) continue;  // a later fragment of the group reads the register
+        std::unique_ptr<Unit> unit = r > g ? BindBf16(c, *units[r], var) : nullptr;
+        if (!unit) {
+          all = false;
+          break;
+        }
+        rebound.emplace_back(r, std::move(unit));
+      }
+      if (!all || rebound.empty()) continue;
+      group->StoreAsBf16(var);
+      std::string ops;
+      for (auto& [r, unit] : rebound) {
+        ops += (ops.empty() ? "" : "; ") + OpList(c, unit->ops());
+        units[r] = std::move(unit);
+      }
+      trace.Match(OpList(c, group->ops()) + " stores " + var + " in bf16 alone, for " + ops);
+    }
+  }
+  return units;
+}
+
+}  // namespace kiln::jit
