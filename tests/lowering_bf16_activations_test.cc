@@ -61,6 +61,22 @@ TEST(Bf16ActivationsTest, TheGradientIsStoredInBf16ForBothMatmuls) {
   }
 }
 
+// When X dies at the fold and is bigger than W, sgd_before_dx runs the step
+// first and dX = dY W_old^T after it: that dX reads the bf16 dY too.
+TEST(Bf16ActivationsTest, TheInputGradientFromTheOldWeightReadsItToo) {
+  KILN_SKIP_WITHOUT_BF16();
+  LoweringCase c = ScaledBackward("bf16_activations_sgd_first", 130, 17, 96);
+  c.donatable = {"x"};
+  CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 2 * Bf16Atol(130), 0);
+  EXPECT_TRUE(StepMatched(*obj, "sgd_before_dx")) << obj->lowering;
+  EXPECT_TRUE(StepMatched(*obj, "bf16_activations")) << obj->lowering;
+  const std::string listing = obj->Listing();
+  EXPECT_NE(listing.find("mm@GRAD@BF16, %"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("w@OLD -> "), std::string::npos) << listing;
+  EXPECT_NE(listing.find(", X stored in bf16"), std::string::npos) << listing;
+}
+
 TEST(Bf16ActivationsTest, DoesNotFireForAValueLeavingTheClusterOrInF32) {
   KILN_SKIP_WITHOUT_BF16();
   LoweringCase out = ScaledBackward("bf16_activations_output", 37, 29, 19);

@@ -9,11 +9,41 @@
 #include "compiler/lowering/elementwise_groups.h"
 #include "compiler/lowering/matmul_epilogue.h"
 #include "compiler/lowering/weight_grad_fold.h"
+#include "framework/op_desc.h"
 
 namespace kiln::jit {
 namespace {
 
 constexpr const char* kStep = "bf16_activations";
+
+// sgd_before_dx's dX = dY W_old^T (a matmul variant reading "<W>@OLD", which
+// the step before it wrote) as a oneDNN matmul unit: spec and args (dY,
+// W_old, dX).
+bool AsDxFromOldWeight(const Cluster& c, const Unit& unit, FusedMatmulSpec* spec, std::vector<std::string>* args) {
+  const auto* o = dynamic_cast<const OneDnnOpUnit*>(&unit);
+  if (o == nullptr || o->desc(c).type() != "matmul") return false;
+  const proto::OpDesc& d = o->desc(c);
+  const std::vector<std::string> x = InputArgs(d, "X"), y = InputArgs(d, "Y"), out = OutputArgs(d, "Out");
+  const proto::AttrDesc* ty = FindAttr(d, "transpose_Y");
+  if (x.size() != 1 || y.size() != 1 || out.size() != 1 || ty == nullptr || !ty->b() ||
+      FindAttr(d, "transpose_X") != nullptr || FindAttr(d, "alpha") != nullptr) {
+    return false;
+  }
+  constexpr std::string_view kOld = "@OLD";
+  if (y[0].size() <= kOld.size() || y[0].compare(y[0].size() - kOld.size(), kOld.size(), kOld) != 0) return false;
+  const Dims xd = c.dims(x[0]), wd = c.dims(y[0].substr(0, y[0].size() - kOld.size()));
+  if (wd.size() != 2 || xd.size() < 2 || xd.back() != wd[1]) return false;
+  Dims want = xd;
+  want.back() = wd[0];
+  if (c.dims(out[0]) != want) return false;
+  *spec = FusedMatmulSpec{};
+  spec->x_dims = xd;
+  spec->w_dims = wd;
+  spec->transpose_w = true;
+  spec->compute = c.options().amp_compute;
+  *args = {x[0], y[0], out[0]};
+  return true;
+}
 
 // The unit that reads `var` at `pos` once it reads "<var>@BF16" instead, or
 // null when that reader cannot take a bf16 value.
@@ -25,7 +55,8 @@ std::unique_ptr<Unit> BindBf16(const Cluster& c, const Unit& unit, const std::st
   if (const auto* m = dynamic_cast<const OneDnnMatmulUnit*>(&unit)) {
     spec = m->spec();
     args = m->args();
-  } else if (!AsInputGradientMatmul(c, unit, c.options().amp_compute, &spec, &args)) {
+  } else if (!AsInputGradientMatmul(c, unit, c.options().amp_compute, &spec, &args) &&
+             !AsDxFromOldWeight(c, unit, &spec, &args)) {
     spec.compute = ComputeType::kF32;  // not a matmul unit
   }
   if (spec.compute == ComputeType::kBF16) {
