@@ -42,6 +42,11 @@ class ComputeScope {
   ComputeScope& operator=(const ComputeScope&) = delete;
 };
 
+// For inputs uniform in [-2, 2): a dot product of length k is off by at
+// most 2^-7 (1 + 2^-7) * sum |a b| (docs/jit.md, "Mixed precision"), and
+// sum |a b| <= 4k; the absolute tolerance of the lowering tests.
+inline double Bf16Atol(int64_t k) { return std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) * 4.0 * k; }
+
 struct Bf16Worst {
   double ratio = 0;  // max |bf16 - f32| / sum |a b|: 0 means bf16 never ran
   std::string failure;

@@ -18,10 +18,6 @@ LoweringCase Bf16(LoweringCase c) {
   return c;
 }
 
-// Inputs are uniform in [-2, 2): a dot product of length K is off by at most
-// 2^-7 (1 + 2^-7) * sum |a b| (docs/jit.md, "Mixed precision"), and
-// sum |a b| <= 4K; the absolute tolerance is that bound.
-double Bf16Atol(int64_t k) { return std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) * 4.0 * k; }
 
 TEST(LoweringAmpTest, MatmulEpilogueRunsInBf16) {
   KILN_SKIP_WITHOUT_BF16();

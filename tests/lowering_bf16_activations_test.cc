@@ -42,9 +42,6 @@ LoweringCase ScaledBackward(const std::string& name, int64_t m, int64_t k, int64
   return c;
 }
 
-// lowering_amp_test.cc's bound for inputs in [-2, 2): 2^-7 (1 + 2^-7) * 4K
-// per dot product of length K (W's step: lr in [-2, 2) times one over M).
-double Bf16Atol(int64_t k) { return std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) * 4.0 * k; }
 
 TEST(Bf16ActivationsTest, TheGradientIsStoredInBf16ForBothMatmuls) {
   KILN_SKIP_WITHOUT_BF16();

@@ -49,10 +49,6 @@ LoweringCase LayerForwardAndBackward(const std::string& name, int64_t m, int64_t
   return c;
 }
 
-// The bf16 bound of lowering_amp_test.cc for inputs in [-2, 2): 2^-7 (1 +
-// 2^-7) * 4K per dot product of length K; W's step is lr (in [-2, 2)) times
-// a product over M, dX one over N.
-double Bf16Atol(int64_t k) { return std::ldexp(1.0, -7) * (1 + std::ldexp(1.0, -7)) * 4.0 * k; }
 
 TEST(Bf16WeightCopiesTest, TheForwardAndTheInputGradientReadOneCopy) {
   KILN_SKIP_WITHOUT_BF16();
