@@ -108,8 +108,8 @@ void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs
     fn_(&args);
     return;
   }
-  // Dim-0 ranges; rank-1 ranges start on 64-byte boundaries so only the last
-  // chunk has a masked tail.
+  // Dim-0 ranges; rank-1 ranges start on multiples of 16 elements (64 bytes
+  // of f32, 32 of bf16) so only the last chunk has a masked tail.
   std::vector<int64_t> bounds(static_cast<size_t>(chunks) + 1);
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t b = d0 * c / chunks;

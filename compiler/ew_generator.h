@@ -48,8 +48,8 @@ constexpr int kCmpUnordQ = 0x03;
 // Stack frame (bytes from rsp).
 constexpr int kFrameIdx = 0;        // outer indices, 8 bytes each
 constexpr int kFrameEnd = 32;       // dim-0 end
-constexpr int kFrameBoundU = 40;    // rank 1: bytes covered by the unrolled loop
-constexpr int kFrameBound1 = 48;    // rank 1: bytes covered by full vectors
+constexpr int kFrameBoundU = 40;    // rank 1: elements covered by the unrolled loop
+constexpr int kFrameBound1 = 48;    // rank 1: elements covered by full vectors
 constexpr int kFrameRem = 56;       // rank 1: tail lanes
 constexpr int kFrameArgs = 64;      // the EwKernelArgs pointer
 constexpr int kFrameMask = 96;      // AVX2: current tail mask (32 bytes)

@@ -91,13 +91,13 @@ bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<E
       for (auto& k : unit.Emit(ctx)) out->push_back(std::move(k));
     } catch (const Error& e) {
       bool excluded_any = false;
-      for (int op : unit.ops()) {
+      for (int op : unit.FallbackOps()) {
         excluded_any = excluded_any || (!unit.step().empty() && !c.Excluded(unit.step(), op));
         c.Exclude(unit.step(), op);
       }
       // A framework kernel that cannot be made: nothing smaller to fall back to.
       if (!excluded_any || unit.step() == "framework_fallback") throw;
-      trace.AddFallback(std::string(unit.kind()) + " of " + OpList(c, unit.ops()) + " (step " + unit.step() +
+      trace.AddFallback(std::string(unit.kind()) + " of " + OpList(c, unit.FallbackOps()) + " (step " + unit.step() +
                         ") could not be compiled: " + e.what() + "; its ops are lowered without that step");
       return false;
     }

@@ -222,6 +222,26 @@ TEST(EwCodegenBf16Test, MultiThreadedRunsSplitBf16OperandsLikeF32Ones) {
   }
 }
 
+// More operands than the generator has pointer registers (12): the rest
+// live in stack slots and are loaded through rax, bf16 ones too.
+TEST(EwCodegenBf16Test, SpilledPointersOfBf16Operands) {
+  constexpr int kInputs = 14;
+  EwProgram p;
+  EwValue sum = p.Load(0);
+  for (int i = 1; i < kInputs; ++i) sum = p.Add(sum, p.Load(i));
+  p.Store(0, sum);
+  p.Store(1, p.Mul(sum, p.Const(0.5f)));
+  std::vector<EwElem> in_elems;
+  for (int i = 0; i < kInputs; ++i) in_elems.push_back(i % 2 ? EwElem::kBF16 : EwElem::kF32);
+  for (const Path& path : Paths()) {
+    for (int64_t n : {5, 37, 1000}) {
+      const EwLayout l = CollapseLayout({3, n}, std::vector<Dims>(kInputs, Dims{3, n}), {{3, n}, {3, n}});
+      Check(p, l, in_elems, {EwElem::kBF16, EwElem::kF32}, path, 1, false, "spilled");
+      Check(p, l, in_elems, {EwElem::kF32, EwElem::kBF16}, path, 1, false, "spilled");
+    }
+  }
+}
+
 TEST(EwCodegenBf16Test, AReductionOutputCannotBeBf16) {
   EwProgram p;
   p.Store(0, p.Load(0));

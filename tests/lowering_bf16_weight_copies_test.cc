@@ -55,8 +55,11 @@ TEST(Bf16WeightCopiesTest, TheForwardAndTheInputGradientReadOneCopy) {
   const LoweringCase c = LayerForwardAndBackward("bf16_weight_copies", 37, 29, 19, true);
   CheckLoweringGolden(c);
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 19}, {5, 64, 33}, {130, 17, 96}}) {
-    const LoweringCase odd = LayerForwardAndBackward("bf16_weight_copies", m, k, n, true);
-    const auto obj = CheckLoweringNumerics(odd, 2 * Bf16Atol(std::max({m, k, n})), 0);
+    LoweringCase odd = LayerForwardAndBackward("bf16_weight_copies", m, k, n, true);
+    // Each output's own contraction: y over k, dX over n, W's step over m
+    // (times lr, up to 2); b's gradient is an f32 sum.
+    odd.output_atol = {{"y", Bf16Atol(k)}, {"x@GRAD", Bf16Atol(n)}, {"w", 2 * Bf16Atol(m)}, {"b@GRAD", 1e-5 * m}};
+    const auto obj = CheckLoweringNumerics(odd, 0, 0);
     EXPECT_TRUE(StepMatched(*obj, "bf16_weight_copies")) << obj->lowering;
     const std::string listing = obj->Listing();
     EXPECT_NE(listing.find("w to bf16 ("), std::string::npos) << listing;
@@ -76,6 +79,27 @@ TEST(Bf16WeightCopiesTest, DoesNotFireForOneReaderOrInF32) {
   LoweringCase f32 = LayerForwardAndBackward("bf16_weight_copies_f32", 37, 29, 19, true);
   f32.options.amp_compute = ComputeType::kF32;
   const auto obj = CheckLoweringNumerics(f32, 1e-4, 1e-4);
+  EXPECT_FALSE(StepMatched(*obj, "bf16_weight_copies")) << obj->lowering;
+}
+
+// Two forward matmuls of w with an sgd step of w between them: the second
+// reads the new w, so no copy may serve both.
+TEST(Bf16WeightCopiesTest, DoesNotFireAcrossAWriteOfTheWeight) {
+  KILN_SKIP_WITHOUT_BF16();
+  LoweringCase c;
+  c.name = "bf16_weight_copies_written_between";
+  c.ops = {OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"mm"}).Build(),
+           OpBuilder("elementwise_add").In("X", {"mm"}).In("Y", {"b"}).Out("Out", {"y"}).Build(),
+           OpBuilder("sgd").In("Param", {"w"}).In("Grad", {"g"}).In("LearningRate", {"lr"}).Out("ParamOut", {"w"}).Build(),
+           OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"mm2"}).Build(),
+           OpBuilder("elementwise_add").In("X", {"mm2"}).In("Y", {"b"}).Out("Out", {"y2"}).Build()};
+  c.inputs = {{"x", {13, 29}}, {"w", {29, 19}}, {"b", {19}}, {"g", {29, 19}}, {"lr", {1}}};
+  c.outputs = {"y", "y2", "w"};
+  c.options.amp_compute = ComputeType::kBF16;
+  CheckLoweringGolden(c);
+  // y2 from a stale copy of w would be off by up to lr * |g| * 29 * 2 = 232.
+  c.output_atol = {{"w", 1e-5}};
+  const auto obj = CheckLoweringNumerics(c, Bf16Atol(29), 0);
   EXPECT_FALSE(StepMatched(*obj, "bf16_weight_copies")) << obj->lowering;
 }
 

@@ -27,6 +27,9 @@ struct LoweringCase {
   std::vector<std::string> donatable;  // inputs that die in the cluster
   // Input values to use instead of random ones (CheckLoweringNumerics).
   std::map<std::string, Tensor> given;
+  // Absolute tolerances of single outputs (CheckLoweringNumerics), instead
+  // of its `atol` argument.
+  std::map<std::string, double> output_atol;
   jit::CompileOptions options = DefaultOptions();
 
   static jit::CompileOptions DefaultOptions();

@@ -211,6 +211,45 @@ void CheckMatmulSgdBf16(const Dims& x_dims, int64_t n, bool keep_old, std::mt199
   }
 }
 
+// dY stored in bf16 by the kernel that computed it (bf16_activations): bound
+// as it is, and lr scales X.
+void CheckMatmulSgdBf16Dy(const Dims& x_dims, int64_t n, std::mt19937& rng) {
+  const int64_t k = x_dims.back(), m = Numel(x_dims) / k;
+  const float lr_value = 0.3f;
+  Buf x = Random(x_dims, rng), dy = Random({m, n}, rng), lr{{1}, {lr_value}}, w = Random({k, n}, rng);
+  std::vector<uint16_t> dy16(dy.data.size());
+  for (size_t i = 0; i < dy16.size(); ++i) dy16[i] = FloatToBf16Bits(dy.data[i]);
+  const Buf w0 = w;
+  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, "matmul_sgd_0", false, ComputeType::kBF16, HostIsa(),
+                                    DataType::kBF16);
+  EXPECT_NE(kernel->Describe().find("lr * X rounded to bf16"), std::string::npos) << kernel->Describe();
+  EXPECT_NE(kernel->Describe().find("dY stored in bf16"), std::string::npos) << kernel->Describe();
+  runtime::BufferView args[] = {{x.data.data()}, {dy16.data()}, {lr.data.data()}, {w.data.data()}, {w.data.data()}};
+  kernel->Run(args);
+  for (int64_t p = 0; p < k; ++p) {
+    for (int64_t j = 0; j < n; ++j) {
+      double g = 0, mag = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        const double a = RoundThroughBf16(lr_value * x.data[i * k + p]);
+        const double b = Bf16BitsToFloat(dy16[i * n + j]);
+        g += a * b;
+        mag += std::fabs(a * b);
+      }
+      const double want = w0.data[p * n + j] - g;
+      ASSERT_NEAR(w.data[p * n + j], want, std::ldexp(mag, -20) * m + std::ldexp(std::fabs(want), -23))
+          << DimsToString(x_dims) << " n=" << n;
+    }
+  }
+}
+
+TEST(MatmulSgdKernelTest, Bf16DyIsBoundAsItIsAndLrScalesX) {
+  KILN_SKIP_WITHOUT_BF16();
+  std::mt19937 rng(19);
+  for (const Dims& x : {Dims{17, 33}, Dims{2, 3, 5}, Dims{129, 40}}) {
+    for (int64_t n : {1, 37, 100}) CheckMatmulSgdBf16Dy(x, n, rng);
+  }
+}
+
 TEST(MatmulSgdKernelTest, Bf16ScalesAndRoundsTheSmallerOperandInGeneratedCode) {
   KILN_SKIP_WITHOUT_BF16();
   std::mt19937 rng(17);

@@ -81,7 +81,9 @@ std::unique_ptr<Unit> BindBf16(const Cluster& c, const Unit& unit, const std::st
 }  // namespace
 
 Units StoreBf16Activations(const Cluster& c, Units units, StepTrace& trace) {
-  if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn) return units;
+  if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn || !c.options().fuse_elementwise) {
+    return units;
+  }
   std::map<std::string, std::vector<size_t>> readers, writers;
   for (size_t u = 0; u < units.size(); ++u) {
     for (const std::string& v : units[u]->reads()) readers[v].push_back(u);

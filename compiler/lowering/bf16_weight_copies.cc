@@ -9,8 +9,13 @@
 
 namespace kiln::jit {
 
-Bf16WeightCopyUnit::Bf16WeightCopyUnit(const std::string& step, std::string w, int readers)
-    : Unit(step, {}, {w}, {w + "@BF16"}), w_(std::move(w)), copy_(w_ + "@BF16"), readers_(readers) {}
+Bf16WeightCopyUnit::Bf16WeightCopyUnit(const std::string& step, std::string w, std::vector<int> reader_ops,
+                                       int readers)
+    : Unit(step, {}, {w}, {w + "@BF16"}),
+      w_(std::move(w)),
+      copy_(w_ + "@BF16"),
+      reader_ops_(std::move(reader_ops)),
+      readers_(readers) {}
 
 std::string Bf16WeightCopyUnit::Describe(const Cluster&) const {
   return w_ + " converted to bf16 once, for the " + std::to_string(readers_) + " bf16 matmuls that read it";
@@ -98,7 +103,9 @@ bool AsInputGradientMatmul(const Cluster& c, const Unit& unit, ComputeType compu
 }
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace) {
-  if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn) return units;
+  if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn || !c.options().fuse_elementwise) {
+    return units;
+  }
   std::map<std::string, std::vector<Reader>> readers;  // by W, in unit order
   for (size_t u = 0; u < units.size(); ++u) {
     Reader r;
@@ -111,7 +118,9 @@ Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace) {
     bool written = false;
     for (size_t u = rs.front().pos; u <= rs.back().pos && !written; ++u) written = units[u]->writes().count(w) > 0;
     if (written) continue;
-    auto copy = std::make_unique<Bf16WeightCopyUnit>(kStep, w, static_cast<int>(rs.size()));
+    std::vector<int> reader_ops;
+    for (const Reader& r : rs) reader_ops.insert(reader_ops.end(), r.ops.begin(), r.ops.end());
+    auto copy = std::make_unique<Bf16WeightCopyUnit>(kStep, w, reader_ops, static_cast<int>(rs.size()));
     std::string ops;
     for (Reader& r : rs) {
       r.spec.w_dtype = DataType::kBF16;

@@ -24,16 +24,20 @@ namespace kiln::jit {
 // op of the cluster: its ops are empty.
 class Bf16WeightCopyUnit final : public Unit {
  public:
-  Bf16WeightCopyUnit(const std::string& step, std::string w, int readers);
+  // `reader_ops`: the ops of the units that read the copy (kept out of the
+  // step when the copy cannot be compiled).
+  Bf16WeightCopyUnit(const std::string& step, std::string w, std::vector<int> reader_ops, int readers);
   const char* kind() const override { return "bf16_weight_copy"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
   const std::string& w() const { return w_; }
   // "<W>@BF16".
   const std::string& copy() const { return copy_; }
+  std::vector<int> FallbackOps() const override { return reader_ops_; }
 
  private:
   std::string w_, copy_;
+  std::vector<int> reader_ops_;
   int readers_;
 };
 

@@ -75,6 +75,9 @@ class Unit {
   // Makes its kernels. Throws kiln::Error when they cannot be made for these
   // shapes (the unit then falls back alone).
   virtual std::vector<EmittedKernel> Emit(EmitContext& ctx) const = 0;
+  // The ops kept out of step() when the unit cannot be compiled: its own
+  // (a unit that computes no op names the ops it serves).
+  virtual std::vector<int> FallbackOps() const { return ops_; }
 
  protected:
   Unit(std::string step, std::vector<int> ops, std::set<std::string> reads, std::set<std::string> writes);
