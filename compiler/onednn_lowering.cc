@@ -218,7 +218,6 @@ class MatmulSgdKernel final : public runtime::Kernel {
            (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
   }
   void Run(const runtime::BufferView* args) const override {
-    const float lr = *static_cast<const float*>(args[2].data);
     // lr scales a copy of the smaller operand (X or dY; in bf16 under bf16
     // compute), which lives for this execution in the caching allocator.
     // Scaling and copying run on every thread: serial, a [1024, 1024] dY
@@ -232,6 +231,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
       void* out[] = {s};
       scale_to_bf16_->Run(in, out);
     } else {
+      const float lr = *static_cast<const float*>(args[2].data);
       ScaleInto(static_cast<float*>(s), static_cast<const float*>(args[scale_x ? 0 : 1].data), lr, n);
     }
     // args[3] is W as read, the last arg W as written: one buffer (in place).

@@ -52,14 +52,8 @@ std::unique_ptr<Unit> BindBf16(const Cluster& c, const Unit& unit, const std::st
   const std::string copy = var + "@BF16";
   FusedMatmulSpec spec;
   std::vector<std::string> args;
-  if (const auto* m = dynamic_cast<const OneDnnMatmulUnit*>(&unit)) {
-    spec = m->spec();
-    args = m->args();
-  } else if (!AsInputGradientMatmul(c, unit, c.options().amp_compute, &spec, &args) &&
-             !AsDxFromOldWeight(c, unit, &spec, &args)) {
-    spec.compute = ComputeType::kF32;  // not a matmul unit
-  }
-  if (spec.compute == ComputeType::kBF16) {
+  if (AsMatmulUnit(c, unit, &spec, &args) || AsDxFromOldWeight(c, unit, &spec, &args)) {
+    if (spec.compute != ComputeType::kBF16) return nullptr;
     // X only: W and the bias stay what they are.
     if (args[0] != var || spec.x_dtype != DataType::kFP32) return nullptr;
     for (size_t a = 1; a < args.size(); ++a) {
@@ -70,7 +64,7 @@ std::unique_ptr<Unit> BindBf16(const Cluster& c, const Unit& unit, const std::st
     return std::make_unique<OneDnnMatmulUnit>(kStep, unit.ops(), spec, args);
   }
   const auto* s = dynamic_cast<const MatmulSgdUnit*>(&unit);
-  if (s == nullptr || c.options().amp_compute != ComputeType::kBF16) return nullptr;
+  if (s == nullptr) return nullptr;  // the step runs under bf16 compute only
   MatmulSgdUnit::Operands o = s->operands();
   if (o.dy != var || o.x == var || o.dy_dtype != DataType::kFP32) return nullptr;
   o.dy = copy;

@@ -52,7 +52,7 @@ constexpr const char* kStep = "bf16_weight_copies";
 // A reader of W this step can rewrite to bind a bf16 copy: the spec and args
 // (X, W[, bias], Out) of the matmul unit it becomes.
 struct Reader {
-  size_t pos;
+  size_t pos = 0;
   FusedMatmulSpec spec;
   std::vector<std::string> args;
   std::vector<int> ops;
@@ -60,22 +60,23 @@ struct Reader {
 
 bool AsReader(const Cluster& c, const Unit& unit, size_t pos, Reader* r) {
   if (!unit.ops().empty() && c.Excluded(kStep, unit.ops().front())) return false;
-  if (const auto* m = dynamic_cast<const OneDnnMatmulUnit*>(&unit)) {
-    if (m->spec().compute != ComputeType::kBF16 || m->spec().w_dtype != DataType::kFP32) return false;
-    *r = Reader{pos, m->spec(), m->args(), m->ops()};
-    return true;
-  }
   FusedMatmulSpec spec;
   std::vector<std::string> args;
-  if (!AsInputGradientMatmul(c, unit, c.options().amp_compute, &spec, &args)) return false;
+  if (!AsMatmulUnit(c, unit, &spec, &args)) return false;
+  if (spec.compute != ComputeType::kBF16 || spec.w_dtype != DataType::kFP32) return false;
   *r = Reader{pos, spec, args, unit.ops()};
   return true;
 }
 
 }  // namespace
 
-bool AsInputGradientMatmul(const Cluster& c, const Unit& unit, ComputeType compute, FusedMatmulSpec* spec,
-                           std::vector<std::string>* args) {
+bool AsMatmulUnit(const Cluster& c, const Unit& unit, FusedMatmulSpec* spec, std::vector<std::string>* args) {
+  if (const auto* m = dynamic_cast<const OneDnnMatmulUnit*>(&unit)) {
+    *spec = m->spec();
+    *args = m->args();
+    return true;
+  }
+  // The input gradient alone: dX = dY W^T.
   const auto* o = dynamic_cast<const OneDnnOpUnit*>(&unit);
   if (o == nullptr || o->desc(c).type() != "matmul_grad") return false;
   const int i = o->ops().front();
@@ -97,7 +98,7 @@ bool AsInputGradientMatmul(const Cluster& c, const Unit& unit, ComputeType compu
   spec->x_dims = dyd;
   spec->w_dims = wd;
   spec->transpose_w = true;
-  spec->compute = compute;
+  spec->compute = c.options().amp_compute;
   *args = {dy, w, dx};
   return true;
 }

@@ -43,10 +43,10 @@ class Bf16WeightCopyUnit final : public Unit {
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace);
 
-// When `unit` is the input-gradient-only matmul_grad that weight_grad_fold
-// leaves (dX = dY W^T, no transposes, alpha 1, f32), the spec and args (dY,
-// W, dX) of the oneDNN matmul unit that computes it under `compute`.
-bool AsInputGradientMatmul(const Cluster& c, const Unit& unit, ComputeType compute, FusedMatmulSpec* spec,
-                           std::vector<std::string>* args);
+// The spec and args (X, W[, bias], Out) of a oneDNN matmul unit, or of the
+// one that the input-gradient-only matmul_grad weight_grad_fold leaves
+// becomes (dX = dY W^T, no transposes, alpha 1, f32; computed in the
+// cluster's amp compute type). False for any other unit.
+bool AsMatmulUnit(const Cluster& c, const Unit& unit, FusedMatmulSpec* spec, std::vector<std::string>* args);
 
 }  // namespace kiln::jit
