@@ -32,6 +32,21 @@ void DispatchFloat(const ExecContext& ctx, std::string_view slot, Fn&& fn) {
 }
 
 // Sets output `out_slot` to the dims and dtype of input `in_slot` when present.
+// "X[2]": an arg of a duplicable slot, for messages.
+inline std::string ArgLabel(const std::string& slot, size_t k) { return slot + "[" + std::to_string(k) + "]"; }
+
+// Fails unless input `slot`[k] has dtype `want` (the dtype of `want_slot`):
+// grads that copy bytes (concat, split, slice) would misread an out-grad of
+// another dtype.
+inline void CheckDtype(const InferShapeContext& ctx, const std::string& slot, size_t k, DataType want,
+                       const char* want_slot) {
+  const DataType got = ctx.InputDtype(slot, k);
+  if (got != want) {
+    ctx.Fail("input ", ctx.InputCount(slot) > 1 ? ArgLabel(slot, k) : slot, ": expected dtype ", DataTypeName(want),
+             " (as ", want_slot, "), got ", DataTypeName(got));
+  }
+}
+
 inline void SetLike(InferShapeContext& ctx, std::string_view out_slot, std::string_view in_slot) {
   if (!ctx.HasOutput(out_slot)) return;
   ctx.SetOutput(out_slot, ctx.InputDims(in_slot), ctx.InputDtype(in_slot));
