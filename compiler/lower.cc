@@ -6,6 +6,7 @@
 #include "compiler/lowering/batch_one.h"
 #include "compiler/lowering/bf16_activations.h"
 #include "compiler/lowering/bf16_weight_copies.h"
+#include "compiler/lowering/blocked_layout.h"
 #include "compiler/lowering/buffers.h"
 #include "compiler/lowering/conv_epilogue.h"
 #include "compiler/lowering/elementwise_groups.h"
@@ -43,6 +44,9 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
                                                        "one bf16 copy of a weight"));
   units = LowerMaxPoolGrad(c, std::move(units),
                            t.Step("max_pool_grad", "before the oneDNN anchors, which would take pool2d_grad"));
+  units = KeepBlockedLayout(c, std::move(units),
+                            t.Step("blocked_layout", "after the conv and max-pool-gradient units it rewrites, before "
+                                                     "grouping and the anchors take relu_grad, pool2d, conv2d_grad"));
   units = LowerFusedAttention(c, std::move(units),
                               t.Step("fused_attention", "before the fallback, which would run the fused ops' "
                                                         "reference kernels"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,18 @@ dnnl::memory Bind(const dnnl::memory::desc& md, void* data) {
   return dnnl::memory(md, onednn::OneDnnHandler::Engine(), data);
 }
 
+const char* ArgName(int arg) {
+  switch (arg) {
+    case DNNL_ARG_SRC: return "src";
+    case DNNL_ARG_WEIGHTS: return "weights";
+    case DNNL_ARG_DST: return "dst";
+    case DNNL_ARG_DIFF_SRC: return "diff_src";
+    case DNNL_ARG_DIFF_WEIGHTS: return "diff_weights";
+    case DNNL_ARG_DIFF_DST: return "diff_dst";
+    default: return "another argument";
+  }
+}
+
 // A cached entry with, for each kernel argument in order, the oneDNN argument
 // it binds and the descriptor of its (plain) buffer.
 class BoundEntry {
@@ -76,6 +89,13 @@ class BoundEntry {
     for (int arg : dnnl_args) args_.emplace_back(arg, onednn::UserDesc(*entry_, arg));
   }
   const std::string& impl() const { return entry_->impl; }
+  // "; reorders src, weights": the arguments the entry moves between the
+  // bound buffer's layout and its primitive's ("" when none).
+  std::string ReorderText() const {
+    std::string s;
+    for (const auto& r : entry_->reorders) s += std::string(s.empty() ? "; reorders " : ", ") + ArgName(r.arg);
+    return s;
+  }
   void Run(const runtime::BufferView* bound) const {
     ExecArgs args;
     for (size_t i = 0; i < args_.size(); ++i) args[args_[i].first] = Bind(args_[i].second, bound[i].data);
@@ -259,22 +279,84 @@ class MatmulSgdKernel final : public runtime::Kernel {
   dnnl::memory::desc src_md_, wei_md_, dst_md_;
 };
 
-BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
-  onednn::ConvHandler h(onednn::PrimitiveCache::Global(), spec.input_dims, spec.filter_dims, spec.strides,
-                        spec.paddings, spec.dilations, spec.groups, Fusion(spec.bias, spec.activation),
-                        spec.compute);
-  const std::string shapes = "input " + DimsToString(spec.input_dims) + " filter " +
-                             DimsToString(spec.filter_dims) + " strides " + DimsToString(spec.strides) +
-                             " paddings " + DimsToString(spec.paddings) + " dilations " +
-                             DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups);
-  if (!h.valid()) {
-    ThrowInvalidArgument("oneDNN convolution: ", shapes,
+std::string ConvShapes(const FusedConvSpec& spec) {
+  return "input " + DimsToString(spec.input_dims) + " filter " + DimsToString(spec.filter_dims) + " strides " +
+         DimsToString(spec.strides) + " paddings " + DimsToString(spec.paddings) + " dilations " +
+         DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups) +
+         (spec.dst_block != 0 ? " output nChw" + std::to_string(spec.dst_block) + "c" : "");
+}
+
+// The handler of `spec` (with its fusion when `fused`); throws when the dims
+// do not make a convolution.
+std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, bool fused) {
+  auto h = std::make_unique<onednn::ConvHandler>(
+      onednn::PrimitiveCache::Global(), spec.input_dims, spec.filter_dims, spec.strides, spec.paddings,
+      spec.dilations, spec.groups, fused ? Fusion(spec.bias, spec.activation) : onednn::FusedOps{}, spec.compute);
+  if (!h->valid()) {
+    ThrowInvalidArgument("oneDNN convolution: ", ConvShapes(spec),
                          " do not make a 2-D convolution: expected input [N,C,H,W], filter [O,C/groups,KH,KW] with O "
                          "divisible by groups, 2 strides and dilations >= 1, 2 paddings >= 0, and a window that fits");
   }
-  auto entry = AcquireEntry(h, "convolution for " + shapes);
+  if (spec.dst_block != 0) h->BindBlocked(spec.dst_block);
+  return h;
+}
+
+BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
+  auto h = ConvHandlerOf(spec, /*fused=*/true);
+  auto entry = AcquireEntry(*h, "convolution for " + ConvShapes(spec));
   return BoundEntry(entry, ForwardArgs(*entry, spec.bias));
 }
+
+// dInput = conv_backward_data(Filter, dY) and dFilter[, dBias] =
+// conv_backward_weights(Input, dY): one or two cached entries.
+class ConvGradKernel final : public runtime::Kernel {
+ public:
+  ConvGradKernel(const FusedConvSpec& spec, bool want_dinput, bool want_dbias, std::string name)
+      : name_(std::move(name)), want_dinput_(want_dinput) {
+    auto h = ConvHandlerOf(spec, /*fused=*/false);
+    if (want_dbias) h->WithDiffBias();
+    const std::string what = "convolution gradient for " + ConvShapes(spec);
+    if (want_dinput) {
+      h->AcquireBackwardData();  // false for slow implementations too: compiled code takes them
+      data_.emplace(Acquired(*h, what), std::vector<int>{DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC});
+    }
+    h->AcquireBackwardWeights();
+    std::vector<int> args = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
+    if (want_dbias) args.push_back(DNNL_ARG_DIFF_BIAS);
+    weights_.emplace(Acquired(*h, what), args);
+    num_weight_args_ = args.size();
+  }
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override {
+    std::string s = "oneDNN convolution gradients: ";
+    if (data_) s += "data (" + data_->impl() + data_->ReorderText() + "), ";
+    return s + "weights" + std::string(num_weight_args_ == 4 ? " and bias" : "") + " (" + weights_->impl() +
+           weights_->ReorderText() + ")";
+  }
+  // args: Input, Filter, dY, [dInput,] dFilter[, dBias].
+  void Run(const runtime::BufferView* args) const override {
+    const size_t out = want_dinput_ ? 4 : 3;
+    if (data_) {
+      const runtime::BufferView bound[3] = {args[1], args[2], args[3]};
+      data_->Run(bound);
+    }
+    runtime::BufferView bound[4] = {args[0], args[2], args[out], {}};
+    if (num_weight_args_ == 4) bound[3] = args[out + 1];
+    weights_->Run(bound);
+  }
+
+ private:
+  static std::shared_ptr<const PrimitiveEntry> Acquired(const onednn::ConvHandler& h, const std::string& what) {
+    std::shared_ptr<const PrimitiveEntry> entry = h.acquired_entry();
+    if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what);
+    return entry;
+  }
+
+  std::string name_;
+  bool want_dinput_ = false;
+  size_t num_weight_args_ = 0;
+  std::optional<BoundEntry> data_, weights_;
+};
 
 class FusedConvKernel final : public runtime::Kernel {
  public:
@@ -282,7 +364,7 @@ class FusedConvKernel final : public runtime::Kernel {
       : name_(std::move(name)), spec_(spec), bound_(MakeFusedConv(spec)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return "oneDNN convolution (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
+    return "oneDNN convolution (" + bound_.impl() + bound_.ReorderText() + ")" + ComputeSuffix(spec_.compute) +
            FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
@@ -307,6 +389,17 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
 
 std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const std::string& name) {
   return std::make_shared<FusedConvKernel>(spec, name);
+}
+
+int64_t ConvForwardDstBlock(const FusedConvSpec& spec) {
+  FusedConvSpec plain = spec;
+  plain.dst_block = 0;
+  return ConvHandlerOf(plain, /*fused=*/true)->ForwardDstBlock();
+}
+
+std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
+                                                          const std::string& name) {
+  return std::make_shared<ConvGradKernel>(conv, want_dinput, want_dbias, name);
 }
 
 }  // namespace kiln::jit

@@ -72,7 +72,22 @@ struct FusedConvSpec {
   // kBF16: bf16 input and filter (converted by the entry's reorders), f32
   // accumulation, bias, post-ops and Output (onednn::ConvHandler).
   ComputeType compute = ComputeType::kF32;
+  // Output is bound in nChw<dst_block>c ([N, ceil(O/b), OH, OW, b], the
+  // padded channels zero) without a reorder; 0: plain NCHW.
+  int64_t dst_block = 0;
 };
+
+// The channel block of the dst layout oneDNN's forward primitive picks for
+// `spec` (8 or 16), or 0 when it picks another layout or none.
+int64_t ConvForwardDstBlock(const FusedConvSpec& spec);
+
+// The gradients of a conv2d (and of the bias added after it): `conv` gives
+// the shapes, groups and compute type; with `conv.dst_block` dY comes in
+// nChw<b>c. Arguments at run time: Input, Filter, dY -> [dInput,] dFilter
+// [, dBias], dInput when `want_dinput`, dBias when `want_dbias` (oneDNN's
+// weights backward sums it in the same pass).
+std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
+                                                          const std::string& name);
 
 // One oneDNN convolution with the bias and activation fused. Arguments at run
 // time, all plain NCHW/OIHW buffers: Input, Filter[, Bias] -> Output

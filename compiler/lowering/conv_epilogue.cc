@@ -1,5 +1,6 @@
 #include "compiler/lowering/conv_epilogue.h"
 
+#include "compiler/lowering/blocked_units.h"
 #include "compiler/lowering/epilogue.h"
 
 namespace kiln::jit {
@@ -12,7 +13,8 @@ OneDnnConvUnit::OneDnnConvUnit(const std::string& step, std::vector<int> ops, co
 
 std::string OneDnnConvUnit::Describe(const Cluster&) const {
   return "oneDNN convolution" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
-         EpilogueText(spec_.bias, spec_.activation) + " as post-ops";
+         EpilogueText(spec_.bias, spec_.activation) + " as post-ops" +
+         (spec_.dst_block != 0 ? ", output kept in nChw" + std::to_string(spec_.dst_block) + "c" : "");
 }
 
 std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
@@ -20,6 +22,7 @@ std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
   k.kernel = MakeFusedConvKernel(spec_, ctx.KernelName("conv"));
   k.args = args_;
   k.num_inputs = static_cast<int>(args_.size()) - 1;
+  if (spec_.dst_block != 0) k.new_vars.push_back(BlockedVar(ctx.cluster(), args_.back(), spec_.dst_block));
   return {k};
 }
 

@@ -18,6 +18,8 @@ class OneDnnConvUnit final : public Unit {
   const char* kind() const override { return "onednn_conv"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+  const FusedConvSpec& spec() const { return spec_; }
+  const std::vector<std::string>& args() const { return args_; }
 
  private:
   FusedConvSpec spec_;

@@ -25,10 +25,17 @@ class MaxPool2x2GradKernel final : public runtime::Kernel {
 };
 
 bool Matches(const Cluster& c, int i) {
-  const std::string x = c.In(i, "X"), out = c.In(i, "Out"), dout = c.In(i, GradVarName("Out"));
+  const std::string out = c.In(i, "Out"), dout = c.In(i, GradVarName("Out"));
   const std::string dx = c.Out(i, GradVarName("X"));
-  if (x.empty() || out.empty() || dout.empty() || dx.empty()) return false;
-  if (!c.IsF32(x) || !c.IsF32(out) || !c.IsF32(dout)) return false;
+  if (out.empty() || dout.empty() || dx.empty() || !IsMaxPool2x2(c, i)) return false;
+  return c.IsF32(out) && c.IsF32(dout) && c.dims(out) == c.dims(dout);
+}
+
+}  // namespace
+
+bool IsMaxPool2x2(const Cluster& c, int i) {
+  const std::string x = c.In(i, "X");
+  if (x.empty() || !c.IsF32(x)) return false;
   const std::vector<int64_t> two = {2, 2}, zero = {0, 0};
   if (c.Attr<std::string>(i, "pooling_type") != "max" || c.Attr<bool>(i, "global_pooling") ||
       c.Attr<std::vector<int64_t>>(i, "ksize") != two || c.Attr<std::vector<int64_t>>(i, "strides") != two ||
@@ -37,10 +44,9 @@ bool Matches(const Cluster& c, int i) {
   }
   const Dims xd = c.dims(x);
   if (xd.size() != 4 || xd[2] % 2 != 0 || xd[3] % 2 != 0) return false;
-  return c.dims(out) == Dims{xd[0], xd[1], xd[2] / 2, xd[3] / 2} && c.dims(dout) == c.dims(out);
+  const std::string out = c.type(i) == "pool2d" ? c.Out(i, "Out") : c.In(i, "Out");
+  return !out.empty() && c.dims(out) == Dims{xd[0], xd[1], xd[2] / 2, xd[3] / 2};
 }
-
-}  // namespace
 
 MaxPoolGradUnit::MaxPoolGradUnit(const std::string& step, int op, std::vector<std::string> args, Dims x_dims)
     : Unit(step, {op}, {args[0], args[1], args[2]}, {args[3]}), args_(std::move(args)), x_dims_(std::move(x_dims)) {}

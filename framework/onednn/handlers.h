@@ -95,6 +95,22 @@ class ConvHandler : public OneDnnHandler {
   bool RunBackwardData(const Tensor& filter, const Tensor& d_output, Tensor* d_input);
   bool RunBackwardWeights(const Tensor& input, const Tensor& d_output, Tensor* d_filter);
 
+  // ---- For compiled code (compiler/onednn_lowering.cc) ----------------------
+  // The channel block of the dst layout the forward primitive picks for
+  // itself (8 or 16 for nChw8c / nChw16c), or 0 when it picks another layout.
+  int64_t ForwardDstBlock() const;
+  // Binds the forward's dst and the backward's diff_dst in nChw<block>c
+  // (PrimitiveKey::channel_block); a backward primitive that runs faster in
+  // another layout reorders diff_dst itself.
+  void BindBlocked(int64_t block);
+  // The weights' backward also writes the bias gradient (DNNL_ARG_DIFF_BIAS,
+  // [C_out], the sum of diff_dst over N, H and W).
+  void WithDiffBias();
+  // The backward primitives as the current entry (acquired_entry()); false
+  // for a slow implementation, as AcquireBackwardPrimitive.
+  bool AcquireBackwardData();
+  bool AcquireBackwardWeights();
+
  protected:
   PrimitiveEntry CreateForward() const override;
   PrimitiveEntry CreateBackward() const override;  // bwd_key_.kind picks data or weights
@@ -105,6 +121,10 @@ class ConvHandler : public OneDnnHandler {
   // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint) with
   // its activations in `layout` (the filter "any" unless kPlain).
   dnnl::convolution_forward::primitive_desc ForwardPd(const PrimitiveKey& key, ConvLayout layout) const;
+  // diff_dst (the forward's dst) as the tensor binds it, and as the
+  // primitive in `layout` reads it.
+  dnnl::memory::desc DiffDstUserDesc(const PrimitiveKey& key) const;
+  dnnl::memory::desc DiffDstDesc(const PrimitiveKey& key, ConvLayout layout, dnnl::memory::data_type type) const;
   // The filter as `type` (f32: the tensor's own).
   dnnl::memory::desc FilterDesc(bool any, dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
 

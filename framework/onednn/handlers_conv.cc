@@ -23,6 +23,14 @@ using dnnl::prop_kind;
 
 namespace {
 
+// nChw<block>c, the padded channel-blocked layout oneDNN's direct
+// convolutions use (block 16 with AVX-512, 8 with AVX2).
+dnnl::memory::desc BlockedDesc(const Dims& dims, int64_t block, dnnl::memory::data_type type) {
+  using tag = dnnl::memory::format_tag;
+  KILN_CHECK(block == 8 || block == 16);
+  return dnnl::memory::desc(D(dims), type, block == 16 ? tag::aBcd16b : tag::aBcd8b);
+}
+
 // The descriptor of activations `dims` in `layout`.
 dnnl::memory::desc ActivationDesc(const Dims& dims, ConvLayout layout, dnnl::memory::data_type type) {
   switch (layout) {
@@ -109,8 +117,10 @@ dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const Primitive
   const dnnl::memory::desc src = ActivationDesc(k.dims[0], layout, type);
   // A sum post-op reads dst: it stays plain, so the tensor's contents are
   // what the primitive adds to (an output reorder would start from garbage).
-  const dnnl::memory::desc dst =
-      detail::ReadsDst(k) ? PlainDesc(output_dims_) : ActivationDesc(output_dims_, layout, f32);
+  const dnnl::memory::desc dst = detail::ReadsDst(k) ? PlainDesc(output_dims_)
+                                 : k.channel_block != 0 && layout == ConvLayout::kBlocked
+                                     ? BlockedDesc(output_dims_, k.channel_block, f32)
+                                     : ActivationDesc(output_dims_, layout, f32);
   const dnnl::memory::desc filter = FilterDesc(layout != ConvLayout::kPlain, type);
   const dnnl::primitive_attr attr = FusedAttr(k, PlainDesc({1, k.dims[1][0], 1, 1}));
   if (k.bias && !detail::BiasIsPostOp(k)) {
@@ -132,14 +142,62 @@ dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const Primitive
 PrimitiveEntry ConvHandler::CreateForward() const {
   const PrimitiveKey& k = fwd_key_;
   using Pd = dnnl::convolution_forward::primitive_desc;
-  const Pd pd = ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
-                                 [&](ConvLayout layout) { return ForwardPd(k, layout); });
+  const Pd pd = k.channel_block != 0 ? ForwardPd(k, ConvLayout::kBlocked)
+                                     : ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
+                                                        [&](ConvLayout layout) { return ForwardPd(k, layout); });
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_forward(pd));
   if (detail::BiasIsPostOp(k)) e.bias_arg = detail::kBiasPostOpArg;
   AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
   AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
-  AddReorder(&e, DNNL_ARG_DST, true, PlainDesc(output_dims_), pd.dst_desc());
+  AddReorder(&e, DNNL_ARG_DST, true, DiffDstUserDesc(k), pd.dst_desc());
   return e;
+}
+
+dnnl::memory::desc ConvHandler::DiffDstUserDesc(const PrimitiveKey& k) const {
+  const dnnl::memory::data_type f32 = dnnl::memory::data_type::f32;
+  return k.channel_block != 0 ? BlockedDesc(output_dims_, k.channel_block, f32) : PlainDesc(output_dims_);
+}
+
+dnnl::memory::desc ConvHandler::DiffDstDesc(const PrimitiveKey& k, ConvLayout layout,
+                                            dnnl::memory::data_type type) const {
+  if (k.channel_block != 0 && layout == ConvLayout::kBlocked) return BlockedDesc(output_dims_, k.channel_block, type);
+  return ActivationDesc(output_dims_, layout, type);
+}
+
+int64_t ConvHandler::ForwardDstBlock() const {
+  if (!valid_ || detail::ReadsDst(fwd_key_)) return 0;
+  PrimitiveKey k = fwd_key_;
+  k.channel_block = 0;
+  using Pd = dnnl::convolution_forward::primitive_desc;
+  try {
+    const Pd pd = ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
+                                   [&](ConvLayout layout) { return ForwardPd(k, layout); });
+    for (int64_t block : {16, 8}) {
+      if (pd.dst_desc() == BlockedDesc(output_dims_, block, dnnl::memory::data_type::f32)) return block;
+    }
+  } catch (const dnnl::error&) {
+  }
+  return 0;
+}
+
+void ConvHandler::BindBlocked(int64_t block) {
+  KILN_CHECK(block == 8 || block == 16);
+  fwd_key_.channel_block = block;
+  bwd_key_.channel_block = block;
+}
+
+void ConvHandler::WithDiffBias() { bwd_key_.bias = true; }
+
+bool ConvHandler::AcquireBackwardData() {
+  if (!valid_) return false;
+  bwd_key_.kind = PrimitiveKind::kConvBackwardData;
+  return AcquireBackwardPrimitive();
+}
+
+bool ConvHandler::AcquireBackwardWeights() {
+  if (!valid_) return false;
+  bwd_key_.kind = PrimitiveKind::kConvBackwardWeights;
+  return AcquireBackwardPrimitive();
 }
 
 PrimitiveEntry ConvHandler::CreateBackwardData() const {
@@ -149,7 +207,7 @@ PrimitiveEntry ConvHandler::CreateBackwardData() const {
   auto make = [&](ConvLayout layout) {
     dnnl::convolution_backward_data::desc desc(
         algorithm::convolution_direct, ActivationDesc(k.dims[0], layout, f32),
-        FilterDesc(layout != ConvLayout::kPlain, type), ActivationDesc(output_dims_, layout, type), D(k.strides),
+        FilterDesc(layout != ConvLayout::kPlain, type), DiffDstDesc(k, layout, type), D(k.strides),
         D(k.dilations), D(k.padding_l), D(k.padding_r));
     return Pd(desc, DefaultAttr(), Engine(), ForwardPd(k, layout));
   };
@@ -159,7 +217,7 @@ PrimitiveEntry ConvHandler::CreateBackwardData() const {
   const Pd pd = ChooseLayout<Pd>({first, ConvLayout::kChannelsLast}, make);
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_data(pd));
   AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
-  AddReorder(&e, DNNL_ARG_DIFF_DST, false, PlainDesc(output_dims_), pd.diff_dst_desc());
+  AddReorder(&e, DNNL_ARG_DIFF_DST, false, DiffDstUserDesc(k), pd.diff_dst_desc());
   AddReorder(&e, DNNL_ARG_DIFF_SRC, true, PlainDesc(k.dims[0]), pd.diff_src_desc());
   return e;
 }
@@ -169,15 +227,21 @@ PrimitiveEntry ConvHandler::CreateBackwardWeights() const {
   const dnnl::memory::data_type type = OperandType(k.compute);
   using Pd = dnnl::convolution_backward_weights::primitive_desc;
   auto make = [&](ConvLayout layout) {
-    dnnl::convolution_backward_weights::desc desc(
-        algorithm::convolution_direct, ActivationDesc(k.dims[0], layout, type), FilterDesc(true),
-        ActivationDesc(output_dims_, layout, type), D(k.strides), D(k.dilations), D(k.padding_l), D(k.padding_r));
+    const dnnl::memory::desc src = ActivationDesc(k.dims[0], layout, type), diff_dst = DiffDstDesc(k, layout, type);
+    if (k.bias) {
+      dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, src, FilterDesc(true),
+                                                    PlainDesc({k.dims[1][0]}), diff_dst, D(k.strides),
+                                                    D(k.dilations), D(k.padding_l), D(k.padding_r));
+      return Pd(desc, DefaultAttr(), Engine(), ForwardPd(k, layout));
+    }
+    dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, src, FilterDesc(true), diff_dst,
+                                                  D(k.strides), D(k.dilations), D(k.padding_l), D(k.padding_r));
     return Pd(desc, DefaultAttr(), Engine(), ForwardPd(k, layout));
   };
   const Pd pd = ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast}, make);
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_weights(pd));
   AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
-  AddReorder(&e, DNNL_ARG_DIFF_DST, false, PlainDesc(output_dims_), pd.diff_dst_desc());
+  AddReorder(&e, DNNL_ARG_DIFF_DST, false, DiffDstUserDesc(k), pd.diff_dst_desc());
   AddReorder(&e, DNNL_ARG_DIFF_WEIGHTS, true, FilterDesc(false), pd.diff_weights_desc());
   return e;
 }

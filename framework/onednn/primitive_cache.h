@@ -85,6 +85,10 @@ struct PrimitiveKey {
   bool transpose_b = false;  // matmul: weights stored as [..., N, K]
   int64_t axis = 0;          // softmax/logsoftmax/concat axis, layer_norm begin_norm_axis
   int64_t groups = 1;        // convolution groups
+  // convolution: the activations a blocked_layout chain keeps blocked (the
+  // forward's dst, the backward's diff_dst) are bound in nChw<b>c, b this
+  // channel block, without a reorder; 0: plain NCHW.
+  int64_t channel_block = 0;
   Dims kernel;               // pooling window
   Dims strides;
   Dims dilations;            // oneDNN convention: 0 = dense

@@ -1,0 +1,175 @@
+#include "compiler/blocked_pool.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "framework/error.h"
+
+namespace kiln::jit {
+namespace {
+
+// Windows per pass over a row: the plain side goes through a [kChunk][B]
+// stack buffer (a transpose), so both layouts are read and written
+// contiguously and the lane loops vectorize.
+constexpr int64_t kChunk = 64;
+
+// m, then v where v is NaN or greater, unless m is NaN already: the NaN-keeping
+// maximum of kiln's pool2d (the first NaN of the window wins).
+inline float MaxKeepNaN(float m, float v) { return m != m ? m : (!(v <= m) ? v : m); }
+
+// 16 lanes of one window (AVX-512): the forward's maximum and the
+// gradient's routing, as the lane loops below compute them.
+__attribute__((target("avx512f"))) void PoolWindows16(const float* r0, const float* r1, float* m, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    __m512 v = _mm512_loadu_ps(r0 + 32 * j);
+    for (const float* p : {r0 + 32 * j + 16, r1 + 32 * j, r1 + 32 * j + 16}) {
+      const __m512 x = _mm512_loadu_ps(p);
+      // Take x where it is NaN or greater, unless v is NaN already.
+      const __mmask16 take = _mm512_cmp_ps_mask(x, v, _CMP_NLE_UQ) & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+      v = _mm512_mask_mov_ps(v, take, x);
+    }
+    _mm512_storeu_ps(m + 16 * j, v);
+  }
+}
+
+__attribute__((target("avx512f"))) void PoolGradWindows16(const float* r0, const float* r1, const float* m,
+                                                          const float* gv, float* d0, float* d1, int64_t n,
+                                                          PoolGradThen then) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t at = 32 * j;
+    const __m512 mx = _mm512_loadu_ps(m + 16 * j), gg = _mm512_loadu_ps(gv + 16 * j);
+    const __m512 xa = _mm512_loadu_ps(r0 + at), xb = _mm512_loadu_ps(r0 + at + 16);
+    const __m512 xc = _mm512_loadu_ps(r1 + at), xd = _mm512_loadu_ps(r1 + at + 16);
+    __mmask16 ta = _mm512_cmp_ps_mask(xa, mx, _CMP_EQ_OQ);
+    __mmask16 tb = _mm512_cmp_ps_mask(xb, mx, _CMP_EQ_OQ) & ~ta;
+    __mmask16 tc = _mm512_cmp_ps_mask(xc, mx, _CMP_EQ_OQ) & ~(ta | tb);
+    __mmask16 td = static_cast<__mmask16>(~(ta | tb | tc));
+    if (then == PoolGradThen::kReluGrad) {
+      ta &= _mm512_cmp_ps_mask(xa, zero, _CMP_GT_OQ);
+      tb &= _mm512_cmp_ps_mask(xb, zero, _CMP_GT_OQ);
+      tc &= _mm512_cmp_ps_mask(xc, zero, _CMP_GT_OQ);
+      td &= _mm512_cmp_ps_mask(xd, zero, _CMP_GT_OQ);
+    }
+    _mm512_storeu_ps(d0 + at, _mm512_maskz_mov_ps(ta, gg));
+    _mm512_storeu_ps(d0 + at + 16, _mm512_maskz_mov_ps(tb, gg));
+    _mm512_storeu_ps(d1 + at, _mm512_maskz_mov_ps(tc, gg));
+    _mm512_storeu_ps(d1 + at + 16, _mm512_maskz_mov_ps(td, gg));
+  }
+}
+
+const bool kAvx512 = __builtin_cpu_supports("avx512f");
+
+// One output row i of plane (blocked [h][w][B]) into plain rows o + l*oh*ow.
+template <int B>
+inline void PoolRow(const float* plane, float* o, int64_t lanes, int64_t i, int64_t w, int64_t oh, int64_t ow) {
+  const float* r0 = plane + 2 * i * w * B;
+  const float* r1 = r0 + w * B;
+  float m[kChunk * B];
+  for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
+    const int64_t n = std::min(kChunk, ow - j0);
+    for (int64_t j = (B == 16 && kAvx512) ? n : 0; j < n; ++j) {
+      const float* a = r0 + 2 * (j0 + j) * B;
+      const float* c = r1 + 2 * (j0 + j) * B;
+#pragma omp simd
+      for (int l = 0; l < B; ++l) {
+        m[j * B + l] = MaxKeepNaN(MaxKeepNaN(MaxKeepNaN(a[l], a[B + l]), c[l]), c[B + l]);
+      }
+    }
+    if (B == 16 && kAvx512) PoolWindows16(r0 + 2 * j0 * B, r1 + 2 * j0 * B, m, n);
+    for (int64_t l = 0; l < lanes; ++l) {
+      float* dst = o + (l * oh + i) * ow + j0;
+      for (int64_t j = 0; j < n; ++j) dst[j] = m[j * B + l];
+    }
+  }
+}
+
+
+template <int B>
+inline void PoolGradRow(const float* plane, const float* o, const float* g, float* dplane, int64_t lanes, int64_t i,
+                        int64_t w, int64_t oh, int64_t ow, PoolGradThen then) {
+  const bool relu = then == PoolGradThen::kReluGrad;
+  const float* r0 = plane + 2 * i * w * B;
+  const float* r1 = r0 + w * B;
+  float* d0 = dplane + 2 * i * w * B;
+  float* d1 = d0 + w * B;
+  float m[kChunk * B], gv[kChunk * B];
+  for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
+    const int64_t n = std::min(kChunk, ow - j0);
+    for (int64_t l = 0; l < B; ++l) {
+      const float* src_m = o + (l * oh + i) * ow + j0;
+      const float* src_g = g + (l * oh + i) * ow + j0;
+      for (int64_t j = 0; j < n; ++j) {
+        // Padded lanes: x is 0 there, so max 0 and gradient 0 write zeros.
+        m[j * B + l] = l < lanes ? src_m[j] : 0.f;
+        gv[j * B + l] = l < lanes ? src_g[j] : 0.f;
+      }
+    }
+    if (B == 16 && kAvx512) {
+      PoolGradWindows16(r0 + 2 * j0 * B, r1 + 2 * j0 * B, m, gv, d0 + 2 * j0 * B, d1 + 2 * j0 * B, n, then);
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = 2 * (j0 + j) * B;
+#pragma omp simd
+      for (int l = 0; l < B; ++l) {
+        // First maximum in row-major order: a, b, c, d (branch-free).
+        const float mx = m[j * B + l], gg = gv[j * B + l];
+        const bool ta = r0[at + l] == mx;
+        const bool tb = !ta && r0[at + B + l] == mx;
+        const bool tc = !ta && !tb && r1[at + l] == mx;
+        const bool td = !ta && !tb && !tc;
+        // relu's gradient where it follows: out > 0 ? dout : 0.
+        d0[at + l] = ta && (!relu || r0[at + l] > 0.f) ? gg : 0.f;
+        d0[at + B + l] = tb && (!relu || r0[at + B + l] > 0.f) ? gg : 0.f;
+        d1[at + l] = tc && (!relu || r1[at + l] > 0.f) ? gg : 0.f;
+        d1[at + B + l] = td && (!relu || r1[at + B + l] > 0.f) ? gg : 0.f;
+      }
+    }
+  }
+}
+
+template <int B>
+void PoolAll(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t cb = (c + B - 1) / B, oh = h / 2, ow = w / 2;
+#pragma omp parallel for schedule(static) if (n * cb * h * w * B >= 64 * 1024)
+  for (int64_t p = 0; p < n * cb; ++p) {
+    const int64_t img = p / cb, blk = p % cb, lanes = std::min<int64_t>(B, c - blk * B);
+    for (int64_t i = 0; i < oh; ++i) {
+      PoolRow<B>(x + p * h * w * B, out + (img * c + blk * B) * oh * ow, lanes, i, w, oh, ow);
+    }
+  }
+}
+
+template <int B>
+void PoolGradAll(const float* x, const float* out, const float* dout, float* dx, int64_t n, int64_t c, int64_t h,
+                 int64_t w, PoolGradThen then) {
+  const int64_t cb = (c + B - 1) / B, oh = h / 2, ow = w / 2;
+#pragma omp parallel for schedule(static) if (n * cb * h * w * B >= 64 * 1024)
+  for (int64_t p = 0; p < n * cb; ++p) {
+    const int64_t img = p / cb, blk = p % cb, lanes = std::min<int64_t>(B, c - blk * B);
+    const int64_t plain = (img * c + blk * B) * oh * ow;
+    for (int64_t i = 0; i < oh; ++i) {
+      PoolGradRow<B>(x + p * h * w * B, out + plain, dout + plain, dx + p * h * w * B, lanes, i, w, oh, ow, then);
+    }
+  }
+}
+
+}  // namespace
+
+void MaxPool2x2BlockedToPlain(
+    const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
+  KILN_CHECK(b == 8 || b == 16);
+  if (b == 16) return PoolAll<16>(x, out, n, c, h, w);
+  PoolAll<8>(x, out, n, c, h, w);
+}
+
+void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float* dout, float* dx, int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t b, PoolGradThen then) {
+  KILN_CHECK(b == 8 || b == 16);
+  if (b == 16) return PoolGradAll<16>(x, out, dout, dx, n, c, h, w, then);
+  PoolGradAll<8>(x, out, dout, dx, n, c, h, w, then);
+}
+
+}  // namespace kiln::jit

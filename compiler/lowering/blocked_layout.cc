@@ -1,0 +1,161 @@
+#include "compiler/lowering/blocked_layout.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/lowering/blocked_units.h"
+#include "compiler/lowering/conv_epilogue.h"
+#include "compiler/lowering/max_pool_grad.h"
+#include "framework/op_desc.h"
+
+namespace kiln::jit {
+namespace {
+
+constexpr const char* kStep = "blocked_layout";
+
+// Where each var is read and written, by unit position.
+struct Uses {
+  std::map<std::string, std::vector<int>> readers, writers;
+  explicit Uses(const Units& units) {
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (!units[u]) continue;
+      for (const auto& v : units[u]->reads()) readers[v].push_back(static_cast<int>(u));
+      for (const auto& v : units[u]->writes()) writers[v].push_back(static_cast<int>(u));
+    }
+  }
+  // The one unit reading `var` besides those in `others`, when `var` stays in
+  // the cluster and `writer` alone writes it; else -1.
+  int OnlyReader(const Cluster& c, const std::string& var, int writer) const {
+    if (var.empty() || c.IsOutput(var) || !Is(writers, var, {writer})) return -1;
+    auto it = readers.find(var);
+    return it != readers.end() && it->second.size() == 1 ? it->second.front() : -1;
+  }
+  static bool Is(const std::map<std::string, std::vector<int>>& m, const std::string& var, std::vector<int> want) {
+    auto it = m.find(var);
+    return it != m.end() && it->second == want;
+  }
+};
+
+// The op of a pending unit of type `type`, else -1.
+int PendingOfType(const Cluster& c, const Units& units, int u, const char* type) {
+  if (u < 0) return -1;
+  const int op = PendingOpOf(*units[u]);
+  return op >= 0 && c.type(op) == type && !c.Excluded(kStep, op) ? op : -1;
+}
+
+// One match: unit positions, ops and vars of the pattern (blocked_layout.h).
+struct Chain {
+  int conv_u = -1, pool_u = -1, grad_u = -1, relu_u = -1, add_u = -1, gconv_u = -1;
+  int pool = -1, pool_grad = -1, relu_grad = -1, add = -1, gconv = -1;
+  std::string y, p, dp, dy, ds, db;
+};
+
+// The forward half at conv unit `u`: the conv + bias + relu writing y, and
+// y's three readers (the pooling, its gradient and relu's gradient).
+bool MatchForward(const Cluster& c, const Units& units, const Uses& uses, int u, Chain* m) {
+  const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
+  if (conv == nullptr || conv->ops().size() != 3 || c.Excluded(kStep, conv->ops().front())) return false;
+  const FusedConvSpec& spec = conv->spec();
+  if (spec.dst_block != 0 || !spec.bias || spec.activation != MatmulActivation::kRelu || spec.groups != 1) return false;
+  m->conv_u = u;
+  m->y = conv->args()[3];
+  if (c.IsOutput(m->y) || c.dims(m->y).size() != 4 || !Uses::Is(uses.writers, m->y, {u})) return false;
+  auto readers = uses.readers.find(m->y);
+  if (readers == uses.readers.end() || readers->second.size() != 3) return false;
+  for (int r : readers->second) {
+    if (PendingOfType(c, units, r, "pool2d") >= 0) m->pool_u = r;
+    if (dynamic_cast<const MaxPoolGradUnit*>(units[r].get()) != nullptr) m->grad_u = r;
+    if (PendingOfType(c, units, r, "relu_grad") >= 0) m->relu_u = r;
+  }
+  if (m->pool_u < 0 || m->grad_u < 0 || m->relu_u < 0) return false;
+  m->pool = PendingOpOf(*units[m->pool_u]);
+  m->relu_grad = PendingOpOf(*units[m->relu_u]);
+  const auto& pg = static_cast<const MaxPoolGradUnit&>(*units[m->grad_u]);
+  m->pool_grad = pg.ops().front();
+  m->p = c.Out(m->pool, "Out");
+  m->dp = pg.args()[2];
+  m->dy = pg.args()[3];
+  return IsMaxPool2x2(c, m->pool) && c.In(m->pool, "X") == m->y && !c.Excluded(kStep, m->pool_grad) &&
+         pg.args()[0] == m->y && pg.args()[1] == m->p && c.Producer(m->pool_grad, m->p) == m->pool;
+}
+
+// The backward half: dy -> relu_grad -> ds -> elementwise_add_grad (the
+// bias) -> dz -> conv2d_grad of the same conv, nothing else reading them.
+bool MatchBackward(const Cluster& c, const Units& units, const Uses& uses, Chain* m) {
+  const auto& conv = static_cast<const OneDnnConvUnit&>(*units[m->conv_u]);
+  const std::vector<std::string>& cargs = conv.args();  // x, w, b, y
+  const int r = m->relu_grad;
+  if (uses.OnlyReader(c, m->dy, m->grad_u) != m->relu_u || c.In(r, "Out") != m->y ||
+      c.In(r, GradVarName("Out")) != m->dy || !c.IsF32(m->dy)) {
+    return false;
+  }
+  m->ds = c.Out(r, GradVarName("X"));
+  m->add_u = uses.OnlyReader(c, m->ds, m->relu_u);
+  m->add = PendingOfType(c, units, m->add_u, "elementwise_add_grad");
+  if (m->add < 0 || c.In(m->add, GradVarName("Out")) != m->ds || c.In(m->add, "Y") != cargs[2] ||
+      c.Attr<int64_t>(m->add, "axis") != 1) {
+    return false;
+  }
+  const std::string dz = c.Out(m->add, GradVarName("X"));
+  m->db = c.Out(m->add, GradVarName("Y"));
+  m->gconv_u = uses.OnlyReader(c, dz, m->add_u);
+  const int g = m->gconv = PendingOfType(c, units, m->gconv_u, "conv2d_grad");
+  if (g < 0 || c.In(g, "Input") != cargs[0] || c.In(g, "Filter") != cargs[1] || c.In(g, GradVarName("Output")) != dz ||
+      c.Out(g, GradVarName("Filter")).empty() || c.Attr<int64_t>(g, "groups") != 1) {
+    return false;
+  }
+  for (const char* attr : {"strides", "paddings", "dilations"}) {
+    if (c.Attr<std::vector<int64_t>>(g, attr) != c.Attr<std::vector<int64_t>>(conv.ops().front(), attr)) return false;
+  }
+  // relu_grad moves up to the pooling gradient, the bias gradient down to
+  // the conv gradient.
+  std::set<std::string> bias_writes = {dz};
+  if (!m->db.empty()) bias_writes.insert(m->db);
+  return NothingBetweenTouches(units, m->grad_u, m->relu_u, {m->y, m->dy}, {m->ds}, {m->grad_u, m->relu_u}) &&
+         NothingBetweenTouches(units, m->add_u, m->gconv_u, {m->ds}, bias_writes, {m->add_u, m->gconv_u});
+}
+
+void Apply(const Cluster& c, Units& units, const Chain& m, int64_t block, StepTrace& trace) {
+  const auto& conv = static_cast<const OneDnnConvUnit&>(*units[m.conv_u]);
+  FusedConvSpec spec = conv.spec();
+  spec.dst_block = block;
+  const std::string yb = BlockedName(m.y, block), dsb = BlockedName(m.ds, block);
+  std::vector<std::string> cargs = conv.args();
+  const std::vector<int> conv_ops = conv.ops();
+  const ConvGradUnit::Args ga{cargs[0], cargs[1], dsb, c.Out(m.gconv, GradVarName("Input")),
+                              c.Out(m.gconv, GradVarName("Filter")), m.db};
+  cargs.back() = yb;
+  const Dims yd = c.dims(m.y);
+  units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, conv_ops, spec, cargs);
+  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, yb, m.p, yd, block);
+  // dy is never stored: the pooling gradient kernel applies relu's.
+  units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, std::vector<int>{m.pool_grad, m.relu_grad},
+                                                             std::vector<std::string>{yb, m.p, m.dp, dsb}, yd, block,
+                                                             PoolGradThen::kReluGrad);
+  units[m.relu_u].reset();
+  units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, std::vector<int>{m.add, m.gconv}, spec, ga);
+  units[m.add_u].reset();
+  trace.Match(OpList(c, conv_ops) + ", " + OpList(c, {m.pool, m.pool_grad, m.relu_grad, m.add, m.gconv}) + " -> " +
+              m.y + " and " + m.ds + " kept in nChw" + std::to_string(block) + "c");
+}
+
+}  // namespace
+
+Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
+  if (!c.options().use_onednn || !c.options().fuse_elementwise) return units;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (!units[u]) continue;
+    const Uses uses(units);
+    Chain m;
+    if (!MatchForward(c, units, uses, static_cast<int>(u), &m) || !MatchBackward(c, units, uses, &m)) continue;
+    // The last check: oneDNN's choice for the shape (a primitive descriptor).
+    const int64_t block = ConvForwardDstBlock(static_cast<const OneDnnConvUnit&>(*units[u]).spec());
+    if (block != 0) Apply(c, units, m, block, trace);
+  }
+  Compact(&units);
+  return units;
+}
+
+}  // namespace kiln::jit

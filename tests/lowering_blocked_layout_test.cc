@@ -1,0 +1,159 @@
+// Lowering step blocked_layout (compiler/lowering/blocked_layout.h): a
+// conv + bias + relu whose output is max-pooled keeps that output, and the
+// gradients flowing back into the conv, in oneDNN's nChw<b>c layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "compiler/blocked_pool.h"
+#include "compiler/onednn_lowering.h"
+#include "tests/bf16_util.h"
+#include "tests/lowering_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+// conv2d (3x3, pad 1) + bias + relu -> act, 2x2 max pool -> p, and the
+// backward of that from dp: pool2d_grad, relu_grad, elementwise_add_grad,
+// conv2d_grad (dx when `want_dx`). `pool_k` is the pooling window and stride.
+LoweringCase ConvPoolChain(const std::string& name, Dims x, Dims f, bool want_dx, int64_t pool_k = 2) {
+  LoweringCase c = ConvBiasAct(name, true, "relu", x, f, 1, 1, 1);
+  const std::vector<int64_t> window = {pool_k, pool_k}, strides = {1, 1}, pads = {1, 1};
+  c.ops.push_back(OpBuilder("pool2d").In("X", {"act"}).Out("Out", {"p"}).Attr("ksize", window).Attr("strides", window).Build());
+  c.ops.push_back(OpBuilder("pool2d_grad")
+                      .In("X", {"act"})
+                      .In("Out", {"p"})
+                      .In("Out@GRAD", {"dp"})
+                      .Out("X@GRAD", {"dact"})
+                      .Attr("ksize", window)
+                      .Attr("strides", window)
+                      .Build());
+  c.ops.push_back(OpBuilder("relu_grad").In("Out", {"act"}).In("Out@GRAD", {"dact"}).Out("X@GRAD", {"dsum"}).Build());
+  c.ops.push_back(OpBuilder("elementwise_add_grad")
+                      .In("Y", {"b"})
+                      .In("Out@GRAD", {"dsum"})
+                      .Out("X@GRAD", {"dconv"})
+                      .Out("Y@GRAD", {"db"})
+                      .Attr("axis", int64_t{1})
+                      .Build());
+  OpBuilder g("conv2d_grad");
+  g.In("Input", {"x"}).In("Filter", {"f"}).In("Output@GRAD", {"dconv"}).Out("Filter@GRAD", {"df"});
+  g.Out("Input@GRAD", {want_dx ? "dx" : kEmptyVarName});
+  c.ops.push_back(g.Attr("strides", strides).Attr("paddings", pads).Attr("groups", int64_t{1}).Build());
+  const Dims p = {x[0], f[0], x[2] / pool_k, x[3] / pool_k};
+  c.inputs.push_back({"dp", p});
+  c.outputs = {"p", "df", "db"};
+  if (want_dx) c.outputs.push_back("dx");
+  return c;
+}
+
+TEST(BlockedLayoutTest, ConvReluPoolAndTheirGradientsStayBlocked) {
+  // 6 channels: one block, 10 (or 2) padded lanes.
+  const LoweringCase c = ConvPoolChain("blocked_layout", {3, 2, 10, 8}, {6, 2, 3, 3}, true);
+  CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 1e-4, 1e-5);
+  EXPECT_TRUE(StepMatched(*obj, "blocked_layout")) << obj->lowering;
+  // The conv writes its dst in its own layout: the kernel names no dst
+  // reorder (the filter's stays; the backward primitives reorder diff_dst
+  // only when their fastest layout for the shape is another).
+  const std::string listing = obj->Listing();
+  EXPECT_NE(listing.find("relu gradient, X and dX in nChw16c"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("oneDNN convolution (jit"), std::string::npos) << listing;
+  EXPECT_EQ(listing.find("reorders dst"), std::string::npos) << listing;
+  EXPECT_EQ(listing.find(", dst)"), std::string::npos) << listing;
+  // 19 channels: a whole block and a tail; no input gradient.
+  const auto two = CheckLoweringNumerics(ConvPoolChain("blocked_two_blocks", {2, 3, 6, 12}, {19, 3, 3, 3}, false),
+                                         1e-4, 1e-5, 7);
+  EXPECT_TRUE(StepMatched(*two, "blocked_layout")) << two->lowering;
+}
+
+TEST(BlockedLayoutTest, RunsWithBf16Convolutions) {
+  KILN_SKIP_WITHOUT_BF16();
+  LoweringCase c = ConvPoolChain("blocked_bf16", {2, 3, 8, 6}, {5, 3, 3, 3}, true);
+  c.options.amp_compute = ComputeType::kBF16;
+  // The longest contraction: dW and db sum over N*H*W = 96 products.
+  const auto obj = CheckLoweringNumerics(c, Bf16Atol(96), 0);
+  // It fires where oneDNN's bf16 forward writes a blocked f32 dst; with AMX
+  // it picks channels-last, which the step does not keep.
+  jit::FusedConvSpec spec;
+  spec.input_dims = {2, 3, 8, 6};
+  spec.filter_dims = {5, 3, 3, 3};
+  spec.strides = spec.paddings = spec.dilations = {1, 1};
+  spec.bias = true;
+  spec.activation = jit::MatmulActivation::kRelu;
+  spec.compute = ComputeType::kBF16;
+  EXPECT_EQ(StepMatched(*obj, "blocked_layout"), jit::ConvForwardDstBlock(spec) != 0) << obj->lowering;
+}
+
+TEST(BlockedLayoutTest, DoesNotFireWhenTheActivationLeavesOrThePoolIsNotTwoByTwo) {
+  LoweringCase leaves = ConvPoolChain("blocked_layout_not_fired", {2, 2, 6, 6}, {4, 2, 3, 3}, false);
+  leaves.outputs.push_back("act");
+  CheckLoweringGolden(leaves);
+  const auto obj = CheckLoweringNumerics(leaves, 1e-4, 1e-5);
+  EXPECT_FALSE(StepMatched(*obj, "blocked_layout")) << obj->lowering;
+  const auto three = CheckLoweringNumerics(ConvPoolChain("blocked_pool3", {2, 2, 6, 6}, {4, 2, 3, 3}, false, 3),
+                                           1e-4, 1e-5);
+  EXPECT_FALSE(StepMatched(*three, "blocked_layout")) << three->lowering;
+}
+
+// The kernels against the plain definitions, with ties, NaN and every
+// block size oneDNN uses.
+TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
+  const int64_t n = 2, ch = 11, h = 4, w = 6;
+  for (int64_t b : {8, 16}) {
+    const int64_t cb = (ch + b - 1) / b;
+    std::vector<float> plain(n * ch * h * w), blocked(n * cb * h * w * b, 0.f);
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<float>((i * 7919) % 5) - 2.f;  // many ties
+    plain[3] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t img = 0; img < n; ++img) {
+      for (int64_t k = 0; k < ch; ++k) {
+        for (int64_t s = 0; s < h * w; ++s) {
+          blocked[((img * cb + k / b) * h * w + s) * b + k % b] = plain[(img * ch + k) * h * w + s];
+        }
+      }
+    }
+    std::vector<float> out(n * ch * (h / 2) * (w / 2)), dout(out.size()), dx(blocked.size(), 5.f);
+    jit::MaxPool2x2BlockedToPlain(blocked.data(), out.data(), n, ch, h, w, b);
+    for (size_t i = 0; i < dout.size(); ++i) dout[i] = 1.f + static_cast<float>(i);
+    jit::MaxPool2x2GradPlainToBlocked(blocked.data(), out.data(), dout.data(), dx.data(), n, ch, h, w, b);
+    for (int64_t img = 0; img < n; ++img) {
+      for (int64_t k = 0; k < cb * b; ++k) {
+        for (int64_t i = 0; i < h / 2; ++i) {
+          for (int64_t j = 0; j < w / 2; ++j) {
+            float* d[4];
+            int first = -1;
+            bool nan = false;
+            float m = -INFINITY;
+            for (int q = 0; q < 4; ++q) {
+              const int64_t y = 2 * i + q / 2, x = 2 * j + q % 2;
+              d[q] = &dx[((img * cb + k / b) * h * w + y * w + x) * b + k % b];
+              if (k >= ch) continue;
+              const float v = plain[(img * ch + k) * h * w + y * w + x];
+              if (std::isnan(v) && !nan) {
+                nan = true;
+                m = v;
+              }
+              if (!nan && v > m) m = v;
+            }
+            if (k >= ch) {
+              for (float* p : d) EXPECT_EQ(*p, 0.f) << "padded lane " << k;
+              continue;
+            }
+            const int64_t o = ((img * ch + k) * (h / 2) + i) * (w / 2) + j;
+            EXPECT_TRUE(nan ? std::isnan(out[o]) : out[o] == m) << "window " << o << " b " << b;
+            for (int q = 0; q < 4 && first < 0; ++q) {
+              const int64_t y = 2 * i + q / 2, x = 2 * j + q % 2;
+              if (plain[(img * ch + k) * h * w + y * w + x] == out[o]) first = q;
+            }
+            if (first < 0) first = 3;  // a NaN maximum: the window's last element, as the plain kernel
+            for (int q = 0; q < 4; ++q) EXPECT_EQ(*d[q], q == first ? dout[o] : 0.f) << "window " << o << " q " << q;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::test
