@@ -3,7 +3,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
+#include "framework/bf16.h"
 #include "framework/error.h"
 
 namespace kiln::jit {
@@ -61,115 +64,162 @@ __attribute__((target("avx512f"))) void PoolGradWindows16(const float* r0, const
 
 const bool kAvx512 = __builtin_cpu_supports("avx512f");
 
-// One output row i of plane (blocked [h][w][B]) into plain rows o + l*oh*ow.
+// B: the channel group at compile time (8, 16), or 0 for `b` at run time
+// (nhwc, one group of all channels). m, gv: kChunk * b floats of scratch.
 template <int B>
-inline void PoolRow(const float* plane, float* o, int64_t lanes, int64_t i, int64_t w, int64_t oh, int64_t ow) {
-  const float* r0 = plane + 2 * i * w * B;
-  const float* r1 = r0 + w * B;
-  float m[kChunk * B];
+inline void PoolRow(const float* plane, float* o, int64_t lanes, int64_t i, int64_t w, int64_t oh, int64_t ow,
+                    int64_t b, float* m) {
+  const int64_t bb = B > 0 ? B : b;
+  const float* r0 = plane + 2 * i * w * bb;
+  const float* r1 = r0 + w * bb;
+  const bool wide = B == 16 && kAvx512;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    for (int64_t j = (B == 16 && kAvx512) ? n : 0; j < n; ++j) {
-      const float* a = r0 + 2 * (j0 + j) * B;
-      const float* c = r1 + 2 * (j0 + j) * B;
+    if (wide) PoolWindows16(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, n);
+    for (int64_t j = wide ? n : 0; j < n; ++j) {
+      const float* a = r0 + 2 * (j0 + j) * bb;
+      const float* c = r1 + 2 * (j0 + j) * bb;
 #pragma omp simd
-      for (int l = 0; l < B; ++l) {
-        m[j * B + l] = MaxKeepNaN(MaxKeepNaN(MaxKeepNaN(a[l], a[B + l]), c[l]), c[B + l]);
+      for (int64_t l = 0; l < bb; ++l) {
+        m[j * bb + l] = MaxKeepNaN(MaxKeepNaN(MaxKeepNaN(a[l], a[bb + l]), c[l]), c[bb + l]);
       }
     }
-    if (B == 16 && kAvx512) PoolWindows16(r0 + 2 * j0 * B, r1 + 2 * j0 * B, m, n);
     for (int64_t l = 0; l < lanes; ++l) {
       float* dst = o + (l * oh + i) * ow + j0;
-      for (int64_t j = 0; j < n; ++j) dst[j] = m[j * B + l];
+      for (int64_t j = 0; j < n; ++j) dst[j] = m[j * bb + l];
     }
   }
 }
 
-
 template <int B>
 inline void PoolGradRow(const float* plane, const float* o, const float* g, float* dplane, int64_t lanes, int64_t i,
-                        int64_t w, int64_t oh, int64_t ow, PoolGradThen then) {
+                        int64_t w, int64_t oh, int64_t ow, int64_t b, PoolGradThen then, float* m, float* gv) {
+  const int64_t bb = B > 0 ? B : b;
   const bool relu = then == PoolGradThen::kReluGrad;
-  const float* r0 = plane + 2 * i * w * B;
-  const float* r1 = r0 + w * B;
-  float* d0 = dplane + 2 * i * w * B;
-  float* d1 = d0 + w * B;
-  float m[kChunk * B], gv[kChunk * B];
+  const float* r0 = plane + 2 * i * w * bb;
+  const float* r1 = r0 + w * bb;
+  float* d0 = dplane + 2 * i * w * bb;
+  float* d1 = d0 + w * bb;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    for (int64_t l = 0; l < B; ++l) {
+    for (int64_t l = 0; l < bb; ++l) {
       const float* src_m = o + (l * oh + i) * ow + j0;
       const float* src_g = g + (l * oh + i) * ow + j0;
       for (int64_t j = 0; j < n; ++j) {
         // Padded lanes: x is 0 there, so max 0 and gradient 0 write zeros.
-        m[j * B + l] = l < lanes ? src_m[j] : 0.f;
-        gv[j * B + l] = l < lanes ? src_g[j] : 0.f;
+        m[j * bb + l] = l < lanes ? src_m[j] : 0.f;
+        gv[j * bb + l] = l < lanes ? src_g[j] : 0.f;
       }
     }
     if (B == 16 && kAvx512) {
-      PoolGradWindows16(r0 + 2 * j0 * B, r1 + 2 * j0 * B, m, gv, d0 + 2 * j0 * B, d1 + 2 * j0 * B, n, then);
+      PoolGradWindows16(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, then);
       continue;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t at = 2 * (j0 + j) * B;
+      const int64_t at = 2 * (j0 + j) * bb;
 #pragma omp simd
-      for (int l = 0; l < B; ++l) {
+      for (int64_t l = 0; l < bb; ++l) {
         // First maximum in row-major order: a, b, c, d (branch-free).
-        const float mx = m[j * B + l], gg = gv[j * B + l];
+        const float mx = m[j * bb + l], gg = gv[j * bb + l];
         const bool ta = r0[at + l] == mx;
-        const bool tb = !ta && r0[at + B + l] == mx;
+        const bool tb = !ta && r0[at + bb + l] == mx;
         const bool tc = !ta && !tb && r1[at + l] == mx;
         const bool td = !ta && !tb && !tc;
         // relu's gradient where it follows: out > 0 ? dout : 0.
         d0[at + l] = ta && (!relu || r0[at + l] > 0.f) ? gg : 0.f;
-        d0[at + B + l] = tb && (!relu || r0[at + B + l] > 0.f) ? gg : 0.f;
+        d0[at + bb + l] = tb && (!relu || r0[at + bb + l] > 0.f) ? gg : 0.f;
         d1[at + l] = tc && (!relu || r1[at + l] > 0.f) ? gg : 0.f;
-        d1[at + B + l] = td && (!relu || r1[at + B + l] > 0.f) ? gg : 0.f;
+        d1[at + bb + l] = td && (!relu || r1[at + bb + l] > 0.f) ? gg : 0.f;
       }
     }
   }
 }
 
 template <int B>
-void PoolAll(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w) {
-  const int64_t cb = (c + B - 1) / B, oh = h / 2, ow = w / 2;
-#pragma omp parallel for schedule(static) if (n * cb * h * w * B >= 64 * 1024)
+void PoolAll(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
+  const int64_t cb = (c + b - 1) / b, oh = h / 2, ow = w / 2;
+#pragma omp parallel for schedule(static) if (n * cb * h * w * b >= 64 * 1024)
   for (int64_t p = 0; p < n * cb; ++p) {
-    const int64_t img = p / cb, blk = p % cb, lanes = std::min<int64_t>(B, c - blk * B);
+    const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
+    std::vector<float> m(kChunk * b);
     for (int64_t i = 0; i < oh; ++i) {
-      PoolRow<B>(x + p * h * w * B, out + (img * c + blk * B) * oh * ow, lanes, i, w, oh, ow);
+      PoolRow<B>(x + p * h * w * b, out + (img * c + blk * b) * oh * ow, lanes, i, w, oh, ow, b, m.data());
     }
   }
 }
 
-template <int B>
-void PoolGradAll(const float* x, const float* out, const float* dout, float* dx, int64_t n, int64_t c, int64_t h,
-                 int64_t w, PoolGradThen then) {
-  const int64_t cb = (c + B - 1) / B, oh = h / 2, ow = w / 2;
-#pragma omp parallel for schedule(static) if (n * cb * h * w * B >= 64 * 1024)
+__attribute__((target("avx512f,avx512bf16"))) void ToBf16Native(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
+  }
+  for (; i < n; ++i) dst[i] = FloatToBf16Bits(src[i]);
+}
+
+const bool kAvx512Bf16 = __builtin_cpu_supports("avx512bf16") && kAvx512;
+
+void ToBf16(const float* src, uint16_t* dst, int64_t n) {
+  if (kAvx512Bf16) return ToBf16Native(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16Bits(src[i]);
+}
+
+// T: float, or uint16_t for bf16 (each pair of rows goes through a float
+// scratch pair and is converted).
+template <int B, typename T>
+void PoolGradAll(const float* x, const float* out, const float* dout, T* dx, int64_t n, int64_t c, int64_t h,
+                 int64_t w, int64_t b, PoolGradThen then) {
+  const int64_t cb = (c + b - 1) / b, oh = h / 2, ow = w / 2;
+#pragma omp parallel for schedule(static) if (n * cb * h * w * b >= 64 * 1024)
   for (int64_t p = 0; p < n * cb; ++p) {
-    const int64_t img = p / cb, blk = p % cb, lanes = std::min<int64_t>(B, c - blk * B);
-    const int64_t plain = (img * c + blk * B) * oh * ow;
+    const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
+    const int64_t plain = (img * c + blk * b) * oh * ow;
+    std::vector<float> m(kChunk * b), gv(kChunk * b), rows(std::is_same_v<T, float> ? 0 : 2 * w * b);
     for (int64_t i = 0; i < oh; ++i) {
-      PoolGradRow<B>(x + p * h * w * B, out + plain, dout + plain, dx + p * h * w * B, lanes, i, w, oh, ow, then);
+      T* dplane = dx + p * h * w * b;
+      if constexpr (std::is_same_v<T, float>) {
+        PoolGradRow<B>(x + p * h * w * b, out + plain, dout + plain, dplane, lanes, i, w, oh, ow, b, then, m.data(),
+                       gv.data());
+      } else {
+        // The row pair 2i, 2i+1 into rows (as the plane's rows 0 and 1).
+        PoolGradRow<B>(x + p * h * w * b + 2 * i * w * b, out + plain + i * ow, dout + plain + i * ow,
+                       rows.data(), lanes, 0, w, oh, ow, b, then, m.data(), gv.data());
+        ToBf16(rows.data(), dplane + 2 * i * w * b, 2 * w * b);
+      }
     }
   }
+}
+
+void PoolAny(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
+  KILN_CHECK(b >= 1 && (b >= c || b == 8 || b == 16));
+  if (b == 16) return PoolAll<16>(x, out, n, c, h, w, b);
+  if (b == 8) return PoolAll<8>(x, out, n, c, h, w, b);
+  PoolAll<0>(x, out, n, c, h, w, b);
+}
+
+template <typename T>
+void PoolGradAny(const float* x, const float* out, const float* dout, T* dx, int64_t n, int64_t c, int64_t h,
+                 int64_t w, int64_t b, PoolGradThen then) {
+  KILN_CHECK(b >= 1 && (b >= c || b == 8 || b == 16));
+  if (b == 16) return PoolGradAll<16>(x, out, dout, dx, n, c, h, w, b, then);
+  if (b == 8) return PoolGradAll<8>(x, out, dout, dx, n, c, h, w, b, then);
+  PoolGradAll<0>(x, out, dout, dx, n, c, h, w, b, then);
 }
 
 }  // namespace
 
-void MaxPool2x2BlockedToPlain(
-    const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
-  KILN_CHECK(b == 8 || b == 16);
-  if (b == 16) return PoolAll<16>(x, out, n, c, h, w);
-  PoolAll<8>(x, out, n, c, h, w);
+void MaxPool2x2BlockedToPlain(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
+  PoolAny(x, out, n, c, h, w, b);
 }
 
-void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float* dout, float* dx, int64_t n, int64_t c, int64_t h, int64_t w,
-    int64_t b, PoolGradThen then) {
-  KILN_CHECK(b == 8 || b == 16);
-  if (b == 16) return PoolGradAll<16>(x, out, dout, dx, n, c, h, w, then);
-  PoolGradAll<8>(x, out, dout, dx, n, c, h, w, then);
+void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float* dout, float* dx, int64_t n,
+                                  int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then) {
+  PoolGradAny(x, out, dout, dx, n, c, h, w, b, then);
+}
+
+void MaxPool2x2GradPlainToBlockedBf16(const float* x, const float* out, const float* dout, uint16_t* dx, int64_t n,
+                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then) {
+  PoolGradAny(x, out, dout, dx, n, c, h, w, b, then);
 }
 
 }  // namespace kiln::jit

@@ -283,7 +283,7 @@ std::string ConvShapes(const FusedConvSpec& spec) {
   return "input " + DimsToString(spec.input_dims) + " filter " + DimsToString(spec.filter_dims) + " strides " +
          DimsToString(spec.strides) + " paddings " + DimsToString(spec.paddings) + " dilations " +
          DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups) +
-         (spec.dst_block != 0 ? " output nChw" + std::to_string(spec.dst_block) + "c" : "");
+         (spec.dst_layout != ActLayout::kPlain ? std::string(" output ") + ActLayoutName(spec.dst_layout) : "");
 }
 
 // The handler of `spec` (with its fusion when `fused`); throws when the dims
@@ -297,7 +297,7 @@ std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, bo
                          " do not make a 2-D convolution: expected input [N,C,H,W], filter [O,C/groups,KH,KW] with O "
                          "divisible by groups, 2 strides and dilations >= 1, 2 paddings >= 0, and a window that fits");
   }
-  if (spec.dst_block != 0) h->BindBlocked(spec.dst_block);
+  if (spec.dst_layout != ActLayout::kPlain) h->BindKept(spec.dst_layout);
   return h;
 }
 
@@ -311,9 +311,15 @@ BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
 // conv_backward_weights(Input, dY): one or two cached entries.
 class ConvGradKernel final : public runtime::Kernel {
  public:
-  ConvGradKernel(const FusedConvSpec& spec, bool want_dinput, bool want_dbias, std::string name)
+  ConvGradKernel(const FusedConvSpec& spec, bool want_dinput, bool want_dbias, DataType dy_dtype, std::string name)
       : name_(std::move(name)), want_dinput_(want_dinput) {
     auto h = ConvHandlerOf(spec, /*fused=*/false);
+    if (dy_dtype != DataType::kFP32) {
+      if (dy_dtype != DataType::kBF16 || spec.compute != ComputeType::kBF16) {
+        ThrowInvalidArgument("oneDNN convolution gradient: dY as ", DataTypeName(dy_dtype), " needs it bf16 under bf16 compute");
+      }
+      h->BindKept(spec.dst_layout, dy_dtype);
+    }
     if (want_dbias) h->WithDiffBias();
     const std::string what = "convolution gradient for " + ConvShapes(spec);
     if (want_dinput) {
@@ -391,15 +397,15 @@ std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& 
   return std::make_shared<FusedConvKernel>(spec, name);
 }
 
-int64_t ConvForwardDstBlock(const FusedConvSpec& spec) {
+ActLayout ConvForwardDstLayout(const FusedConvSpec& spec) {
   FusedConvSpec plain = spec;
-  plain.dst_block = 0;
-  return ConvHandlerOf(plain, /*fused=*/true)->ForwardDstBlock();
+  plain.dst_layout = ActLayout::kPlain;
+  return ConvHandlerOf(plain, /*fused=*/true)->ForwardDstLayout();
 }
 
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
-                                                          const std::string& name) {
-  return std::make_shared<ConvGradKernel>(conv, want_dinput, want_dbias, name);
+                                                          const std::string& name, DataType dy_dtype) {
+  return std::make_shared<ConvGradKernel>(conv, want_dinput, want_dbias, dy_dtype, name);
 }
 
 }  // namespace kiln::jit

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "compiler/isa.h"
+#include "framework/act_layout.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 
@@ -72,22 +73,23 @@ struct FusedConvSpec {
   // kBF16: bf16 input and filter (converted by the entry's reorders), f32
   // accumulation, bias, post-ops and Output (onednn::ConvHandler).
   ComputeType compute = ComputeType::kF32;
-  // Output is bound in nChw<dst_block>c ([N, ceil(O/b), OH, OW, b], the
-  // padded channels zero) without a reorder; 0: plain NCHW.
-  int64_t dst_block = 0;
+  // The layout Output is bound in without a reorder (framework/act_layout.h:
+  // nChw16c pads the channels with zeros).
+  ActLayout dst_layout = ActLayout::kPlain;
 };
 
-// The channel block of the dst layout oneDNN's forward primitive picks for
-// `spec` (8 or 16), or 0 when it picks another layout or none.
-int64_t ConvForwardDstBlock(const FusedConvSpec& spec);
+// The layout oneDNN's forward primitive picks for `spec`'s f32 Output when it
+// is one a cluster can keep (nChw8c, nChw16c, nhwc); kPlain otherwise.
+ActLayout ConvForwardDstLayout(const FusedConvSpec& spec);
 
 // The gradients of a conv2d (and of the bias added after it): `conv` gives
-// the shapes, groups and compute type; with `conv.dst_block` dY comes in
-// nChw<b>c. Arguments at run time: Input, Filter, dY -> [dInput,] dFilter
+// the shapes, groups and compute type; dY comes in `conv.dst_layout`, as
+// `dy_dtype` (bf16 only under bf16 compute). Arguments at run time: Input, Filter, dY -> [dInput,] dFilter
 // [, dBias], dInput when `want_dinput`, dBias when `want_dbias` (oneDNN's
 // weights backward sums it in the same pass).
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
-                                                          const std::string& name);
+                                                          const std::string& name,
+                                                          DataType dy_dtype = DataType::kFP32);
 
 // One oneDNN convolution with the bias and activation fused. Arguments at run
 // time, all plain NCHW/OIHW buffers: Input, Filter[, Bias] -> Output

@@ -8,6 +8,7 @@
 
 #include "compiler/blocked_pool.h"
 #include "compiler/onednn_lowering.h"
+#include "framework/bf16.h"
 #include "tests/bf16_util.h"
 #include "tests/lowering_test_util.h"
 
@@ -74,8 +75,8 @@ TEST(BlockedLayoutTest, RunsWithBf16Convolutions) {
   c.options.amp_compute = ComputeType::kBF16;
   // The longest contraction: dW and db sum over N*H*W = 96 products.
   const auto obj = CheckLoweringNumerics(c, Bf16Atol(96), 0);
-  // It fires where oneDNN's bf16 forward writes a blocked f32 dst; with AMX
-  // it picks channels-last, which the step does not keep.
+  // It fires where oneDNN's bf16 forward writes its f32 dst in a layout the
+  // step keeps (with AMX: channels-last).
   jit::FusedConvSpec spec;
   spec.input_dims = {2, 3, 8, 6};
   spec.filter_dims = {5, 3, 3, 3};
@@ -83,7 +84,11 @@ TEST(BlockedLayoutTest, RunsWithBf16Convolutions) {
   spec.bias = true;
   spec.activation = jit::MatmulActivation::kRelu;
   spec.compute = ComputeType::kBF16;
-  EXPECT_EQ(StepMatched(*obj, "blocked_layout"), jit::ConvForwardDstBlock(spec) != 0) << obj->lowering;
+  const ActLayout layout = jit::ConvForwardDstLayout(spec);
+  EXPECT_EQ(StepMatched(*obj, "blocked_layout"), layout != ActLayout::kPlain) << obj->lowering;
+  if (layout != ActLayout::kPlain) {
+    EXPECT_NE(obj->lowering.find(std::string("kept in ") + ActLayoutName(layout)), std::string::npos) << obj->lowering;
+  }
 }
 
 TEST(BlockedLayoutTest, DoesNotFireWhenTheActivationLeavesOrThePoolIsNotTwoByTwo) {
@@ -98,10 +103,10 @@ TEST(BlockedLayoutTest, DoesNotFireWhenTheActivationLeavesOrThePoolIsNotTwoByTwo
 }
 
 // The kernels against the plain definitions, with ties, NaN and every
-// block size oneDNN uses.
+// kept layout's channel group.
 TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
   const int64_t n = 2, ch = 11, h = 4, w = 6;
-  for (int64_t b : {8, 16}) {
+  for (int64_t b : {int64_t{8}, int64_t{16}, ch}) {  // nChw8c, nChw16c, nhwc (one group of all channels)
     const int64_t cb = (ch + b - 1) / b;
     std::vector<float> plain(n * ch * h * w), blocked(n * cb * h * w * b, 0.f);
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<float>((i * 7919) % 5) - 2.f;  // many ties
@@ -115,8 +120,16 @@ TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
     }
     std::vector<float> out(n * ch * (h / 2) * (w / 2)), dout(out.size()), dx(blocked.size(), 5.f);
     jit::MaxPool2x2BlockedToPlain(blocked.data(), out.data(), n, ch, h, w, b);
-    for (size_t i = 0; i < dout.size(); ++i) dout[i] = 1.f + static_cast<float>(i);
+    for (size_t i = 0; i < dout.size(); ++i) dout[i] = 1.f + static_cast<float>(i) / 3.f;  // not all exact in bf16
     jit::MaxPool2x2GradPlainToBlocked(blocked.data(), out.data(), dout.data(), dx.data(), n, ch, h, w, b);
+    // With relu's gradient, stored in bf16: the same routing, zero where x <= 0, rounded as framework/bf16.h.
+    std::vector<uint16_t> dx16(blocked.size(), 1);
+    jit::MaxPool2x2GradPlainToBlockedBf16(blocked.data(), out.data(), dout.data(), dx16.data(), n, ch, h, w, b,
+                                          jit::PoolGradThen::kReluGrad);
+    for (size_t i = 0; i < dx.size(); ++i) {
+      const float want = blocked[i] > 0.f ? dx[i] : 0.f;
+      ASSERT_EQ(dx16[i], FloatToBf16Bits(want)) << "element " << i << " b " << b;
+    }
     for (int64_t img = 0; img < n; ++img) {
       for (int64_t k = 0; k < cb * b; ++k) {
         for (int64_t i = 0; i < h / 2; ++i) {

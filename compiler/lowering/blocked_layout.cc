@@ -58,7 +58,7 @@ bool MatchForward(const Cluster& c, const Units& units, const Uses& uses, int u,
   const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
   if (conv == nullptr || conv->ops().size() != 3 || c.Excluded(kStep, conv->ops().front())) return false;
   const FusedConvSpec& spec = conv->spec();
-  if (spec.dst_block != 0 || !spec.bias || spec.activation != MatmulActivation::kRelu || spec.groups != 1) return false;
+  if (spec.dst_layout != ActLayout::kPlain || !spec.bias || spec.activation != MatmulActivation::kRelu || spec.groups != 1) return false;
   m->conv_u = u;
   m->y = conv->args()[3];
   if (c.IsOutput(m->y) || c.dims(m->y).size() != 4 || !Uses::Is(uses.writers, m->y, {u})) return false;
@@ -117,28 +117,31 @@ bool MatchBackward(const Cluster& c, const Units& units, const Uses& uses, Chain
          NothingBetweenTouches(units, m->add_u, m->gconv_u, {m->ds}, bias_writes, {m->add_u, m->gconv_u});
 }
 
-void Apply(const Cluster& c, Units& units, const Chain& m, int64_t block, StepTrace& trace) {
+void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, StepTrace& trace) {
   const auto& conv = static_cast<const OneDnnConvUnit&>(*units[m.conv_u]);
   FusedConvSpec spec = conv.spec();
-  spec.dst_block = block;
-  const std::string yb = BlockedName(m.y, block), dsb = BlockedName(m.ds, block);
+  spec.dst_layout = layout;
+  const std::string yb = KeptName(m.y, layout), dsb = KeptName(m.ds, layout);
   std::vector<std::string> cargs = conv.args();
   const std::vector<int> conv_ops = conv.ops();
+  // Under bf16 compute the backward primitives read ds in bf16: the pooling
+  // gradient kernel stores it so (the cast fused into its producer).
+  const DataType ds_type = spec.compute == ComputeType::kBF16 ? DataType::kBF16 : DataType::kFP32;
   const ConvGradUnit::Args ga{cargs[0], cargs[1], dsb, c.Out(m.gconv, GradVarName("Input")),
-                              c.Out(m.gconv, GradVarName("Filter")), m.db};
+                              c.Out(m.gconv, GradVarName("Filter")), m.db, ds_type};
   cargs.back() = yb;
   const Dims yd = c.dims(m.y);
   units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, conv_ops, spec, cargs);
-  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, yb, m.p, yd, block);
+  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, yb, m.p, yd, layout);
   // dy is never stored: the pooling gradient kernel applies relu's.
   units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, std::vector<int>{m.pool_grad, m.relu_grad},
-                                                             std::vector<std::string>{yb, m.p, m.dp, dsb}, yd, block,
-                                                             PoolGradThen::kReluGrad);
+                                                             std::vector<std::string>{yb, m.p, m.dp, dsb}, yd, layout,
+                                                             PoolGradThen::kReluGrad, ds_type);
   units[m.relu_u].reset();
   units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, std::vector<int>{m.add, m.gconv}, spec, ga);
   units[m.add_u].reset();
   trace.Match(OpList(c, conv_ops) + ", " + OpList(c, {m.pool, m.pool_grad, m.relu_grad, m.add, m.gconv}) + " -> " +
-              m.y + " and " + m.ds + " kept in nChw" + std::to_string(block) + "c");
+              m.y + " and " + m.ds + " kept in " + ActLayoutName(layout));
 }
 
 }  // namespace
@@ -151,8 +154,8 @@ Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
     Chain m;
     if (!MatchForward(c, units, uses, static_cast<int>(u), &m) || !MatchBackward(c, units, uses, &m)) continue;
     // The last check: oneDNN's choice for the shape (a primitive descriptor).
-    const int64_t block = ConvForwardDstBlock(static_cast<const OneDnnConvUnit&>(*units[u]).spec());
-    if (block != 0) Apply(c, units, m, block, trace);
+    const ActLayout layout = ConvForwardDstLayout(static_cast<const OneDnnConvUnit&>(*units[u]).spec());
+    if (layout != ActLayout::kPlain) Apply(c, units, m, layout, trace);
   }
   Compact(&units);
   return units;

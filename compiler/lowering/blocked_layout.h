@@ -1,26 +1,27 @@
 // Lowering step: a convolution whose bias-added, relu'd output is max-pooled
-// (2x2, stride 2) keeps that output inside the cluster in the channel-blocked
-// layout its oneDNN primitive writes (nChw16c with AVX-512, nChw8c with
-// AVX2), and so does the backward pass through it:
+// (2x2, stride 2) keeps that output inside the cluster in the layout its
+// oneDNN primitive writes (framework/act_layout.h: channel-blocked nChw16c
+// with AVX-512, nChw8c with AVX2; channels-last nhwc, as the bf16 AMX
+// kernels write), and so does the backward pass through it:
 //
-//   conv2d + bias + relu  -> y          (onednn_conv, dst bound blocked)
-//   pool2d(y)             -> p          (blocked_max_pool: blocked in, plain out)
-//   pool2d_grad(y, p, dp) -> dy         (blocked_max_pool_grad: dy blocked)
-//   relu_grad(dy, y)      -> ds         (blocked_ew: ds blocked)
+//   conv2d + bias + relu  -> y          (onednn_conv, dst bound kept)
+//   pool2d(y)             -> p          (blocked_max_pool: kept in, plain out)
+//   pool2d_grad(y, p, dp), relu_grad(dy, y)
+//                         -> ds         (blocked_max_pool_grad: one kernel,
+//                                        dy never stored, ds kept)
 //   elementwise_add_grad(ds), conv2d_grad(x, w, ds)
-//                         -> dx, dw, db (onednn_conv_grad: ds bound blocked,
+//                         -> dx, dw, db (onednn_conv_grad: ds bound kept,
 //                                        db from the weights' backward)
 //
-// Without it oneDNN reorders y out of its blocked dst and ds back into it,
-// and the first layer's pooling and its gradient run on the plain layout.
+// Without it oneDNN reorders y out of its dst layout and ds back into it,
+// and the pooling and its gradient run on the plain layout.
 // The pooled output p is written plain: the next conv's primitive reads the
 // layout it picks for itself, from a plain tensor.
 //
 // Fires when every reader of y, dy and ds is in the pattern (none leaves the
-// cluster), the forward primitive picks a blocked dst for the conv's shape,
-// the relu gradient maps zeros to zeros (padded lanes stay zero), and
-// nothing between the bias gradient and the conv gradient touches what
-// moves.
+// cluster), the forward primitive picks a layout it can keep for the conv's
+// shape, and nothing between the moved ops (relu_grad up, the bias
+// gradient down) touches what they read or write.
 #pragma once
 
 #include "compiler/lowering/trace.h"

@@ -7,55 +7,67 @@
 
 namespace kiln::jit {
 
-std::string BlockedName(const std::string& var, int64_t block) {
-  return var + "@nChw" + std::to_string(block) + "c";
-}
+std::string KeptName(const std::string& var, ActLayout layout) { return var + "@" + ActLayoutName(layout); }
 
-proto::VarDesc BlockedVar(const Cluster& c, const std::string& blocked, int64_t block) {
-  const std::string suffix = BlockedName("", block);
-  KILN_CHECK(blocked.size() > suffix.size() && blocked.compare(blocked.size() - suffix.size(), suffix.size(), suffix) == 0);
-  const std::string var = blocked.substr(0, blocked.size() - suffix.size());
+proto::VarDesc KeptVar(const Cluster& c, const std::string& kept, ActLayout layout, DataType dtype) {
+  const std::string suffix = KeptName("", layout);
+  KILN_CHECK(kept.size() > suffix.size() && kept.compare(kept.size() - suffix.size(), suffix.size(), suffix) == 0);
+  const std::string var = kept.substr(0, kept.size() - suffix.size());
   const Dims d = c.dims(var);
   KILN_CHECK(d.size() == 4 && c.IsF32(var));
   proto::VarDesc v = c.var(var);
-  v.set_name(blocked);
+  v.set_name(kept);
   v.set_persistable(false);
+  if (dtype == DataType::kBF16) v.set_dtype(proto::BF16);
   v.clear_dims();
-  for (int64_t x : {d[0], (d[1] + block - 1) / block, d[2], d[3], block}) v.add_dims(x);
+  for (int64_t x : ActStoredDims(layout, d)) v.add_dims(x);
   return v;
 }
 
 namespace {
 
-std::string LayoutText(int64_t block) { return "nChw" + std::to_string(block) + "c"; }
 
 class BlockedMaxPoolKernel final : public runtime::Kernel {
  public:
   // then: the gradient's kernel (nullptr: the forward's).
-  BlockedMaxPoolKernel(std::string name, const Dims& x_dims, int64_t block, const PoolGradThen* then)
-      : name_(std::move(name)), x_(x_dims), block_(block), grad_(then != nullptr), then_(then ? *then : PoolGradThen{}) {}
+  BlockedMaxPoolKernel(std::string name, const Dims& x_dims, ActLayout layout, const PoolGradThen* then,
+                       DataType out = DataType::kFP32)
+      : name_(std::move(name)),
+        out_(out),
+        x_(x_dims),
+        layout_(layout),
+        group_(ActChannelGroup(layout, x_dims[1])),
+        grad_(then != nullptr),
+        then_(then ? *then : PoolGradThen{}) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    if (!grad_) return "kiln max-pool 2x2/2 from " + LayoutText(block_) + " into plain NCHW";
+    if (!grad_) return std::string("kiln max-pool 2x2/2 from ") + ActLayoutName(layout_) + " into plain NCHW";
     return "kiln max-pool 2x2/2 gradient" +
            std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") + ", X and dX in " +
-           LayoutText(block_) + " (first maximum of each window)";
+           ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
+           " (first maximum of each window)";
   }
   void Run(const runtime::BufferView* args) const override {
-    if (grad_) {
+    if (grad_ && out_ == DataType::kBF16) {
+      MaxPool2x2GradPlainToBlockedBf16(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
+                                       static_cast<const float*>(args[2].data), static_cast<uint16_t*>(args[3].data),
+                                       x_[0], x_[1], x_[2], x_[3], group_, then_);
+    } else if (grad_) {
       MaxPool2x2GradPlainToBlocked(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
                                    static_cast<const float*>(args[2].data), static_cast<float*>(args[3].data), x_[0],
-                                   x_[1], x_[2], x_[3], block_, then_);
+                                   x_[1], x_[2], x_[3], group_, then_);
     } else {
       MaxPool2x2BlockedToPlain(static_cast<const float*>(args[0].data), static_cast<float*>(args[1].data), x_[0],
-                               x_[1], x_[2], x_[3], block_);
+                               x_[1], x_[2], x_[3], group_);
     }
   }
 
  private:
   std::string name_;
+  DataType out_;
   Dims x_;
-  int64_t block_;
+  ActLayout layout_;
+  int64_t group_;
   bool grad_;
   PoolGradThen then_;
 };
@@ -64,13 +76,13 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
 
 // ---- BlockedMaxPoolUnit --------------------------------------------------------------
 
-BlockedMaxPoolUnit::BlockedMaxPoolUnit(const std::string& step, int op, std::string x_blocked, std::string out,
-                                       Dims x_dims, int64_t block)
-    : Unit(step, {op}, {x_blocked}, {out}),
-      x_(std::move(x_blocked)),
+BlockedMaxPoolUnit::BlockedMaxPoolUnit(const std::string& step, int op, std::string x_kept, std::string out,
+                                       Dims x_dims, ActLayout layout)
+    : Unit(step, {op}, {x_kept}, {out}),
+      x_(std::move(x_kept)),
       out_(std::move(out)),
       x_dims_(std::move(x_dims)),
-      block_(block) {}
+      layout_(layout) {}
 
 std::string BlockedMaxPoolUnit::Describe(const Cluster&) const {
   return "kiln max-pool 2x2/2 kernel reading " + x_ + ", writing " + out_ + " plain";
@@ -78,7 +90,7 @@ std::string BlockedMaxPoolUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> BlockedMaxPoolUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), x_dims_, block_, nullptr);
+  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), x_dims_, layout_, nullptr);
   k.args = {x_, out_};
   k.num_inputs = 1;
   return {k};
@@ -87,13 +99,14 @@ std::vector<EmittedKernel> BlockedMaxPoolUnit::Emit(EmitContext& ctx) const {
 // ---- BlockedMaxPoolGradUnit ----------------------------------------------------------
 
 BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops,
-                                               std::vector<std::string> args, Dims x_dims, int64_t block,
-                                               PoolGradThen then)
+                                               std::vector<std::string> args, Dims x_dims, ActLayout layout,
+                                               PoolGradThen then, DataType out)
     : Unit(step, std::move(ops), {args.at(0), args.at(1), args.at(2)}, {args.at(3)}),
       args_(std::move(args)),
       x_dims_(std::move(x_dims)),
-      block_(block),
-      then_(then) {}
+      layout_(layout),
+      then_(then),
+      out_(out) {}
 
 std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {
   return "kiln max-pool 2x2/2 gradient" + std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") +
@@ -102,10 +115,10 @@ std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool_grad"), x_dims_, block_, &then_);
+  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool_grad"), x_dims_, layout_, &then_, out_);
   k.args = args_;
   k.num_inputs = 3;
-  k.new_vars.push_back(BlockedVar(ctx.cluster(), args_[3], block_));
+  k.new_vars.push_back(KeptVar(ctx.cluster(), args_[3], layout_, out_));
   return {k};
 }
 
@@ -135,7 +148,8 @@ std::string ConvGradUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> ConvGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeConvGradKernel(spec_, !args_.dinput.empty(), !args_.dbias.empty(), ctx.KernelName("conv_grad"));
+  k.kernel = MakeConvGradKernel(spec_, !args_.dinput.empty(), !args_.dbias.empty(), ctx.KernelName("conv_grad"),
+                                args_.dy_dtype);
   k.args = {args_.input, args_.filter, args_.dy};
   if (!args_.dinput.empty()) k.args.push_back(args_.dinput);
   k.args.push_back(args_.dfilter);

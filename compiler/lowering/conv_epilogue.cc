@@ -14,7 +14,8 @@ OneDnnConvUnit::OneDnnConvUnit(const std::string& step, std::vector<int> ops, co
 std::string OneDnnConvUnit::Describe(const Cluster&) const {
   return "oneDNN convolution" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
          EpilogueText(spec_.bias, spec_.activation) + " as post-ops" +
-         (spec_.dst_block != 0 ? ", output kept in nChw" + std::to_string(spec_.dst_block) + "c" : "");
+         (spec_.dst_layout != ActLayout::kPlain ? std::string(", output kept in ") + ActLayoutName(spec_.dst_layout)
+                                                : "");
 }
 
 std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
@@ -22,7 +23,9 @@ std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
   k.kernel = MakeFusedConvKernel(spec_, ctx.KernelName("conv"));
   k.args = args_;
   k.num_inputs = static_cast<int>(args_.size()) - 1;
-  if (spec_.dst_block != 0) k.new_vars.push_back(BlockedVar(ctx.cluster(), args_.back(), spec_.dst_block));
+  if (spec_.dst_layout != ActLayout::kPlain) {
+    k.new_vars.push_back(KeptVar(ctx.cluster(), args_.back(), spec_.dst_layout));
+  }
   return {k};
 }
 

@@ -96,13 +96,14 @@ class ConvHandler : public OneDnnHandler {
   bool RunBackwardWeights(const Tensor& input, const Tensor& d_output, Tensor* d_filter);
 
   // ---- For compiled code (compiler/onednn_lowering.cc) ----------------------
-  // The channel block of the dst layout the forward primitive picks for
-  // itself (8 or 16 for nChw8c / nChw16c), or 0 when it picks another layout.
-  int64_t ForwardDstBlock() const;
-  // Binds the forward's dst and the backward's diff_dst in nChw<block>c
-  // (PrimitiveKey::channel_block); a backward primitive that runs faster in
-  // another layout reorders diff_dst itself.
-  void BindBlocked(int64_t block);
+  // The layout the forward primitive picks for its f32 dst when it is one a
+  // cluster can keep (nChw8c, nChw16c, nhwc); kPlain otherwise.
+  ActLayout ForwardDstLayout() const;
+  // Binds the forward's dst (f32) and the backward's diff_dst (`diff_dst`:
+  // f32, or bf16 under bf16 compute) in `layout` (PrimitiveKey::kept_layout,
+  // kept_dtype); a backward primitive that runs faster in another layout
+  // reorders diff_dst itself.
+  void BindKept(ActLayout layout, DataType diff_dst = DataType::kFP32);
   // The weights' backward also writes the bias gradient (DNNL_ARG_DIFF_BIAS,
   // [C_out], the sum of diff_dst over N, H and W).
   void WithDiffBias();

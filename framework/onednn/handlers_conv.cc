@@ -23,12 +23,21 @@ using dnnl::prop_kind;
 
 namespace {
 
-// nChw<block>c, the padded channel-blocked layout oneDNN's direct
-// convolutions use (block 16 with AVX-512, 8 with AVX2).
-dnnl::memory::desc BlockedDesc(const Dims& dims, int64_t block, dnnl::memory::data_type type) {
+// Activations `dims` in a layout a cluster keeps (framework/act_layout.h).
+dnnl::memory::desc KeptDesc(const Dims& dims, ActLayout layout, dnnl::memory::data_type type) {
   using tag = dnnl::memory::format_tag;
-  KILN_CHECK(block == 8 || block == 16);
-  return dnnl::memory::desc(D(dims), type, block == 16 ? tag::aBcd16b : tag::aBcd8b);
+  switch (layout) {
+    case ActLayout::kNChw8c: return dnnl::memory::desc(D(dims), type, tag::aBcd8b);
+    case ActLayout::kNChw16c: return dnnl::memory::desc(D(dims), type, tag::aBcd16b);
+    case ActLayout::kNhwc: return dnnl::memory::desc(D(dims), type, tag::nhwc);
+    case ActLayout::kPlain: break;
+  }
+  return PlainDesc(dims, type);
+}
+
+// The family of primitive layouts `kept` belongs to.
+ConvLayout FamilyOf(ActLayout kept) {
+  return kept == ActLayout::kNhwc ? ConvLayout::kChannelsLast : ConvLayout::kBlocked;
 }
 
 // The descriptor of activations `dims` in `layout`.
@@ -118,8 +127,8 @@ dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const Primitive
   // A sum post-op reads dst: it stays plain, so the tensor's contents are
   // what the primitive adds to (an output reorder would start from garbage).
   const dnnl::memory::desc dst = detail::ReadsDst(k) ? PlainDesc(output_dims_)
-                                 : k.channel_block != 0 && layout == ConvLayout::kBlocked
-                                     ? BlockedDesc(output_dims_, k.channel_block, f32)
+                                 : k.kept_layout != ActLayout::kPlain && layout == FamilyOf(k.kept_layout)
+                                     ? KeptDesc(output_dims_, k.kept_layout, f32)
                                      : ActivationDesc(output_dims_, layout, f32);
   const dnnl::memory::desc filter = FilterDesc(layout != ConvLayout::kPlain, type);
   const dnnl::primitive_attr attr = FusedAttr(k, PlainDesc({1, k.dims[1][0], 1, 1}));
@@ -142,7 +151,7 @@ dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const Primitive
 PrimitiveEntry ConvHandler::CreateForward() const {
   const PrimitiveKey& k = fwd_key_;
   using Pd = dnnl::convolution_forward::primitive_desc;
-  const Pd pd = k.channel_block != 0 ? ForwardPd(k, ConvLayout::kBlocked)
+  const Pd pd = k.kept_layout != ActLayout::kPlain ? ForwardPd(k, FamilyOf(k.kept_layout))
                                      : ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
                                                         [&](ConvLayout layout) { return ForwardPd(k, layout); });
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_forward(pd));
@@ -155,35 +164,38 @@ PrimitiveEntry ConvHandler::CreateForward() const {
 
 dnnl::memory::desc ConvHandler::DiffDstUserDesc(const PrimitiveKey& k) const {
   const dnnl::memory::data_type f32 = dnnl::memory::data_type::f32;
-  return k.channel_block != 0 ? BlockedDesc(output_dims_, k.channel_block, f32) : PlainDesc(output_dims_);
+  return KeptDesc(output_dims_, k.kept_layout, k.kept_dtype == DataType::kBF16 ? dnnl::memory::data_type::bf16 : f32);
 }
 
 dnnl::memory::desc ConvHandler::DiffDstDesc(const PrimitiveKey& k, ConvLayout layout,
                                             dnnl::memory::data_type type) const {
-  if (k.channel_block != 0 && layout == ConvLayout::kBlocked) return BlockedDesc(output_dims_, k.channel_block, type);
+  if (k.kept_layout != ActLayout::kPlain && layout == FamilyOf(k.kept_layout)) {
+    return KeptDesc(output_dims_, k.kept_layout, type);
+  }
   return ActivationDesc(output_dims_, layout, type);
 }
 
-int64_t ConvHandler::ForwardDstBlock() const {
-  if (!valid_ || detail::ReadsDst(fwd_key_)) return 0;
+ActLayout ConvHandler::ForwardDstLayout() const {
+  if (!valid_ || detail::ReadsDst(fwd_key_)) return ActLayout::kPlain;
   PrimitiveKey k = fwd_key_;
-  k.channel_block = 0;
+  k.kept_layout = ActLayout::kPlain;
   using Pd = dnnl::convolution_forward::primitive_desc;
   try {
     const Pd pd = ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
                                    [&](ConvLayout layout) { return ForwardPd(k, layout); });
-    for (int64_t block : {16, 8}) {
-      if (pd.dst_desc() == BlockedDesc(output_dims_, block, dnnl::memory::data_type::f32)) return block;
+    for (ActLayout layout : {ActLayout::kNChw16c, ActLayout::kNChw8c, ActLayout::kNhwc}) {
+      if (pd.dst_desc() == KeptDesc(output_dims_, layout, dnnl::memory::data_type::f32)) return layout;
     }
   } catch (const dnnl::error&) {
   }
-  return 0;
+  return ActLayout::kPlain;
 }
 
-void ConvHandler::BindBlocked(int64_t block) {
-  KILN_CHECK(block == 8 || block == 16);
-  fwd_key_.channel_block = block;
-  bwd_key_.channel_block = block;
+void ConvHandler::BindKept(ActLayout layout, DataType diff_dst) {
+  KILN_CHECK(diff_dst == DataType::kFP32 || (diff_dst == DataType::kBF16 && bwd_key_.compute == ComputeType::kBF16));
+  fwd_key_.kept_layout = layout;
+  bwd_key_.kept_layout = layout;
+  bwd_key_.kept_dtype = diff_dst;
 }
 
 void ConvHandler::WithDiffBias() { bwd_key_.bias = true; }

@@ -95,7 +95,7 @@ bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
          dims == o.dims &&
          algorithm == o.algorithm &&
          transpose_a == o.transpose_a && transpose_b == o.transpose_b && axis == o.axis && groups == o.groups &&
-         channel_block == o.channel_block &&
+         kept_layout == o.kept_layout && kept_dtype == o.kept_dtype &&
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
          padding_r == o.padding_r && FloatBits(alpha) == FloatBits(o.alpha) &&
          FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags &&
@@ -116,7 +116,8 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, (transpose_a ? 1u : 0u) | (transpose_b ? 2u : 0u) | (bias ? 4u : 0u));
   HashCombine(seed, static_cast<uint64_t>(axis));
   HashCombine(seed, static_cast<uint64_t>(groups));
-  HashCombine(seed, static_cast<uint64_t>(channel_block));
+  HashCombine(seed, static_cast<uint64_t>(kept_layout));
+  HashCombine(seed, static_cast<uint64_t>(kept_dtype));
   HashCombineDims(seed, kernel);
   HashCombineDims(seed, strides);
   HashCombineDims(seed, dilations);
@@ -150,7 +151,8 @@ std::string PrimitiveKey::ToString() const {
   if (transpose_b) os << " trans_b";
   if (axis != 0) os << " axis=" << axis;
   if (groups != 1) os << " groups=" << groups;
-  if (channel_block != 0) os << " nChw" << channel_block << "c";
+  if (kept_layout != ActLayout::kPlain) os << " kept=" << ActLayoutName(kept_layout);
+  if (kept_dtype != DataType::kFP32) os << " kept_dtype=" << DataTypeName(kept_dtype);
   PrintDims(os, "kernel", kernel);
   PrintDims(os, "strides", strides);
   PrintDims(os, "dilations", dilations);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "framework/act_layout.h"
 #include "framework/data_type.h"
 #include "framework/lru_cache.h"
 #include "framework/tensor.h"
@@ -85,10 +86,12 @@ struct PrimitiveKey {
   bool transpose_b = false;  // matmul: weights stored as [..., N, K]
   int64_t axis = 0;          // softmax/logsoftmax/concat axis, layer_norm begin_norm_axis
   int64_t groups = 1;        // convolution groups
-  // convolution: the activations a blocked_layout chain keeps blocked (the
-  // forward's dst, the backward's diff_dst) are bound in nChw<b>c, b this
-  // channel block, without a reorder; 0: plain NCHW.
-  int64_t channel_block = 0;
+  // convolution: the layout a blocked_layout chain keeps the forward's dst
+  // and the backward's diff_dst in (f32), bound without a reorder.
+  ActLayout kept_layout = ActLayout::kPlain;
+  // convolution backward: the kept diff_dst's stored type (kBF16 under bf16
+  // compute: written in bf16 by the kernel that computes it).
+  DataType kept_dtype = DataType::kFP32;
   Dims kernel;               // pooling window
   Dims strides;
   Dims dilations;            // oneDNN convention: 0 = dense
