@@ -21,30 +21,35 @@ constexpr int64_t kChunk = 64;
 // maximum of kiln's pool2d (the first NaN of the window wins).
 inline float MaxKeepNaN(float m, float v) { return m != m ? m : (!(v <= m) ? v : m); }
 
-// 16 lanes of one window (AVX-512): the forward's maximum and the
-// gradient's routing, as the lane loops below compute them.
-__attribute__((target("avx512f"))) void PoolWindows16(const float* r0, const float* r1, float* m, int64_t n) {
+// Up to 16 lanes of one window (AVX-512), the channel group g <= 16 apart
+// (16 for nChw16c, C for nhwc): the forward's maximum and the gradient's
+// routing, as the lane loops below compute them. m, gv hold g floats per
+// window.
+__attribute__((target("avx512f"))) void PoolWindowsAvx512(const float* r0, const float* r1, float* m, int64_t n,
+                                                          int64_t g) {
+  const __mmask16 k = static_cast<__mmask16>((1u << g) - 1);
   for (int64_t j = 0; j < n; ++j) {
-    __m512 v = _mm512_loadu_ps(r0 + 32 * j);
-    for (const float* p : {r0 + 32 * j + 16, r1 + 32 * j, r1 + 32 * j + 16}) {
-      const __m512 x = _mm512_loadu_ps(p);
+    __m512 v = _mm512_maskz_loadu_ps(k, r0 + 2 * g * j);
+    for (const float* p : {r0 + 2 * g * j + g, r1 + 2 * g * j, r1 + 2 * g * j + g}) {
+      const __m512 x = _mm512_maskz_loadu_ps(k, p);
       // Take x where it is NaN or greater, unless v is NaN already.
       const __mmask16 take = _mm512_cmp_ps_mask(x, v, _CMP_NLE_UQ) & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
       v = _mm512_mask_mov_ps(v, take, x);
     }
-    _mm512_storeu_ps(m + 16 * j, v);
+    _mm512_mask_storeu_ps(m + g * j, k, v);
   }
 }
 
-__attribute__((target("avx512f"))) void PoolGradWindows16(const float* r0, const float* r1, const float* m,
-                                                          const float* gv, float* d0, float* d1, int64_t n,
-                                                          PoolGradThen then) {
+__attribute__((target("avx512f"))) void PoolGradWindowsAvx512(const float* r0, const float* r1, const float* m,
+                                                              const float* gv, float* d0, float* d1, int64_t n,
+                                                              int64_t g, PoolGradThen then) {
+  const __mmask16 k = static_cast<__mmask16>((1u << g) - 1);
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t at = 32 * j;
-    const __m512 mx = _mm512_loadu_ps(m + 16 * j), gg = _mm512_loadu_ps(gv + 16 * j);
-    const __m512 xa = _mm512_loadu_ps(r0 + at), xb = _mm512_loadu_ps(r0 + at + 16);
-    const __m512 xc = _mm512_loadu_ps(r1 + at), xd = _mm512_loadu_ps(r1 + at + 16);
+    const int64_t at = 2 * g * j;
+    const __m512 mx = _mm512_maskz_loadu_ps(k, m + g * j), gg = _mm512_maskz_loadu_ps(k, gv + g * j);
+    const __m512 xa = _mm512_maskz_loadu_ps(k, r0 + at), xb = _mm512_maskz_loadu_ps(k, r0 + at + g);
+    const __m512 xc = _mm512_maskz_loadu_ps(k, r1 + at), xd = _mm512_maskz_loadu_ps(k, r1 + at + g);
     __mmask16 ta = _mm512_cmp_ps_mask(xa, mx, _CMP_EQ_OQ);
     __mmask16 tb = _mm512_cmp_ps_mask(xb, mx, _CMP_EQ_OQ) & ~ta;
     __mmask16 tc = _mm512_cmp_ps_mask(xc, mx, _CMP_EQ_OQ) & ~(ta | tb);
@@ -55,10 +60,10 @@ __attribute__((target("avx512f"))) void PoolGradWindows16(const float* r0, const
       tc &= _mm512_cmp_ps_mask(xc, zero, _CMP_GT_OQ);
       td &= _mm512_cmp_ps_mask(xd, zero, _CMP_GT_OQ);
     }
-    _mm512_storeu_ps(d0 + at, _mm512_maskz_mov_ps(ta, gg));
-    _mm512_storeu_ps(d0 + at + 16, _mm512_maskz_mov_ps(tb, gg));
-    _mm512_storeu_ps(d1 + at, _mm512_maskz_mov_ps(tc, gg));
-    _mm512_storeu_ps(d1 + at + 16, _mm512_maskz_mov_ps(td, gg));
+    _mm512_mask_storeu_ps(d0 + at, k, _mm512_maskz_mov_ps(ta, gg));
+    _mm512_mask_storeu_ps(d0 + at + g, k, _mm512_maskz_mov_ps(tb, gg));
+    _mm512_mask_storeu_ps(d1 + at, k, _mm512_maskz_mov_ps(tc, gg));
+    _mm512_mask_storeu_ps(d1 + at + g, k, _mm512_maskz_mov_ps(td, gg));
   }
 }
 
@@ -72,10 +77,10 @@ inline void PoolRow(const float* plane, float* o, int64_t lanes, int64_t i, int6
   const int64_t bb = B > 0 ? B : b;
   const float* r0 = plane + 2 * i * w * bb;
   const float* r1 = r0 + w * bb;
-  const bool wide = B == 16 && kAvx512;
+  const bool wide = kAvx512 && bb <= 16;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    if (wide) PoolWindows16(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, n);
+    if (wide) PoolWindowsAvx512(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, n, bb);
     for (int64_t j = wide ? n : 0; j < n; ++j) {
       const float* a = r0 + 2 * (j0 + j) * bb;
       const float* c = r1 + 2 * (j0 + j) * bb;
@@ -111,8 +116,8 @@ inline void PoolGradRow(const float* plane, const float* o, const float* g, floa
         gv[j * bb + l] = l < lanes ? src_g[j] : 0.f;
       }
     }
-    if (B == 16 && kAvx512) {
-      PoolGradWindows16(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, then);
+    if (kAvx512 && bb <= 16) {
+      PoolGradWindowsAvx512(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, then);
       continue;
     }
     for (int64_t j = 0; j < n; ++j) {
