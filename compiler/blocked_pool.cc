@@ -12,8 +12,8 @@
 namespace kiln::jit {
 namespace {
 
-// Windows per pass over a row: the plain side goes through a [kChunk][B]
-// stack buffer (a transpose), so both layouts are read and written
+// Windows per pass over a row: the plain side goes through a [kChunk][g]
+// scratch buffer (a transpose), so both layouts are read and written
 // contiguously and the lane loops vectorize.
 constexpr int64_t kChunk = 64;
 
@@ -22,9 +22,9 @@ constexpr int64_t kChunk = 64;
 inline float MaxKeepNaN(float m, float v) { return m != m ? m : (!(v <= m) ? v : m); }
 
 // Up to 16 lanes of one window (AVX-512), the channel group g <= 16 apart
-// (16 for nChw16c, C for nhwc): the forward's maximum and the gradient's
-// routing, as the lane loops below compute them. m, gv hold g floats per
-// window.
+// (16 for nChw16c, C for nhwc): the forward's maximum (into m) and the
+// gradient's routing (from m and gv), as the lane loops below compute them;
+// m and gv hold g floats per window.
 __attribute__((target("avx512f"))) void PoolWindowsAvx512(const float* r0, const float* r1, float* m, int64_t n,
                                                           int64_t g) {
   const __mmask16 k = static_cast<__mmask16>((1u << g) - 1);
@@ -107,14 +107,17 @@ inline void PoolGradRow(const float* plane, const float* o, const float* g, floa
   float* d1 = d0 + w * bb;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    for (int64_t l = 0; l < bb; ++l) {
+    for (int64_t l = 0; l < lanes; ++l) {
       const float* src_m = o + (l * oh + i) * ow + j0;
       const float* src_g = g + (l * oh + i) * ow + j0;
       for (int64_t j = 0; j < n; ++j) {
-        // Padded lanes: x is 0 there, so max 0 and gradient 0 write zeros.
-        m[j * bb + l] = l < lanes ? src_m[j] : 0.f;
-        gv[j * bb + l] = l < lanes ? src_g[j] : 0.f;
+        m[j * bb + l] = src_m[j];
+        gv[j * bb + l] = src_g[j];
       }
+    }
+    // Padded lanes: x is 0 there, so max 0 and gradient 0 write zeros.
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t l = lanes; l < bb; ++l) m[j * bb + l] = gv[j * bb + l] = 0.f;
     }
     if (kAvx512 && bb <= 16) {
       PoolGradWindowsAvx512(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, then);
@@ -173,8 +176,9 @@ void ToBf16(const float* src, uint16_t* dst, int64_t n) {
 // scratch pair and is converted).
 template <int B, typename T>
 void PoolGradAll(const float* x, const float* out, const float* dout, T* dx, int64_t n, int64_t c, int64_t h,
-                 int64_t w, int64_t b, PoolGradThen then) {
+                 int64_t w, int64_t b, PoolGradThen then, float* dbias) {
   const int64_t cb = (c + b - 1) / b, oh = h / 2, ow = w / 2;
+  std::vector<float> partial(dbias != nullptr ? n * cb * b : 0, 0.f);  // per (image, group, lane)
 #pragma omp parallel for schedule(static) if (n * cb * h * w * b >= 64 * 1024)
   for (int64_t p = 0; p < n * cb; ++p) {
     const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
@@ -190,8 +194,19 @@ void PoolGradAll(const float* x, const float* out, const float* dout, T* dx, int
         PoolGradRow<B>(x + p * h * w * b + 2 * i * w * b, out + plain + i * ow, dout + plain + i * ow,
                        rows.data(), lanes, 0, w, oh, ow, b, then, m.data(), gv.data());
         ToBf16(rows.data(), dplane + 2 * i * w * b, 2 * w * b);
+        if (dbias != nullptr) {
+          float* part = partial.data() + p * b;
+          for (int64_t k = 0; k < 2 * w; ++k) {
+            for (int64_t l = 0; l < b; ++l) part[l] += rows[k * b + l];
+          }
+        }
       }
     }
+  }
+  for (int64_t ch = 0; dbias != nullptr && ch < c; ++ch) {
+    float sum = 0.f;
+    for (int64_t img = 0; img < n; ++img) sum += partial[(img * cb + ch / b) * b + ch % b];
+    dbias[ch] = sum;
   }
 }
 
@@ -204,11 +219,12 @@ void PoolAny(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_
 
 template <typename T>
 void PoolGradAny(const float* x, const float* out, const float* dout, T* dx, int64_t n, int64_t c, int64_t h,
-                 int64_t w, int64_t b, PoolGradThen then) {
+                 int64_t w, int64_t b, PoolGradThen then, float* dbias = nullptr) {
   KILN_CHECK(b >= 1 && (b >= c || b == 8 || b == 16));
-  if (b == 16) return PoolGradAll<16>(x, out, dout, dx, n, c, h, w, b, then);
-  if (b == 8) return PoolGradAll<8>(x, out, dout, dx, n, c, h, w, b, then);
-  PoolGradAll<0>(x, out, dout, dx, n, c, h, w, b, then);
+  KILN_CHECK((dbias == nullptr || !std::is_same_v<T, float>));
+  if (b == 16) return PoolGradAll<16>(x, out, dout, dx, n, c, h, w, b, then, dbias);
+  if (b == 8) return PoolGradAll<8>(x, out, dout, dx, n, c, h, w, b, then, dbias);
+  PoolGradAll<0>(x, out, dout, dx, n, c, h, w, b, then, dbias);
 }
 
 }  // namespace
@@ -223,8 +239,8 @@ void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float*
 }
 
 void MaxPool2x2GradPlainToBlockedBf16(const float* x, const float* out, const float* dout, uint16_t* dx, int64_t n,
-                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then) {
-  PoolGradAny(x, out, dout, dx, n, c, h, w, b, then);
+                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias) {
+  PoolGradAny(x, out, dout, dx, n, c, h, w, b, then, dbias);
 }
 
 }  // namespace kiln::jit

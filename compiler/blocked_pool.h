@@ -27,8 +27,13 @@ void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float*
                                   int64_t c, int64_t h, int64_t w, int64_t b,
                                   PoolGradThen then = PoolGradThen::kNothing);
 // The same with dx stored in bf16 (round to nearest even, as
-// framework/bf16.h; vcvtneps2bf16 where the CPU has AVX512_BF16).
+// framework/bf16.h; vcvtneps2bf16 where the CPU has AVX512_BF16). When
+// `dbias` is given it receives, for each of the C channels, the f32 sum of
+// dx over N, H and W before the rounding (a bias gradient), summed per
+// (image, channel group) in row order and then over the images in order, so
+// the result does not depend on the thread count.
 void MaxPool2x2GradPlainToBlockedBf16(const float* x, const float* out, const float* dout, uint16_t* dx, int64_t n,
-                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then);
+                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then,
+                                      float* dbias = nullptr);
 
 }  // namespace kiln::jit

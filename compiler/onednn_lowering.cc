@@ -81,7 +81,7 @@ const char* ArgName(int arg) {
 }
 
 // A cached entry with, for each kernel argument in order, the oneDNN argument
-// it binds and the descriptor of its (plain) buffer.
+// it binds and the descriptor of its buffer (plain, or a kept layout).
 class BoundEntry {
  public:
   BoundEntry(std::shared_ptr<const PrimitiveEntry> entry, const std::vector<int>& dnnl_args)
@@ -316,7 +316,8 @@ class ConvGradKernel final : public runtime::Kernel {
     auto h = ConvHandlerOf(spec, /*fused=*/false);
     if (dy_dtype != DataType::kFP32) {
       if (dy_dtype != DataType::kBF16 || spec.compute != ComputeType::kBF16) {
-        ThrowInvalidArgument("oneDNN convolution gradient: dY as ", DataTypeName(dy_dtype), " needs it bf16 under bf16 compute");
+        ThrowInvalidArgument("oneDNN convolution gradient: dY as ", DataTypeName(dy_dtype),
+                             " needs it bf16 under bf16 compute");
       }
       h->BindKept(spec.dst_layout, dy_dtype);
     }
@@ -354,7 +355,7 @@ class ConvGradKernel final : public runtime::Kernel {
  private:
   static std::shared_ptr<const PrimitiveEntry> Acquired(const onednn::ConvHandler& h, const std::string& what) {
     std::shared_ptr<const PrimitiveEntry> entry = h.acquired_entry();
-    if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what);
+    if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what, " (", h.backward_key().ToString(), ")");
     return entry;
   }
 

@@ -92,9 +92,9 @@ std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& c
                                                           DataType dy_dtype = DataType::kFP32);
 
 // One oneDNN convolution with the bias and activation fused. Arguments at run
-// time, all plain NCHW/OIHW buffers: Input, Filter[, Bias] -> Output
-// [N,O,OH,OW]; the cached entry's reorders move them to and from the
-// primitive's blocked layouts. Throws kiln::Error: kInvalidArgument when the
+// time: Input, Filter[, Bias] -> Output [N,O,OH,OW], plain NCHW/OIHW buffers
+// except Output in spec.dst_layout; the cached entry's reorders move them to
+// and from the primitive's layouts. Throws kiln::Error: kInvalidArgument when the
 // dims do not make a convolution, kUnimplemented when oneDNN has no
 // implementation.
 std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const std::string& name);

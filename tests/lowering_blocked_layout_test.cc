@@ -1,8 +1,10 @@
 // Lowering step blocked_layout (compiler/lowering/blocked_layout.h): a
 // conv + bias + relu whose output is max-pooled keeps that output, and the
-// gradients flowing back into the conv, in oneDNN's nChw<b>c layout.
+// gradients flowing back into the conv, in the layout oneDNN writes
+// (nChw16c, nChw8c or nhwc).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -21,7 +23,8 @@ namespace {
 LoweringCase ConvPoolChain(const std::string& name, Dims x, Dims f, bool want_dx, int64_t pool_k = 2) {
   LoweringCase c = ConvBiasAct(name, true, "relu", x, f, 1, 1, 1);
   const std::vector<int64_t> window = {pool_k, pool_k}, strides = {1, 1}, pads = {1, 1};
-  c.ops.push_back(OpBuilder("pool2d").In("X", {"act"}).Out("Out", {"p"}).Attr("ksize", window).Attr("strides", window).Build());
+  c.ops.push_back(
+      OpBuilder("pool2d").In("X", {"act"}).Out("Out", {"p"}).Attr("ksize", window).Attr("strides", window).Build());
   c.ops.push_back(OpBuilder("pool2d_grad")
                       .In("X", {"act"})
                       .In("Out", {"p"})
@@ -49,46 +52,58 @@ LoweringCase ConvPoolChain(const std::string& name, Dims x, Dims f, bool want_dx
   return c;
 }
 
-TEST(BlockedLayoutTest, ConvReluPoolAndTheirGradientsStayBlocked) {
-  // 6 channels: one block, 10 (or 2) padded lanes.
-  const LoweringCase c = ConvPoolChain("blocked_layout", {3, 2, 10, 8}, {6, 2, 3, 3}, true);
-  CheckLoweringGolden(c);
-  const auto obj = CheckLoweringNumerics(c, 1e-4, 1e-5);
-  EXPECT_TRUE(StepMatched(*obj, "blocked_layout")) << obj->lowering;
+// The layout oneDNN's forward writes for the chain's conv (3x3, pad 1, bias,
+// relu) on this CPU: what the step keeps, kPlain when it does not fire.
+ActLayout ChainLayout(const Dims& x, const Dims& f, ComputeType compute) {
+  jit::FusedConvSpec spec;
+  spec.input_dims = x;
+  spec.filter_dims = f;
+  spec.strides = spec.paddings = spec.dilations = {1, 1};
+  spec.bias = true;
+  spec.activation = jit::MatmulActivation::kRelu;
+  spec.compute = compute;
+  return jit::ConvForwardDstLayout(spec);
+}
+
+// Numerics, and that the step fired exactly when oneDNN writes a layout it keeps.
+void CheckChain(const LoweringCase& c, const Dims& x, const Dims& f, double atol, double rtol, unsigned seed = 1) {
+  const auto obj = CheckLoweringNumerics(c, atol, rtol, seed);
+  const ActLayout layout = ChainLayout(x, f, c.options.amp_compute);
+  EXPECT_EQ(StepMatched(*obj, "blocked_layout"), layout != ActLayout::kPlain) << obj->lowering;
+  if (layout == ActLayout::kPlain) return;
+  EXPECT_NE(obj->lowering.find(std::string("kept in ") + ActLayoutName(layout)), std::string::npos) << obj->lowering;
   // The conv writes its dst in its own layout: the kernel names no dst
   // reorder (the filter's stays; the backward primitives reorder diff_dst
   // only when their fastest layout for the shape is another).
   const std::string listing = obj->Listing();
-  EXPECT_NE(listing.find("relu gradient, X and dX in nChw16c"), std::string::npos) << listing;
-  EXPECT_NE(listing.find("oneDNN convolution (jit"), std::string::npos) << listing;
+  EXPECT_NE(listing.find(std::string("relu gradient, X and dX in ") + ActLayoutName(layout)), std::string::npos)
+      << listing;
   EXPECT_EQ(listing.find("reorders dst"), std::string::npos) << listing;
   EXPECT_EQ(listing.find(", dst)"), std::string::npos) << listing;
+}
+
+TEST(BlockedLayoutTest, ConvReluPoolAndTheirGradientsStayBlocked) {
+  // 6 channels: one block of 16 (or 8), 10 (or 2) padded lanes.
+  const Dims x = {3, 2, 10, 8}, f = {6, 2, 3, 3};
+  const LoweringCase c = ConvPoolChain("blocked_layout", x, f, true);
+  // The golden is an AVX-512 CPU's, where oneDNN writes nChw16c.
+  if (ChainLayout(x, f, ComputeType::kF32) == ActLayout::kNChw16c) CheckLoweringGolden(c);
+  CheckChain(c, x, f, 1e-4, 1e-5);
   // 19 channels: a whole block and a tail; no input gradient.
-  const auto two = CheckLoweringNumerics(ConvPoolChain("blocked_two_blocks", {2, 3, 6, 12}, {19, 3, 3, 3}, false),
-                                         1e-4, 1e-5, 7);
-  EXPECT_TRUE(StepMatched(*two, "blocked_layout")) << two->lowering;
+  const Dims x2 = {2, 3, 6, 12}, f2 = {19, 3, 3, 3};
+  CheckChain(ConvPoolChain("blocked_two_blocks", x2, f2, false), x2, f2, 1e-4, 1e-5, 7);
 }
 
 TEST(BlockedLayoutTest, RunsWithBf16Convolutions) {
   KILN_SKIP_WITHOUT_BF16();
-  LoweringCase c = ConvPoolChain("blocked_bf16", {2, 3, 8, 6}, {5, 3, 3, 3}, true);
+  // With AMX oneDNN's bf16 forward writes channels-last, which the step keeps.
+  const Dims x = {2, 3, 8, 6}, f = {5, 3, 3, 3};
+  LoweringCase c = ConvPoolChain("blocked_bf16", x, f, true);
   c.options.amp_compute = ComputeType::kBF16;
-  // The longest contraction: dW and db sum over N*H*W = 96 products.
-  const auto obj = CheckLoweringNumerics(c, Bf16Atol(96), 0);
-  // It fires where oneDNN's bf16 forward writes its f32 dst in a layout the
-  // step keeps (with AMX: channels-last).
-  jit::FusedConvSpec spec;
-  spec.input_dims = {2, 3, 8, 6};
-  spec.filter_dims = {5, 3, 3, 3};
-  spec.strides = spec.paddings = spec.dilations = {1, 1};
-  spec.bias = true;
-  spec.activation = jit::MatmulActivation::kRelu;
-  spec.compute = ComputeType::kBF16;
-  const ActLayout layout = jit::ConvForwardDstLayout(spec);
-  EXPECT_EQ(StepMatched(*obj, "blocked_layout"), layout != ActLayout::kPlain) << obj->lowering;
-  if (layout != ActLayout::kPlain) {
-    EXPECT_NE(obj->lowering.find(std::string("kept in ") + ActLayoutName(layout)), std::string::npos) << obj->lowering;
-  }
+  // dW sums over N*H*W = 96 bf16 products. The bias gradient is a reduction
+  // and stays f32: summed before the gradient is rounded to bf16.
+  c.output_atol["db"] = 1e-4;
+  CheckChain(c, x, f, Bf16Atol(96), 0);
 }
 
 TEST(BlockedLayoutTest, DoesNotFireWhenTheActivationLeavesOrThePoolIsNotTwoByTwo) {
@@ -105,8 +120,10 @@ TEST(BlockedLayoutTest, DoesNotFireWhenTheActivationLeavesOrThePoolIsNotTwoByTwo
 // The kernels against the plain definitions, with ties, NaN and every
 // kept layout's channel group.
 TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
-  const int64_t n = 2, ch = 11, h = 4, w = 6;
-  for (int64_t b : {int64_t{8}, int64_t{16}, ch}) {  // nChw8c, nChw16c, nhwc (one group of all channels)
+  const int64_t n = 2, ch = 11;
+  // w = 262: 131 windows a row, three passes of the 64-window scratch.
+  for (const auto& [h, w, b] : std::vector<std::array<int64_t, 3>>{
+           {4, 6, 8}, {4, 6, 16}, {4, 6, ch}, {2, 262, 16}, {2, 262, ch}}) {  // nChw8c, nChw16c, nhwc
     const int64_t cb = (ch + b - 1) / b;
     std::vector<float> plain(n * ch * h * w), blocked(n * cb * h * w * b, 0.f);
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<float>((i * 7919) % 5) - 2.f;  // many ties
@@ -123,13 +140,19 @@ TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
     for (size_t i = 0; i < dout.size(); ++i) dout[i] = 1.f + static_cast<float>(i) / 3.f;  // not all exact in bf16
     jit::MaxPool2x2GradPlainToBlocked(blocked.data(), out.data(), dout.data(), dx.data(), n, ch, h, w, b);
     // With relu's gradient, stored in bf16: the same routing, zero where x <= 0, rounded as framework/bf16.h.
+    // And the bias gradient: the f32 sum per channel of the values before rounding.
     std::vector<uint16_t> dx16(blocked.size(), 1);
+    std::vector<float> db(ch, -1.f);
+    std::vector<double> want_db(ch, 0.0);
     jit::MaxPool2x2GradPlainToBlockedBf16(blocked.data(), out.data(), dout.data(), dx16.data(), n, ch, h, w, b,
-                                          jit::PoolGradThen::kReluGrad);
+                                          jit::PoolGradThen::kReluGrad, db.data());
     for (size_t i = 0; i < dx.size(); ++i) {
       const float want = blocked[i] > 0.f ? dx[i] : 0.f;
       ASSERT_EQ(dx16[i], FloatToBf16Bits(want)) << "element " << i << " b " << b;
+      const int64_t lane = static_cast<int64_t>(i) % b, group = static_cast<int64_t>(i) / (h * w * b) % cb;
+      if (group * b + lane < ch) want_db[group * b + lane] += want;
     }
+    for (int64_t k = 0; k < ch; ++k) EXPECT_NEAR(db[k], want_db[k], 1e-4 * (1 + std::fabs(want_db[k]))) << k;
     for (int64_t img = 0; img < n; ++img) {
       for (int64_t k = 0; k < cb * b; ++k) {
         for (int64_t i = 0; i < h / 2; ++i) {

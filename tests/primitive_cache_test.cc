@@ -75,6 +75,12 @@ TEST(PrimitiveKeyTest, EqualityAndHashCoverEveryField) {
   vary([](PrimitiveKey& k) { k.transpose_b = true; });
   vary([](PrimitiveKey& k) { k.axis = 1; });
   vary([](PrimitiveKey& k) { k.groups = 2; });
+  vary([](PrimitiveKey& k) { k.kept_layout = ActLayout::kNChw16c; });
+  vary([](PrimitiveKey& k) { k.kept_layout = ActLayout::kNhwc; });
+  vary([](PrimitiveKey& k) {
+    k.kept_layout = ActLayout::kNhwc;
+    k.kept_dtype = DataType::kBF16;
+  });
   vary([](PrimitiveKey& k) { k.kernel = {2, 2}; });
   vary([](PrimitiveKey& k) { k.strides = {2, 2}; });
   vary([](PrimitiveKey& k) { k.dilations = {1, 1}; });

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,8 @@ struct Uses {
       for (const auto& v : units[u]->writes()) writers[v].push_back(static_cast<int>(u));
     }
   }
-  // The one unit reading `var` besides those in `others`, when `var` stays in
-  // the cluster and `writer` alone writes it; else -1.
+  // The one unit reading `var`, when `var` stays in the cluster and `writer`
+  // alone writes it; else -1.
   int OnlyReader(const Cluster& c, const std::string& var, int writer) const {
     if (var.empty() || c.IsOutput(var) || !Is(writers, var, {writer})) return -1;
     auto it = readers.find(var);
@@ -50,15 +51,24 @@ struct Chain {
   int conv_u = -1, pool_u = -1, grad_u = -1, relu_u = -1, add_u = -1, gconv_u = -1;
   int pool = -1, pool_grad = -1, relu_grad = -1, add = -1, gconv = -1;
   std::string y, p, dp, dy, ds, db;
+  // Under bf16 the pooling gradient kernel sums the bias gradient (in f32,
+  // before it rounds ds to bf16); else oneDNN's f32 weights pass does.
+  bool bias_in_pool_grad = false;
 };
 
 // The forward half at conv unit `u`: the conv + bias + relu writing y, and
 // y's three readers (the pooling, its gradient and relu's gradient).
 bool MatchForward(const Cluster& c, const Units& units, const Uses& uses, int u, Chain* m) {
   const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
-  if (conv == nullptr || conv->ops().size() != 3 || c.Excluded(kStep, conv->ops().front())) return false;
+  if (conv == nullptr || conv->ops().size() != 3) return false;
+  for (int op : conv->ops()) {
+    if (c.Excluded(kStep, op)) return false;
+  }
   const FusedConvSpec& spec = conv->spec();
-  if (spec.dst_layout != ActLayout::kPlain || !spec.bias || spec.activation != MatmulActivation::kRelu || spec.groups != 1) return false;
+  if (spec.dst_layout != ActLayout::kPlain || !spec.bias || spec.activation != MatmulActivation::kRelu ||
+      spec.groups != 1) {
+    return false;
+  }
   m->conv_u = u;
   m->y = conv->args()[3];
   if (c.IsOutput(m->y) || c.dims(m->y).size() != 4 || !Uses::Is(uses.writers, m->y, {u})) return false;
@@ -109,12 +119,17 @@ bool MatchBackward(const Cluster& c, const Units& units, const Uses& uses, Chain
   for (const char* attr : {"strides", "paddings", "dilations"}) {
     if (c.Attr<std::vector<int64_t>>(g, attr) != c.Attr<std::vector<int64_t>>(conv.ops().front(), attr)) return false;
   }
-  // relu_grad moves up to the pooling gradient, the bias gradient down to
-  // the conv gradient.
+  // relu_grad moves up to the pooling gradient; the bias gradient down to
+  // the conv gradient, or under bf16 up to the pooling gradient too.
   std::set<std::string> bias_writes = {dz};
   if (!m->db.empty()) bias_writes.insert(m->db);
-  return NothingBetweenTouches(units, m->grad_u, m->relu_u, {m->y, m->dy}, {m->ds}, {m->grad_u, m->relu_u}) &&
-         NothingBetweenTouches(units, m->add_u, m->gconv_u, {m->ds}, bias_writes, {m->add_u, m->gconv_u});
+  m->bias_in_pool_grad = conv.spec().compute == ComputeType::kBF16 && !m->db.empty();
+  const bool bias_moves =
+      m->bias_in_pool_grad
+          ? NothingBetweenTouches(units, m->grad_u, m->add_u, {}, bias_writes, {m->grad_u, m->relu_u, m->add_u})
+          : NothingBetweenTouches(units, m->add_u, m->gconv_u, {m->ds}, bias_writes, {m->add_u, m->gconv_u});
+  return bias_moves &&
+         NothingBetweenTouches(units, m->grad_u, m->relu_u, {m->y, m->dy}, {m->ds}, {m->grad_u, m->relu_u});
 }
 
 void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, StepTrace& trace) {
@@ -128,17 +143,23 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
   // gradient kernel stores it so (the cast fused into its producer).
   const DataType ds_type = spec.compute == ComputeType::kBF16 ? DataType::kBF16 : DataType::kFP32;
   const ConvGradUnit::Args ga{cargs[0], cargs[1], dsb, c.Out(m.gconv, GradVarName("Input")),
-                              c.Out(m.gconv, GradVarName("Filter")), m.db, ds_type};
+                              c.Out(m.gconv, GradVarName("Filter")), m.bias_in_pool_grad ? "" : m.db, ds_type};
+  std::vector<int> grad_ops = {m.pool_grad, m.relu_grad}, gconv_ops = {m.add, m.gconv};
+  std::vector<std::string> grad_args = {yb, m.p, m.dp, dsb};
+  if (m.bias_in_pool_grad) {
+    grad_ops.push_back(m.add);
+    gconv_ops = {m.gconv};
+    grad_args.push_back(m.db);
+  }
   cargs.back() = yb;
   const Dims yd = c.dims(m.y);
   units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, conv_ops, spec, cargs);
   units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, yb, m.p, yd, layout);
   // dy is never stored: the pooling gradient kernel applies relu's.
-  units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, std::vector<int>{m.pool_grad, m.relu_grad},
-                                                             std::vector<std::string>{yb, m.p, m.dp, dsb}, yd, layout,
+  units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, grad_ops, grad_args, yd, layout,
                                                              PoolGradThen::kReluGrad, ds_type);
   units[m.relu_u].reset();
-  units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, std::vector<int>{m.add, m.gconv}, spec, ga);
+  units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, gconv_ops, spec, ga);
   units[m.add_u].reset();
   trace.Match(OpList(c, conv_ops) + ", " + OpList(c, {m.pool, m.pool_grad, m.relu_grad, m.add, m.gconv}) + " -> " +
               m.y + " and " + m.ds + " kept in " + ActLayoutName(layout));
@@ -148,14 +169,16 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
 
 Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
   if (!c.options().use_onednn || !c.options().fuse_elementwise) return units;
+  auto uses = std::make_unique<Uses>(units);
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u]) continue;
-    const Uses uses(units);
     Chain m;
-    if (!MatchForward(c, units, uses, static_cast<int>(u), &m) || !MatchBackward(c, units, uses, &m)) continue;
+    if (!MatchForward(c, units, *uses, static_cast<int>(u), &m) || !MatchBackward(c, units, *uses, &m)) continue;
     // The last check: oneDNN's choice for the shape (a primitive descriptor).
     const ActLayout layout = ConvForwardDstLayout(static_cast<const OneDnnConvUnit&>(*units[u]).spec());
-    if (layout != ActLayout::kPlain) Apply(c, units, m, layout, trace);
+    if (layout == ActLayout::kPlain) continue;
+    Apply(c, units, m, layout, trace);
+    uses = std::make_unique<Uses>(units);
   }
   Compact(&units);
   return units;

@@ -18,8 +18,8 @@
 // The pooled output p is written plain: the next conv's primitive reads the
 // layout it picks for itself, from a plain tensor.
 //
-// Fires when every reader of y, dy and ds is in the pattern (none leaves the
-// cluster), the forward primitive picks a layout it can keep for the conv's
+// Fires when every reader of y, dy, ds and dz is in the pattern (none leaves
+// the cluster), the forward primitive picks a layout it can keep for the conv's
 // shape, and nothing between the moved ops (relu_grad up, the bias
 // gradient down) touches what they read or write.
 #pragma once

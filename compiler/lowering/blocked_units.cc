@@ -31,9 +31,10 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
  public:
   // then: the gradient's kernel (nullptr: the forward's).
   BlockedMaxPoolKernel(std::string name, const Dims& x_dims, ActLayout layout, const PoolGradThen* then,
-                       DataType out = DataType::kFP32)
+                       DataType out = DataType::kFP32, bool with_dbias = false)
       : name_(std::move(name)),
         out_(out),
+        with_dbias_(with_dbias),
         x_(x_dims),
         layout_(layout),
         group_(ActChannelGroup(layout, x_dims[1])),
@@ -45,13 +46,14 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
     return "kiln max-pool 2x2/2 gradient" +
            std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") + ", X and dX in " +
            ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
-           " (first maximum of each window)";
+           (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (first maximum of each window)";
   }
   void Run(const runtime::BufferView* args) const override {
     if (grad_ && out_ == DataType::kBF16) {
       MaxPool2x2GradPlainToBlockedBf16(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
                                        static_cast<const float*>(args[2].data), static_cast<uint16_t*>(args[3].data),
-                                       x_[0], x_[1], x_[2], x_[3], group_, then_);
+                                       x_[0], x_[1], x_[2], x_[3], group_, then_,
+                                       with_dbias_ ? static_cast<float*>(args[4].data) : nullptr);
     } else if (grad_) {
       MaxPool2x2GradPlainToBlocked(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
                                    static_cast<const float*>(args[2].data), static_cast<float*>(args[3].data), x_[0],
@@ -65,6 +67,7 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
  private:
   std::string name_;
   DataType out_;
+  bool with_dbias_;
   Dims x_;
   ActLayout layout_;
   int64_t group_;
@@ -101,7 +104,8 @@ std::vector<EmittedKernel> BlockedMaxPoolUnit::Emit(EmitContext& ctx) const {
 BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops,
                                                std::vector<std::string> args, Dims x_dims, ActLayout layout,
                                                PoolGradThen then, DataType out)
-    : Unit(step, std::move(ops), {args.at(0), args.at(1), args.at(2)}, {args.at(3)}),
+    : Unit(step, std::move(ops), {args.at(0), args.at(1), args.at(2)},
+           args.size() == 5 ? std::set<std::string>{args[3], args[4]} : std::set<std::string>{args.at(3)}),
       args_(std::move(args)),
       x_dims_(std::move(x_dims)),
       layout_(layout),
@@ -115,7 +119,10 @@ std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool_grad"), x_dims_, layout_, &then_, out_);
+  const bool with_dbias = args_.size() == 5;
+  KILN_CHECK(!with_dbias || out_ == DataType::kBF16);
+  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool_grad"), x_dims_, layout_, &then_, out_,
+                                                    with_dbias);
   k.args = args_;
   k.num_inputs = 3;
   k.new_vars.push_back(KeptVar(ctx.cluster(), args_[3], layout_, out_));

@@ -38,10 +38,12 @@ class BlockedMaxPoolUnit final : public Unit {
 
 // pool2d_grad (max, 2x2, stride 2), and the relu_grad after it (on X, relu's
 // Out) when given: X kept, Out and dOut plain, the result kept as `out`
-// (f32, or bf16 for bf16 convolutions to read).
+// (f32, or bf16 for bf16 convolutions to read). With a fifth arg (bf16
+// only), also the bias gradient: the f32 sum of the result over N, H, W
+// before its rounding (the elementwise_add_grad among `ops`).
 class BlockedMaxPoolGradUnit final : public Unit {
  public:
-  // args: X (blocked), Out, dOut, dX or relu_grad's X@GRAD (blocked).
+  // args: X (kept), Out, dOut, dX or relu_grad's X@GRAD (kept)[, dBias].
   BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops, std::vector<std::string> args, Dims x_dims,
                          ActLayout layout, PoolGradThen then, DataType out = DataType::kFP32);
   const char* kind() const override { return "blocked_max_pool_grad"; }

@@ -87,7 +87,8 @@ struct PrimitiveKey {
   int64_t axis = 0;          // softmax/logsoftmax/concat axis, layer_norm begin_norm_axis
   int64_t groups = 1;        // convolution groups
   // convolution: the layout a blocked_layout chain keeps the forward's dst
-  // and the backward's diff_dst in (f32), bound without a reorder.
+  // (f32) and the backward's diff_dst (kept_dtype) in, bound without a
+  // reorder.
   ActLayout kept_layout = ActLayout::kPlain;
   // convolution backward: the kept diff_dst's stored type (kBF16 under bf16
   // compute: written in bf16 by the kernel that computes it).
