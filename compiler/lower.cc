@@ -1,7 +1,6 @@
 #include "compiler/lower.h"
 
 #include <chrono>
-#include <unordered_map>
 
 #include "compiler/lowering/batch_one.h"
 #include "compiler/lowering/bf16_activations.h"
@@ -65,26 +64,15 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   return units;
 }
 
-// For each var, the units that read it.
-std::unordered_map<std::string, std::vector<int>> ReadersOf(const Units& units) {
-  std::unordered_map<std::string, std::vector<int>> readers;
-  for (size_t u = 0; u < units.size(); ++u) {
-    for (const auto& r : units[u]->reads()) readers[r].push_back(static_cast<int>(u));
-  }
-  return readers;
-}
-
 // Emits every unit's kernels. Returns false after the first unit that cannot
 // be compiled: its ops are then kept out of the step that made it (the
 // caller runs the steps again) and the trace says why.
 bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<EmittedKernel>* out) {
-  const auto readers = ReadersOf(units);
+  const VarUses uses(units);
   int current = -1;
   EmitContext ctx(c, [&](const std::string& var) {
     if (c.IsOutput(var)) return true;
-    auto it = readers.find(var);
-    if (it == readers.end()) return false;
-    for (int u : it->second) {
+    for (int u : uses.Readers(var)) {
       if (u != current) return true;
     }
     return false;

@@ -1,6 +1,5 @@
 #include "compiler/lowering/bf16_activations.h"
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,20 +77,17 @@ Units StoreBf16Activations(const Cluster& c, Units units, StepTrace& trace) {
   if (c.options().amp_compute != ComputeType::kBF16 || !c.options().use_onednn || !c.options().fuse_elementwise) {
     return units;
   }
-  std::map<std::string, std::vector<size_t>> readers, writers;
-  for (size_t u = 0; u < units.size(); ++u) {
-    for (const std::string& v : units[u]->reads()) readers[v].push_back(u);
-    for (const std::string& v : units[u]->writes()) writers[v].push_back(u);
-  }
+  const VarUses uses(units);
   for (size_t g = 0; g < units.size(); ++g) {
     auto* group = dynamic_cast<EwGroupUnit*>(units[g].get());
     if (group == nullptr || group->ops().empty() || c.Excluded(kStep, group->ops().front())) continue;
     const std::set<std::string> written = group->writes();
     for (const std::string& var : written) {
-      if (c.IsOutput(var) || !group->HoldsFull(var) || !c.IsF32(var) || writers[var].size() != 1) continue;
+      if (c.IsOutput(var) || !group->HoldsFull(var) || !c.IsF32(var) || uses.Writers(var).size() != 1) continue;
       std::vector<std::pair<size_t, std::unique_ptr<Unit>>> rebound;
       bool all = true;
-      for (size_t r : readers[var]) {
+      for (const int read_at : uses.Readers(var)) {
+        const size_t r = static_cast<size_t>(read_at);
         if (r == g) continue;  // a later fragment of the group reads the register
         std::unique_ptr<Unit> unit = r > g ? BindBf16(c, *units[r], var) : nullptr;
         if (!unit) {

@@ -1,6 +1,5 @@
 #include "compiler/lowering/blocked_layout.h"
 
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -16,28 +15,13 @@ namespace {
 
 constexpr const char* kStep = "blocked_layout";
 
-// Where each var is read and written, by unit position.
-struct Uses {
-  std::map<std::string, std::vector<int>> readers, writers;
-  explicit Uses(const Units& units) {
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (!units[u]) continue;
-      for (const auto& v : units[u]->reads()) readers[v].push_back(static_cast<int>(u));
-      for (const auto& v : units[u]->writes()) writers[v].push_back(static_cast<int>(u));
-    }
-  }
-  // The one unit reading `var`, when `var` stays in the cluster and `writer`
-  // alone writes it; else -1.
-  int OnlyReader(const Cluster& c, const std::string& var, int writer) const {
-    if (var.empty() || c.IsOutput(var) || !Is(writers, var, {writer})) return -1;
-    auto it = readers.find(var);
-    return it != readers.end() && it->second.size() == 1 ? it->second.front() : -1;
-  }
-  static bool Is(const std::map<std::string, std::vector<int>>& m, const std::string& var, std::vector<int> want) {
-    auto it = m.find(var);
-    return it != m.end() && it->second == want;
-  }
-};
+// The one unit reading `var`, when `var` stays in the cluster and `writer`
+// alone writes it; else -1.
+int OnlyReader(const Cluster& c, const VarUses& uses, const std::string& var, int writer) {
+  if (var.empty() || c.IsOutput(var) || uses.Writers(var) != std::vector<int>{writer}) return -1;
+  const std::vector<int>& readers = uses.Readers(var);
+  return readers.size() == 1 ? readers.front() : -1;
+}
 
 // The op of a pending unit of type `type`, else -1.
 int PendingOfType(const Cluster& c, const Units& units, int u, const char* type) {
@@ -58,7 +42,7 @@ struct Chain {
 
 // The forward half at conv unit `u`: the conv + bias + relu writing y, and
 // y's three readers (the pooling, its gradient and relu's gradient).
-bool MatchForward(const Cluster& c, const Units& units, const Uses& uses, int u, Chain* m) {
+bool MatchForward(const Cluster& c, const Units& units, const VarUses& uses, int u, Chain* m) {
   const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
   if (conv == nullptr || conv->ops().size() != 3) return false;
   for (int op : conv->ops()) {
@@ -71,10 +55,10 @@ bool MatchForward(const Cluster& c, const Units& units, const Uses& uses, int u,
   }
   m->conv_u = u;
   m->y = conv->args()[3];
-  if (c.IsOutput(m->y) || c.dims(m->y).size() != 4 || !Uses::Is(uses.writers, m->y, {u})) return false;
-  auto readers = uses.readers.find(m->y);
-  if (readers == uses.readers.end() || readers->second.size() != 3) return false;
-  for (int r : readers->second) {
+  if (c.IsOutput(m->y) || c.dims(m->y).size() != 4 || uses.Writers(m->y) != std::vector<int>{u}) return false;
+  const std::vector<int>& readers = uses.Readers(m->y);
+  if (readers.size() != 3) return false;
+  for (int r : readers) {
     if (PendingOfType(c, units, r, "pool2d") >= 0) m->pool_u = r;
     if (dynamic_cast<const MaxPoolGradUnit*>(units[r].get()) != nullptr) m->grad_u = r;
     if (PendingOfType(c, units, r, "relu_grad") >= 0) m->relu_u = r;
@@ -93,16 +77,16 @@ bool MatchForward(const Cluster& c, const Units& units, const Uses& uses, int u,
 
 // The backward half: dy -> relu_grad -> ds -> elementwise_add_grad (the
 // bias) -> dz -> conv2d_grad of the same conv, nothing else reading them.
-bool MatchBackward(const Cluster& c, const Units& units, const Uses& uses, Chain* m) {
+bool MatchBackward(const Cluster& c, const Units& units, const VarUses& uses, Chain* m) {
   const auto& conv = static_cast<const OneDnnConvUnit&>(*units[m->conv_u]);
   const std::vector<std::string>& cargs = conv.args();  // x, w, b, y
   const int r = m->relu_grad;
-  if (uses.OnlyReader(c, m->dy, m->grad_u) != m->relu_u || c.In(r, "Out") != m->y ||
+  if (OnlyReader(c, uses, m->dy, m->grad_u) != m->relu_u || c.In(r, "Out") != m->y ||
       c.In(r, GradVarName("Out")) != m->dy || !c.IsF32(m->dy)) {
     return false;
   }
   m->ds = c.Out(r, GradVarName("X"));
-  m->add_u = uses.OnlyReader(c, m->ds, m->relu_u);
+  m->add_u = OnlyReader(c, uses, m->ds, m->relu_u);
   m->add = PendingOfType(c, units, m->add_u, "elementwise_add_grad");
   if (m->add < 0 || c.In(m->add, GradVarName("Out")) != m->ds || c.In(m->add, "Y") != cargs[2] ||
       c.Attr<int64_t>(m->add, "axis") != 1) {
@@ -110,7 +94,7 @@ bool MatchBackward(const Cluster& c, const Units& units, const Uses& uses, Chain
   }
   const std::string dz = c.Out(m->add, GradVarName("X"));
   m->db = c.Out(m->add, GradVarName("Y"));
-  m->gconv_u = uses.OnlyReader(c, dz, m->add_u);
+  m->gconv_u = OnlyReader(c, uses, dz, m->add_u);
   const int g = m->gconv = PendingOfType(c, units, m->gconv_u, "conv2d_grad");
   if (g < 0 || c.In(g, "Input") != cargs[0] || c.In(g, "Filter") != cargs[1] || c.In(g, GradVarName("Output")) != dz ||
       c.Out(g, GradVarName("Filter")).empty() || c.Attr<int64_t>(g, "groups") != 1) {
@@ -169,7 +153,7 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
 
 Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
   if (!c.options().use_onednn || !c.options().fuse_elementwise) return units;
-  auto uses = std::make_unique<Uses>(units);
+  auto uses = std::make_unique<VarUses>(units);
   for (size_t u = 0; u < units.size(); ++u) {
     if (!units[u]) continue;
     Chain m;
@@ -178,7 +162,7 @@ Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
     const ActLayout layout = ConvForwardDstLayout(static_cast<const OneDnnConvUnit&>(*units[u]).spec());
     if (layout == ActLayout::kPlain) continue;
     Apply(c, units, m, layout, trace);
-    uses = std::make_unique<Uses>(units);
+    uses = std::make_unique<VarUses>(units);
   }
   Compact(&units);
   return units;

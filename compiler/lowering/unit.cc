@@ -104,6 +104,20 @@ std::vector<EmittedKernel> FrameworkOpUnit::Emit(EmitContext& ctx) const {
   return {EmitFrameworkOp(ctx.cluster(), ctx.cluster().op(ops().front()), /*use_onednn=*/false)};
 }
 
+VarUses::VarUses(const Units& units) {
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (!units[u]) continue;
+    for (const auto& v : units[u]->reads()) readers_[v].push_back(static_cast<int>(u));
+    for (const auto& v : units[u]->writes()) writers_[v].push_back(static_cast<int>(u));
+  }
+}
+
+const std::vector<int>& VarUses::Find(const std::map<std::string, std::vector<int>>& m, const std::string& var) {
+  static const std::vector<int> kNone;
+  auto it = m.find(var);
+  return it == m.end() ? kNone : it->second;
+}
+
 int OnlyPendingConsumer(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i,
                         const std::string& var, std::string_view step, std::initializer_list<const char*> types) {
   const std::vector<int> readers = c.Consumers(i, var);

@@ -130,6 +130,20 @@ class FrameworkOpUnit final : public Unit {
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
 };
 
+// Which units read and write each var, by position in `units` (null entries,
+// which a step leaves until it compacts, are skipped).
+class VarUses {
+ public:
+  explicit VarUses(const Units& units);
+  // Positions of the units that read (write) `var`, ascending; empty when none.
+  const std::vector<int>& Readers(const std::string& var) const { return Find(readers_, var); }
+  const std::vector<int>& Writers(const std::string& var) const { return Find(writers_, var); }
+
+ private:
+  static const std::vector<int>& Find(const std::map<std::string, std::vector<int>>& m, const std::string& var);
+  std::map<std::string, std::vector<int>> readers_, writers_;
+};
+
 // The single consumer of the value op `i` writes into `var`, when the value
 // is needed by nothing else (not a cluster output), the consumer is still
 // pending, is not excluded from `step` and has one of `types`; else -1.
