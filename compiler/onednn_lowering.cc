@@ -54,14 +54,21 @@ std::string FusionSuffix(bool bias, MatmulActivation activation) {
   return s;
 }
 
-// The forward entry of `h` from the global cache. Compiled code takes the
+// The entry `h` acquired last (its key `key`). Compiled code takes the
 // implementation oneDNN has even when the framework would call it slow (the
-// dump names it); only a missing one is an error.
-std::shared_ptr<const PrimitiveEntry> AcquireEntry(onednn::OneDnnHandler& h, const std::string& what) {
-  h.AcquireForwardPrimitive();  // false for slow implementations too: decided below
+// dump names it; Acquire*Primitive returned false for it); only a missing
+// one is an error.
+std::shared_ptr<const PrimitiveEntry> AcquiredEntry(const onednn::OneDnnHandler& h, const onednn::PrimitiveKey& key,
+                                                    const std::string& what) {
   std::shared_ptr<const PrimitiveEntry> entry = h.acquired_entry();
-  if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what, " (", h.forward_key().ToString(), ")");
+  if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what, " (", key.ToString(), ")");
   return entry;
+}
+
+// The forward entry of `h` from the global cache.
+std::shared_ptr<const PrimitiveEntry> AcquireEntry(onednn::OneDnnHandler& h, const std::string& what) {
+  h.AcquireForwardPrimitive();
+  return AcquiredEntry(h, h.forward_key(), what);
 }
 
 dnnl::memory Bind(const dnnl::memory::desc& md, void* data) {
@@ -312,7 +319,7 @@ BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
 class ConvGradKernel final : public runtime::Kernel {
  public:
   ConvGradKernel(const FusedConvSpec& spec, bool want_dinput, bool want_dbias, DataType dy_dtype, std::string name)
-      : name_(std::move(name)), want_dinput_(want_dinput) {
+      : name_(std::move(name)), want_dinput_(want_dinput), want_dbias_(want_dbias) {
     auto h = ConvHandlerOf(spec, /*fused=*/false);
     if (dy_dtype != DataType::kFP32) {
       if (dy_dtype != DataType::kBF16 || spec.compute != ComputeType::kBF16) {
@@ -324,20 +331,20 @@ class ConvGradKernel final : public runtime::Kernel {
     if (want_dbias) h->WithDiffBias();
     const std::string what = "convolution gradient for " + ConvShapes(spec);
     if (want_dinput) {
-      h->AcquireBackwardData();  // false for slow implementations too: compiled code takes them
-      data_.emplace(Acquired(*h, what), std::vector<int>{DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC});
+      h->AcquireBackwardData();
+      data_.emplace(AcquiredEntry(*h, h->backward_key(), what),
+                    std::vector<int>{DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC});
     }
     h->AcquireBackwardWeights();
     std::vector<int> args = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
     if (want_dbias) args.push_back(DNNL_ARG_DIFF_BIAS);
-    weights_.emplace(Acquired(*h, what), args);
-    num_weight_args_ = args.size();
+    weights_.emplace(AcquiredEntry(*h, h->backward_key(), what), args);
   }
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     std::string s = "oneDNN convolution gradients: ";
     if (data_) s += "data (" + data_->impl() + data_->ReorderText() + "), ";
-    return s + "weights" + std::string(num_weight_args_ == 4 ? " and bias" : "") + " (" + weights_->impl() +
+    return s + "weights" + std::string(want_dbias_ ? " and bias" : "") + " (" + weights_->impl() +
            weights_->ReorderText() + ")";
   }
   // args: Input, Filter, dY, [dInput,] dFilter[, dBias].
@@ -348,20 +355,14 @@ class ConvGradKernel final : public runtime::Kernel {
       data_->Run(bound);
     }
     runtime::BufferView bound[4] = {args[0], args[2], args[out], {}};
-    if (num_weight_args_ == 4) bound[3] = args[out + 1];
+    if (want_dbias_) bound[3] = args[out + 1];
     weights_->Run(bound);
   }
 
  private:
-  static std::shared_ptr<const PrimitiveEntry> Acquired(const onednn::ConvHandler& h, const std::string& what) {
-    std::shared_ptr<const PrimitiveEntry> entry = h.acquired_entry();
-    if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what, " (", h.backward_key().ToString(), ")");
-    return entry;
-  }
-
   std::string name_;
   bool want_dinput_ = false;
-  size_t num_weight_args_ = 0;
+  bool want_dbias_ = false;
   std::optional<BoundEntry> data_, weights_;
 };
 

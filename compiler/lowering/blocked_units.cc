@@ -26,53 +26,67 @@ proto::VarDesc KeptVar(const Cluster& c, const std::string& kept, ActLayout layo
 
 namespace {
 
-
 class BlockedMaxPoolKernel final : public runtime::Kernel {
  public:
-  // then: the gradient's kernel (nullptr: the forward's).
-  BlockedMaxPoolKernel(std::string name, const Dims& x_dims, ActLayout layout, const PoolGradThen* then,
-                       DataType out = DataType::kFP32, bool with_dbias = false)
+  BlockedMaxPoolKernel(std::string name, const Dims& x_dims, ActLayout layout)
+      : name_(std::move(name)), x_(x_dims), layout_(layout), group_(ActChannelGroup(layout, x_dims[1])) {}
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override {
+    return std::string("kiln max-pool 2x2/2 from ") + ActLayoutName(layout_) + " into plain NCHW";
+  }
+  // args: X (kept), Out.
+  void Run(const runtime::BufferView* args) const override {
+    MaxPool2x2BlockedToPlain(static_cast<const float*>(args[0].data), static_cast<float*>(args[1].data), x_[0], x_[1],
+                             x_[2], x_[3], group_);
+  }
+
+ private:
+  std::string name_;
+  Dims x_;
+  ActLayout layout_;
+  int64_t group_;
+};
+
+class BlockedMaxPoolGradKernel final : public runtime::Kernel {
+ public:
+  BlockedMaxPoolGradKernel(std::string name, const Dims& x_dims, ActLayout layout, PoolGradThen then, DataType out,
+                           bool with_dbias)
       : name_(std::move(name)),
-        out_(out),
-        with_dbias_(with_dbias),
         x_(x_dims),
         layout_(layout),
         group_(ActChannelGroup(layout, x_dims[1])),
-        grad_(then != nullptr),
-        then_(then ? *then : PoolGradThen{}) {}
+        then_(then),
+        out_(out),
+        with_dbias_(with_dbias) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    if (!grad_) return std::string("kiln max-pool 2x2/2 from ") + ActLayoutName(layout_) + " into plain NCHW";
     return "kiln max-pool 2x2/2 gradient" +
            std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") + ", X and dX in " +
            ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
            (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (first maximum of each window)";
   }
+  // args: X (kept), Out, dOut, dX (kept)[, dBias].
   void Run(const runtime::BufferView* args) const override {
-    if (grad_ && out_ == DataType::kBF16) {
-      MaxPool2x2GradPlainToBlockedBf16(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
-                                       static_cast<const float*>(args[2].data), static_cast<uint16_t*>(args[3].data),
-                                       x_[0], x_[1], x_[2], x_[3], group_, then_,
-                                       with_dbias_ ? static_cast<float*>(args[4].data) : nullptr);
-    } else if (grad_) {
-      MaxPool2x2GradPlainToBlocked(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
-                                   static_cast<const float*>(args[2].data), static_cast<float*>(args[3].data), x_[0],
-                                   x_[1], x_[2], x_[3], group_, then_);
+    const auto* x = static_cast<const float*>(args[0].data);
+    const auto* out = static_cast<const float*>(args[1].data);
+    const auto* dout = static_cast<const float*>(args[2].data);
+    if (out_ == DataType::kBF16) {
+      MaxPool2x2GradPlainToBlockedBf16(x, out, dout, static_cast<uint16_t*>(args[3].data), x_[0], x_[1], x_[2], x_[3],
+                                       group_, then_, with_dbias_ ? static_cast<float*>(args[4].data) : nullptr);
     } else {
-      MaxPool2x2BlockedToPlain(static_cast<const float*>(args[0].data), static_cast<float*>(args[1].data), x_[0],
-                               x_[1], x_[2], x_[3], group_);
+      MaxPool2x2GradPlainToBlocked(x, out, dout, static_cast<float*>(args[3].data), x_[0], x_[1], x_[2], x_[3], group_,
+                                   then_);
     }
   }
 
  private:
   std::string name_;
-  DataType out_;
-  bool with_dbias_;
   Dims x_;
   ActLayout layout_;
   int64_t group_;
-  bool grad_;
   PoolGradThen then_;
+  DataType out_;
+  bool with_dbias_;
 };
 
 }  // namespace
@@ -93,7 +107,7 @@ std::string BlockedMaxPoolUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> BlockedMaxPoolUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), x_dims_, layout_, nullptr);
+  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), x_dims_, layout_);
   k.args = {x_, out_};
   k.num_inputs = 1;
   return {k};
@@ -121,8 +135,8 @@ std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const 
   EmittedKernel k;
   const bool with_dbias = args_.size() == 5;
   KILN_CHECK(!with_dbias || out_ == DataType::kBF16);
-  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool_grad"), x_dims_, layout_, &then_, out_,
-                                                    with_dbias);
+  k.kernel = std::make_shared<BlockedMaxPoolGradKernel>(ctx.KernelName("maxpool_grad"), x_dims_, layout_, then_, out_,
+                                                        with_dbias);
   k.args = args_;
   k.num_inputs = 3;
   k.new_vars.push_back(KeptVar(ctx.cluster(), args_[3], layout_, out_));
