@@ -8,6 +8,7 @@
 #include "compiler/lowering/blocked_layout.h"
 #include "compiler/lowering/buffers.h"
 #include "compiler/lowering/conv_epilogue.h"
+#include "compiler/lowering/dead_ops.h"
 #include "compiler/lowering/elementwise_groups.h"
 #include "compiler/lowering/framework_fallback.h"
 #include "compiler/lowering/fused_attention.h"
@@ -26,8 +27,11 @@ namespace {
 Units RunSteps(const Cluster& c, LoweringTrace& t) {
   Units units;
   for (int i = 0; i < c.num_ops(); ++i) units.push_back(std::make_unique<PendingOp>(c, i));
+  units = DropDeadOps(c, std::move(units),
+                      t.Step("dead_ops", "first: no pattern should match, or keep a value for, an op whose "
+                                         "results nothing uses"));
   units = FuseMatmulEpilogue(c, std::move(units),
-                             t.Step("matmul_epilogue", "first: it takes bias adds and activations that "
+                             t.Step("matmul_epilogue", "before the other patterns: it takes bias adds and activations that "
                                                        "elementwise grouping would otherwise claim"));
   units = FuseConvEpilogue(c, std::move(units),
                            t.Step("conv_epilogue", "likewise, before grouping takes the bias add and relu"));

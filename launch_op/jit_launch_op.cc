@@ -117,6 +117,11 @@ struct ExecutorModeProgram : CompiledObjectAttachment {
   ExecutorModeProgram() { ++g_executor_programs; }
   ~ExecutorModeProgram() override { --g_executor_programs; }
   proto::ProgramDesc program;
+  // Temps no instruction writes: a unit reads them for their dims alone (a
+  // framework op's no-need-buffer input whose producer was fused away). Each
+  // launch gives them their dims without data, as the runtime gives them a
+  // buffer nothing writes.
+  std::vector<int> shape_only_temps;
   std::unique_ptr<ExecutionPlan> plan;
   mutable std::mutex mu;
   mutable Scope scope;
@@ -135,6 +140,13 @@ std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const Compi
     for (int64_t d : b.dims) v->add_dims(d);
     // Inputs and outputs are the caller's buffers: never freed here.
     v->set_persistable(b.role != runtime::BufferRole::kTemp);
+  }
+  std::vector<bool> written(bufs.size(), false);
+  for (const auto& ins : obj.program.instructions) {
+    for (size_t k = ins.num_inputs; k < ins.args.size(); ++k) written[ins.args[k]] = true;
+  }
+  for (size_t b = 0; b < bufs.size(); ++b) {
+    if (bufs[b].role == runtime::BufferRole::kTemp && !written[b]) p->shape_only_temps.push_back(static_cast<int>(b));
   }
   for (size_t i = 0; i < obj.program.instructions.size(); ++i) {
     const auto& ins = obj.program.instructions[i];
@@ -162,6 +174,10 @@ void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins
     if (b.role == runtime::BufferRole::kTemp) continue;
     void* data = b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
     p->scope.Var(b.name)->GetMutable()->ShareExternalData(data, b.dtype, b.dims);
+  }
+  for (int t : p->shape_only_temps) {
+    const auto& b = obj.program.plan.buffers[t];
+    p->scope.Var(b.name)->GetMutable()->ShareExternalData(nullptr, b.dtype, b.dims);
   }
   ExecutorOptions options;
   options.check_nan_inf = check_nan_inf;  // jit_kernel checks inside its instruction

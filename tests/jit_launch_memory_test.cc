@@ -2,10 +2,12 @@
 // owns holds the cluster's temps; one whose buffer someone else shares is
 // kept and not scribbled on; training the small transformer with the JIT
 // (inputs donated inside the launches) gives the losses it gives without;
-// jit_launch's shape-only inputs (NoNeedBufferVars).
+// jit_launch's shape-only inputs (NoNeedBufferVars); a value a cluster reads
+// for its shape alone and never stores, in both launch modes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -16,6 +18,7 @@
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
+#include "framework/program_io.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_memory_test_util.h"
 #include "tests/jit_pipeline_util.h"
@@ -126,6 +129,80 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   EXPECT_EQ(BitDiff(alone, shared), "");
 }
 
+
+// relu(z) -> y feeds reduce_mean (one generated kernel, so y is never stored)
+// and reduce_mean_grad, which reads y for its dims alone (its Out@GRAD comes
+// from a framework op, mean, so it is a group of its own). The gradient's
+// group cannot be laid out (dy + w alternates broadcast in six dims) and
+// falls back to framework kernels, so reduce_mean_grad runs its framework
+// kernel on a y that no instruction writes. The runtime hands it a buffer
+// nothing wrote; the executor launch mode hands it y's dims without data
+// (until this case, the jit_kernel op failed: "holds no data").
+TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunchMode) {
+  const proto::ProgramDesc program = ParseProgramText(R"pb(
+    blocks { idx: 0 parent_idx: -1
+      vars { name: "z" dtype: FP32 dims: 2 dims: 3 dims: 2 dims: 3 dims: 2 dims: 3 }
+      vars { name: "y" dtype: FP32 dims: 2 dims: 3 dims: 2 dims: 3 dims: 2 dims: 3 }
+      vars { name: "m" dtype: FP32 dims: 1 } vars { name: "dm" dtype: FP32 dims: 1 }
+      vars { name: "dy" dtype: FP32 dims: 2 dims: 3 dims: 2 dims: 3 dims: 2 dims: 3 }
+      vars { name: "w" dtype: FP32 dims: 2 dims: 1 dims: 2 dims: 1 dims: 2 dims: 1 }
+      vars { name: "s" dtype: FP32 dims: 2 dims: 3 dims: 2 dims: 3 dims: 2 dims: 3 }
+      ops { type: "relu" inputs { name: "X" args: "z" } outputs { name: "Out" args: "y" } }
+      ops { type: "reduce_mean" inputs { name: "X" args: "y" } outputs { name: "Out" args: "m" }
+            attrs { name: "reduce_all" type: BOOL b: true } }
+      ops { type: "mean" inputs { name: "X" args: "m" } outputs { name: "Out" args: "dm" } }
+      ops { type: "reduce_mean_grad" inputs { name: "X" args: "y" } inputs { name: "Out@GRAD" args: "dm" }
+            outputs { name: "X@GRAD" args: "dy" } attrs { name: "reduce_all" type: BOOL b: true } }
+      ops { type: "elementwise_add" inputs { name: "X" args: "dy" } inputs { name: "Y" args: "w" }
+            outputs { name: "Out" args: "s" } } })pb");
+  BuildJitPassOptions po;
+  po.keep_vars = {"z", "w", "m", "s"};
+  po.min_cluster_size = 1;
+  BuildJitReport report;
+  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, po, &report);
+  ASSERT_EQ(report.clusters.size(), 1u) << report.ToString();
+  ASSERT_EQ(jitted.blocks(0).ops_size(), 1) << jitted.DebugString();
+
+  std::mt19937 rng(8);
+  const std::map<std::string, Tensor> feeds = {
+      {"z", test::RandomTensor({2, 3, 2, 3, 2, 3}, DataType::kFP32, rng, -1, 1)},
+      {"w", test::RandomTensor({2, 1, 2, 1, 2, 1}, DataType::kFP32, rng, -1, 1)}};
+  auto run = [&](const proto::ProgramDesc& p) {
+    Scope scope;
+    for (const auto& [name, t] : feeds) FeedTensor(p.blocks(0), scope, name, t);
+    Executor exec;
+    auto plan = exec.Prepare(p, 0, {"m", "s"});
+    exec.Run(*plan, scope);
+    return std::make_pair(Copy(scope.GetVar("m")->Get()), Copy(scope.GetVar("s")->Get()));
+  };
+  const auto want = run(program);
+  for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
+    SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
+    jit::SetLaunchMode(mode);
+    const auto got = run(jitted);
+    EXPECT_EQ(test::CompareTensors(got.first, want.first, 1e-6, 1e-5), "");
+    EXPECT_EQ(test::CompareTensors(got.second, want.second, 1e-6, 1e-5), "");
+  }
+  // The case is the one described: y is a buffer that no instruction writes.
+  const auto objects = jit::JitCompiler::Instance().CachedObjects();
+  ASSERT_EQ(objects.size(), 1u);
+  const runtime::Program& compiled = objects[0]->program;
+  EXPECT_EQ(objects[0]->unit_fallbacks.size(), 1u) << objects[0]->lowering;
+  int y = -1;
+  for (size_t b = 0; b < compiled.plan.buffers.size(); ++b) {
+    if (compiled.plan.buffers[b].name == "y") y = static_cast<int>(b);
+  }
+  ASSERT_GE(y, 0) << objects[0]->Listing();
+  bool read = false;
+  for (const auto& ins : compiled.instructions) {
+    for (size_t k = 0; k < ins.args.size(); ++k) {
+      if (ins.args[k] != y) continue;
+      EXPECT_LT(static_cast<int>(k), ins.num_inputs) << objects[0]->Listing();
+      read = true;
+    }
+  }
+  EXPECT_TRUE(read) << objects[0]->Listing();
+}
 
 // jit_launch: its attr names the shape-only inputs; one it also writes is not.
 TEST_F(JitLaunchMemoryTest, NoNeedBufferVarsAreTheShapeOnlyInputsItDoesNotWrite) {

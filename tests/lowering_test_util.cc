@@ -39,15 +39,11 @@ JitSubgraph MakeSubgraph(const LoweringCase& c) {
   return sg;
 }
 
-namespace {
-
 jit::ShapeSignature SignatureOf(const LoweringCase& c) {
   jit::ShapeSignature sig;
   for (const auto& [name, dims] : c.inputs) sig.inputs.push_back({DataType::kFP32, dims});
   return sig;
 }
-
-}  // namespace
 
 std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c) {
   const JitSubgraph sg = MakeSubgraph(c);

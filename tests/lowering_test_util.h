@@ -37,6 +37,8 @@ struct LoweringCase {
 
 // The subgraph build_jit_pass would make of the case.
 JitSubgraph MakeSubgraph(const LoweringCase& c);
+// Its inputs' dtypes (f32) and dims.
+jit::ShapeSignature SignatureOf(const LoweringCase& c);
 std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c);
 
 // The golden text: the cluster's ops with concrete shapes, the lowering
