@@ -62,7 +62,9 @@ std::string CompiledObject::Listing() const {
       case runtime::BufferRole::kInput: os << "input " << info.io_index << (info.donatable ? " (dies here)" : ""); break;
       case runtime::BufferRole::kOutput: os << "output " << info.io_index; break;
       case runtime::BufferRole::kTemp:
-        if (info.view_of >= 0) {
+        if (info.dims_only) {
+          os << "dims only (nothing writes it; no memory)";
+        } else if (info.view_of >= 0) {
           os << "view of %" << info.view_of;
         } else if (info.region >= 0) {
           os << "in dying input %" << info.region << " +" << info.offset << " (" << info.bytes() << " bytes)";

@@ -129,7 +129,15 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
   trace.SetUnits(std::move(lines));
   obj->unit_fallbacks = trace.fallbacks();
   obj->lowering = trace.ToString();
-  BuildProgram(cluster, kernels, obj.get());
+  // What units read as data from other units (a group's reads of values it
+  // computes itself stay in registers).
+  std::set<std::string> data_reads;
+  for (const auto& u : units) {
+    for (const std::string& v : u->reads()) {
+      if (u->writes().count(v) == 0) data_reads.insert(v);
+    }
+  }
+  BuildProgram(cluster, kernels, data_reads, obj.get());
   obj->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return obj;
 }

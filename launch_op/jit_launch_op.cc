@@ -117,11 +117,9 @@ struct ExecutorModeProgram : CompiledObjectAttachment {
   ExecutorModeProgram() { ++g_executor_programs; }
   ~ExecutorModeProgram() override { --g_executor_programs; }
   proto::ProgramDesc program;
-  // Temps no instruction writes: a unit reads them for their dims alone (a
-  // framework op's no-need-buffer input whose producer was fused away). Each
-  // launch gives them their dims without data, as the runtime gives them a
-  // buffer nothing writes.
-  std::vector<int> shape_only_temps;
+  // Dims-only temps (BufferInfo::dims_only): each launch gives them their
+  // dims without data, as the runtime binds them as nullptr.
+  std::vector<int> dims_only_temps;
   std::unique_ptr<ExecutionPlan> plan;
   mutable std::mutex mu;
   mutable Scope scope;
@@ -141,12 +139,8 @@ std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const Compi
     // Inputs and outputs are the caller's buffers: never freed here.
     v->set_persistable(b.role != runtime::BufferRole::kTemp);
   }
-  std::vector<bool> written(bufs.size(), false);
-  for (const auto& ins : obj.program.instructions) {
-    for (size_t k = ins.num_inputs; k < ins.args.size(); ++k) written[ins.args[k]] = true;
-  }
   for (size_t b = 0; b < bufs.size(); ++b) {
-    if (bufs[b].role == runtime::BufferRole::kTemp && !written[b]) p->shape_only_temps.push_back(static_cast<int>(b));
+    if (bufs[b].dims_only) p->dims_only_temps.push_back(static_cast<int>(b));
   }
   for (size_t i = 0; i < obj.program.instructions.size(); ++i) {
     const auto& ins = obj.program.instructions[i];
@@ -175,7 +169,7 @@ void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins
     void* data = b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
     p->scope.Var(b.name)->GetMutable()->ShareExternalData(data, b.dtype, b.dims);
   }
-  for (int t : p->shape_only_temps) {
+  for (int t : p->dims_only_temps) {
     const auto& b = obj.program.plan.buffers[t];
     p->scope.Var(b.name)->GetMutable()->ShareExternalData(nullptr, b.dtype, b.dims);
   }

@@ -58,7 +58,7 @@ class Planner {
   void PlaceAll(bool reuse) {
     for (int b = 0; b < n_; ++b) {
       BufferInfo& info = plan_.buffers[b];
-      if (info.role != BufferRole::kTemp || info.view_of >= 0 || last_[b] < 0) continue;
+      if (info.role != BufferRole::kTemp || info.view_of >= 0 || info.dims_only || last_[b] < 0) continue;
       const size_t size = AlignUp(std::max<size_t>(info.bytes(), 1));
       plan_.arena_bytes_no_reuse += size;
       info.region = -1;
@@ -118,7 +118,7 @@ class Planner {
       const int d = RootBuffer(plan_, ins.args[ka]);
       if (ins.args[kb] != b || d == b || last_[d] != first_[b]) continue;
       const BufferInfo& dinfo = plan_.buffers[d];
-      if (dinfo.bytes() < info.bytes() || dinfo.dtype != info.dtype) continue;
+      if (dinfo.dims_only || dinfo.bytes() < info.bytes() || dinfo.dtype != info.dtype) continue;
       int region = -1;
       size_t offset = 0;
       if (dinfo.role == BufferRole::kTemp) {

@@ -76,6 +76,10 @@ struct BufferInfo {
   // the root, the buffer that is placed or bound; a view is live whenever
   // its root is, and the root as long as any of its views.
   int view_of = -1;
+  // kTemp that no instruction writes: its readers take only its dims (a
+  // no-need-buffer input whose producer the compiler dropped or fused away).
+  // It gets no memory and is bound as nullptr.
+  bool dims_only = false;
   size_t bytes() const { return static_cast<size_t>(Numel(dims)) * SizeOf(dtype); }
 };
 

@@ -29,7 +29,7 @@ std::vector<BufferView> BindBuffers(const BufferPlan& plan, const std::vector<vo
         views[b].data = outputs[info.io_index];
         break;
       case BufferRole::kTemp:
-        views[b].data = (info.region >= 0 ? region_base[info.region] : arena) + info.offset;
+        views[b].data = info.dims_only ? nullptr : (info.region >= 0 ? region_base[info.region] : arena) + info.offset;
         break;
     }
   }

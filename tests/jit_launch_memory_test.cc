@@ -135,9 +135,9 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
 // from a framework op, mean, so it is a group of its own). The gradient's
 // group cannot be laid out (dy + w alternates broadcast in six dims) and
 // falls back to framework kernels, so reduce_mean_grad runs its framework
-// kernel on a y that no instruction writes. The runtime hands it a buffer
-// nothing wrote; the executor launch mode hands it y's dims without data
-// (until this case, the jit_kernel op failed: "holds no data").
+// kernel on a y that no instruction writes: a dims-only buffer, which both
+// launch modes bind without memory (until this case, the executor launch
+// mode's jit_kernel op failed: "holds no data").
 TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunchMode) {
   const proto::ProgramDesc program = ParseProgramText(R"pb(
     blocks { idx: 0 parent_idx: -1
@@ -183,25 +183,13 @@ TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunc
     EXPECT_EQ(test::CompareTensors(got.first, want.first, 1e-6, 1e-5), "");
     EXPECT_EQ(test::CompareTensors(got.second, want.second, 1e-6, 1e-5), "");
   }
-  // The case is the one described: y is a buffer that no instruction writes.
+  // The case is the one described: y is a dims-only buffer.
   const auto objects = jit::JitCompiler::Instance().CachedObjects();
   ASSERT_EQ(objects.size(), 1u);
-  const runtime::Program& compiled = objects[0]->program;
   EXPECT_EQ(objects[0]->unit_fallbacks.size(), 1u) << objects[0]->lowering;
-  int y = -1;
-  for (size_t b = 0; b < compiled.plan.buffers.size(); ++b) {
-    if (compiled.plan.buffers[b].name == "y") y = static_cast<int>(b);
-  }
-  ASSERT_GE(y, 0) << objects[0]->Listing();
-  bool read = false;
-  for (const auto& ins : compiled.instructions) {
-    for (size_t k = 0; k < ins.args.size(); ++k) {
-      if (ins.args[k] != y) continue;
-      EXPECT_LT(static_cast<int>(k), ins.num_inputs) << objects[0]->Listing();
-      read = true;
-    }
-  }
-  EXPECT_TRUE(read) << objects[0]->Listing();
+  bool y_dims_only = false;
+  for (const auto& b : objects[0]->program.plan.buffers) y_dims_only = y_dims_only || (b.name == "y" && b.dims_only);
+  EXPECT_TRUE(y_dims_only) << objects[0]->Listing();
 }
 
 // jit_launch: its attr names the shape-only inputs; one it also writes is not.

@@ -101,9 +101,32 @@ void AliasViews(const std::vector<int>& view_ins, const std::vector<int>& view_o
   }
 }
 
+// Temps no instruction writes (and no view shares) become dims-only.
+void MarkDimsOnly(const std::set<std::string>& data_reads, CompiledObject* obj) {
+  runtime::BufferPlan& plan = obj->program.plan;
+  std::vector<bool> written(plan.buffers.size(), false);
+  for (const auto& ins : obj->program.instructions) {
+    for (size_t a = ins.num_inputs; a < ins.args.size(); ++a) written[ins.args[a]] = true;
+  }
+  for (const auto& info : plan.buffers) {
+    if (info.view_of >= 0) written[info.view_of] = written[Root(plan, info.view_of)] = true;
+  }
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    runtime::BufferInfo& info = plan.buffers[b];
+    if (info.role != runtime::BufferRole::kTemp || info.view_of >= 0 || written[b]) continue;
+    // An Error, not a KILN_CHECK: the cluster then runs its framework ops.
+    if (data_reads.count(info.name) > 0) {
+      throw Error(ErrorCode::kInternal, StrCat("lowering: var '", info.name,
+                                               "' is read as data inside the cluster, but no kernel writes it"));
+    }
+    info.dims_only = true;
+  }
+}
+
 }  // namespace
 
-void BuildProgram(const Cluster& c, const std::vector<EmittedKernel>& kernels, CompiledObject* obj) {
+void BuildProgram(const Cluster& c, const std::vector<EmittedKernel>& kernels,
+                  const std::set<std::string>& data_reads, CompiledObject* obj) {
   BufferTable table(c, kernels, obj);
   table.AddIo();
   std::vector<int> view_ins, view_outs;
@@ -120,6 +143,7 @@ void BuildProgram(const Cluster& c, const std::vector<EmittedKernel>& kernels, C
     obj->program.instructions.push_back(std::move(ins));
   }
   if (c.options().reuse_buffers) AliasViews(view_ins, view_outs, obj);
+  MarkDimsOnly(data_reads, obj);
   runtime::PlanArena(obj->program.instructions, &obj->program.plan, c.options().reuse_buffers);
 }
 

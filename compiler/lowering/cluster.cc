@@ -79,6 +79,26 @@ Cluster::Cluster(const JitSubgraph& subgraph, const ShapeSignature& signature, c
       }
     }
   }
+  FindDeadOps();
+}
+
+void Cluster::FindDeadOps() {
+  // The vars whose current value (at the op looked at) a live op or the
+  // caller reads as data.
+  std::set<std::string> needed(subgraph_.outputs.begin(), subgraph_.outputs.end());
+  for (int i = num_ops() - 1; i >= 0; --i) {
+    OpFacts& f = ops_[i];
+    f.dead = !f.writes.empty() && std::none_of(f.writes.begin(), f.writes.end(), [&](const std::string& v) {
+      return needed.count(v) > 0;
+    });
+    if (f.dead) continue;
+    // An op writes the whole of each output: the value before it is needed
+    // only if it reads it (in place).
+    for (const std::string& v : f.writes) needed.erase(v);
+    for (const std::string& v : InputVars(block_.ops(i))) {
+      if (!f.shape_only.count(v)) needed.insert(v);
+    }
+  }
 }
 
 std::string Cluster::OpLabel(int i) const { return kiln::OpLabel(block_.ops(i), i); }
@@ -112,7 +132,7 @@ std::vector<int> Cluster::DataReaders(ir::NodeId v, const std::string& var) cons
   if (v == ir::kNoNode) return out;
   for (ir::NodeId reader : graph_.outputs(v)) {
     const int j = op_of_node_.at(reader);
-    if (ops_[j].reads.count(var)) out.push_back(j);
+    if (!ops_[j].dead && ops_[j].reads.count(var)) out.push_back(j);
   }
   std::sort(out.begin(), out.end());
   return out;

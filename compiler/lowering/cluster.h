@@ -93,6 +93,15 @@ class Cluster {
   // Vars op `i` reads as data: its fragments' reads, else its input args
   // without the shape-only ones. And the vars it writes.
   const std::set<std::string>& reads(int i) const { return ops_[i].reads; }
+  // Input args op `i` reads only for their dims (its no-need-buffer vars).
+  const std::set<std::string>& shape_only(int i) const { return ops_[i].shape_only; }
+  // True when no cluster output depends on what op `i` computes: walking
+  // back from the last op, an op is live when it writes a var that a later
+  // live op reads as data (by its op contract: its input args without the
+  // shape-only ones) or that leaves the cluster. An op that writes nothing is
+  // live. The edge queries above leave dead ops out; the dead_ops step drops
+  // them.
+  bool dead(int i) const { return ops_[i].dead; }
   const std::set<std::string>& writes(int i) const { return ops_[i].writes; }
 
   // ---- Per-unit fallback ---------------------------------------------------
@@ -109,7 +118,9 @@ class Cluster {
     std::vector<EwFragment> fragments;
     std::set<std::string> reads, writes;
     std::set<std::string> shape_only;  // inputs read only for their dims
+    bool dead = false;
   };
+  void FindDeadOps();
   // The var node op `i` reads (writes) as `var`.
   ir::NodeId InputNode(int i, const std::string& var) const;
   ir::NodeId OutputNode(int i, const std::string& var) const;

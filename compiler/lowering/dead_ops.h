@@ -2,11 +2,16 @@
 // step sees them. build_jit_pass makes a cluster's outputs only of the vars
 // the rest of the program (or the caller) needs, so a cluster can hold ops
 // that compute for nobody: the input gradient of an input that is not
-// fetched, a backward branch whose result is discarded. Run, they cost time
-// and arena memory, and a value they read for its shape alone would have to
-// be kept although no kernel stores it. Every clustered op is a function of
-// its inputs (random ops carry their state in vars), so leaving one out
-// changes nothing a reader sees.
+// fetched, a loss the evaluation program computes and never reads. Run, they
+// cost time and arena memory, and a value they read for its dims alone
+// would have to be kept although no kernel stores it. Which ops are dead is
+// the cluster's to say (Cluster::dead); its edge queries already leave them
+// out, so no pattern is refused for a dead reader.
+//
+// Every clustered op is a function of its inputs (random ops carry their
+// state in vars), so leaving one out changes no value a reader sees. What
+// goes with it is the op's own checks: a dropped lookup_table_grad no longer
+// rejects an out-of-range id, and --check_nan_inf sees nothing of it.
 #pragma once
 
 #include "compiler/lowering/trace.h"
@@ -22,11 +27,6 @@ class DroppedOp final : public Unit {
   std::string Describe(const Cluster&) const override { return "nothing the cluster uses reads what it writes"; }
   std::vector<EmittedKernel> Emit(EmitContext&) const override { return {}; }
 };
-
-// The ops no cluster output depends on, ascending: walking back from the last
-// op, an op is live when it writes a var a later live op reads (for its data
-// or its shape) or that leaves the cluster. An op that writes nothing is kept.
-std::vector<int> DeadOps(const Cluster& c);
 
 Units DropDeadOps(const Cluster& c, Units units, StepTrace& trace);
 
