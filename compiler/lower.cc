@@ -31,8 +31,8 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
                       t.Step("dead_ops", "first: no pattern should match, or keep a value for, an op whose "
                                          "results nothing uses"));
   units = FuseMatmulEpilogue(c, std::move(units),
-                             t.Step("matmul_epilogue", "before the other patterns: it takes bias adds and activations that "
-                                                       "elementwise grouping would otherwise claim"));
+                             t.Step("matmul_epilogue", "before the other patterns: it takes bias adds and activations "
+                                                       "that elementwise grouping would otherwise claim"));
   units = FuseConvEpilogue(c, std::move(units),
                            t.Step("conv_epilogue", "likewise, before grouping takes the bias add and relu"));
   units = FoldWeightGradIntoSgd(c, std::move(units),

@@ -20,10 +20,10 @@ namespace kiln::jit {
 // Fills obj->program (instructions and the arena plan) and the output facts
 // (output_alias, output_dims, ...). `kernels` in execution order;
 // `data_reads`: the vars units read as data from other units (Unit::reads
-// without the unit's own writes). A temp that
-// no kernel writes is dims-only (BufferInfo::dims_only); one the units read
-// as data is a compiler bug, and throws an internal Error naming the var (the
-// cluster then runs its framework ops).
+// without the unit's own writes). A temp that no kernel writes is dims-only
+// (BufferInfo::dims_only); one the units read as data is a compiler bug, and
+// throws an internal Error naming the var (the cluster then runs its
+// framework ops).
 void BuildProgram(const Cluster& c, const std::vector<EmittedKernel>& kernels,
                   const std::set<std::string>& data_reads, CompiledObject* obj);
 
