@@ -117,9 +117,6 @@ struct ExecutorModeProgram : CompiledObjectAttachment {
   ExecutorModeProgram() { ++g_executor_programs; }
   ~ExecutorModeProgram() override { --g_executor_programs; }
   proto::ProgramDesc program;
-  // Dims-only temps (BufferInfo::dims_only): each launch gives them their
-  // dims without data, as the runtime binds them as nullptr.
-  std::vector<int> dims_only_temps;
   std::unique_ptr<ExecutionPlan> plan;
   mutable std::mutex mu;
   mutable Scope scope;
@@ -138,9 +135,6 @@ std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const Compi
     for (int64_t d : b.dims) v->add_dims(d);
     // Inputs and outputs are the caller's buffers: never freed here.
     v->set_persistable(b.role != runtime::BufferRole::kTemp);
-  }
-  for (size_t b = 0; b < bufs.size(); ++b) {
-    if (bufs[b].dims_only) p->dims_only_temps.push_back(static_cast<int>(b));
   }
   for (size_t i = 0; i < obj.program.instructions.size(); ++i) {
     const auto& ins = obj.program.instructions[i];
@@ -164,14 +158,12 @@ void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins
   const auto p = std::static_pointer_cast<const ExecutorModeProgram>(
       obj.Attachment([&obj] { return BuildExecutorProgram(obj); }));
   std::lock_guard<std::mutex> lock(p->mu);
+  // A dims-only temp (BufferInfo::dims_only) gets its dims without data, as
+  // the runtime binds it as nullptr; the other temps are the ops' own.
   for (const auto& b : obj.program.plan.buffers) {
-    if (b.role == runtime::BufferRole::kTemp) continue;
-    void* data = b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
+    if (b.role == runtime::BufferRole::kTemp && !b.dims_only) continue;
+    void* data = b.dims_only ? nullptr : b.role == runtime::BufferRole::kInput ? ins[b.io_index] : outs[b.io_index];
     p->scope.Var(b.name)->GetMutable()->ShareExternalData(data, b.dtype, b.dims);
-  }
-  for (int t : p->dims_only_temps) {
-    const auto& b = obj.program.plan.buffers[t];
-    p->scope.Var(b.name)->GetMutable()->ShareExternalData(nullptr, b.dtype, b.dims);
   }
   ExecutorOptions options;
   options.check_nan_inf = check_nan_inf;  // jit_kernel checks inside its instruction
