@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "compiler/lower.h"
+#include "compiler/lowering/cluster.h"
 #include "framework/hash.h"
 #include "framework/trace.h"
 
@@ -135,6 +136,21 @@ std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck,
   return std::nullopt;
 }
 
+void JitCompiler::CheckSignature(const std::string& key, const JitSubgraph& subgraph,
+                                 const ShapeSignature& signature) const {
+  try {
+    InferConcreteShapes(subgraph, signature);
+  } catch (const Error& e) {
+    std::function<std::string(const std::string&)> cluster_name;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cluster_name = options_.cluster_name;
+    }
+    const std::string name = cluster_name ? cluster_name(key) : key;
+    ThrowInvalidArgument(e.what(), " [op numbers count the ops of JIT cluster ", name, "]");
+  }
+}
+
 std::shared_ptr<const CompiledObject> JitCompiler::Build(const CacheKey& ck, const JitSubgraph& subgraph) {
   TraceSpan span("compile", "compile " + ck.key);
   span.Arg("signature", ck.signature.ToString());
@@ -177,6 +193,7 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
   const JitSubgraph* subgraph = nullptr;
   CacheKey ck;
   std::optional<Future> hit;
+  bool cached = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto sit = subgraphs_.find(key);
@@ -188,6 +205,14 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
       return nullptr;
     }
     ck = CacheKey{key, signature, options_.compile};
+    cached = cache_.Find(ck) != nullptr;
+  }
+  // A signature the cluster's shape inference rejects (a feed of the wrong
+  // batch) is the caller's error: raised here, naming the op, before it
+  // could count toward the recompile limit or be cached as a failure.
+  if (!cached) CheckSignature(key, *subgraph, signature);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     bool give_up = false;
     hit = LookupLocked(ck, *subgraph, mine, &give_up);
     if (give_up) {

@@ -206,6 +206,9 @@ class JitCompiler {
                                      bool* give_up);
   // Lowers outside the lock; nullptr (and a stderr line) when it fails.
   std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph);
+  // Throws InvalidArgument (shape inference's message, naming the op, and
+  // the cluster) when `signature` does not fit the cluster's ops.
+  void CheckSignature(const std::string& key, const JitSubgraph& subgraph, const ShapeSignature& signature) const;
   // Counts the compile and registers the object for FindById; returns the
   // on_compile hook to call (empty when none or the compile failed).
   std::function<void(const CompiledObject&, const JitSubgraph&)> Register(

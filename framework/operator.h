@@ -38,6 +38,12 @@ struct AttrDef {
 // leaves it out of the AttrMap: kernels and shape inference never see it.
 inline constexpr const char* kOpRoleAttr = "op_role";
 inline constexpr const char* kOpRoleRecompute = "recompute";
+// The ops append_backward inserts (grad ops, their sums, the gradient seeds,
+// data-parallel gradient averages), the optimizer's updates, and learning-rate
+// schedules: what a test clone drops (ForTestProgram).
+inline constexpr const char* kOpRoleBackward = "backward";
+inline constexpr const char* kOpRoleOptimize = "optimize";
+inline constexpr const char* kOpRoleLRSched = "lr_sched";
 // True when `op` has op_role = `role`.
 bool HasOpRole(const proto::OpDesc& op, std::string_view role);
 

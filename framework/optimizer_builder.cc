@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/op_desc.h"
+#include "framework/operator.h"
 #include "framework/suggest.h"
 
 namespace kiln {
@@ -67,9 +68,17 @@ OptimizerKind ParseOptimizer(const std::string& name) {
 std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
                             const OptimizerConfig& c) {
   CheckConfig(c);
-  const bool taken = FindVarDesc(b.main().blocks(0), "learning_rate") != nullptr;
-  const std::string lr = b.Persistable(taken ? b.UniqueName("learning_rate") : "learning_rate", {1}, c.lr);
-  for (const auto& [p, g] : params_grads) b.RawOp(UpdateOp(b, p, g, lr, c));
+  std::string lr_name = c.lr_name;
+  if (lr_name.empty()) {
+    const bool taken = FindVarDesc(b.main().blocks(0), "learning_rate") != nullptr;
+    lr_name = taken ? b.UniqueName("learning_rate") : "learning_rate";
+  }
+  const std::string lr = b.Persistable(lr_name, {1}, c.lr);
+  for (const auto& [p, g] : params_grads) {
+    proto::OpDesc update = UpdateOp(b, p, g, lr, c);
+    SetAttr(&update, kOpRoleAttr, Attribute(std::string(kOpRoleOptimize)));
+    b.RawOp(update);
+  }
   return lr;
 }
 

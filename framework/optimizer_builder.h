@@ -25,12 +25,15 @@ struct OptimizerConfig {
   float beta1 = 0.9f;  // adam
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
+  // The learning-rate var; empty: "learning_rate", or a fresh name when the
+  // program declares that one already.
+  std::string lr_name;
 };
 
-// Declares the learning rate ("learning_rate", or a fresh name when the
-// program has one already) and the state of every parameter ("<p>.velocity";
+// Declares the learning rate (config.lr_name) and the state of every parameter ("<p>.velocity";
 // "<p>.moment1", "<p>.moment2", "<p>.beta1_pow", "<p>.beta2_pow"), then
-// appends the update of each (param, grad) pair to b.main(). Returns the
+// appends the update of each (param, grad) pair to b.main(), with op_role
+// "optimize". Returns the
 // learning-rate var. Throws InvalidArgument for a learning rate that is not
 // finite and positive, or hyperparameters outside their range.
 std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,

@@ -18,10 +18,17 @@ class Variable {
   const std::string& name() const { return name_; }
   Tensor* GetMutable() { return &tensor_; }
   const Tensor& Get() const { return tensor_; }
+  // Which program's initialiser (a startup program's fill_constant or
+  // uniform_random) last wrote the value, as the front end numbers programs;
+  // 0 when unknown (fed, loaded, set from outside). A startup program keeps
+  // what another program initialised (python/src/executor_binding.cc).
+  int64_t origin() const { return origin_; }
+  void set_origin(int64_t program_id) { origin_ = program_id; }
 
  private:
   std::string name_;
   Tensor tensor_;
+  int64_t origin_ = 0;
 };
 
 class Scope {

@@ -270,6 +270,22 @@ void RunCompiled(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compi
   }
 }
 
+// An input that holds no data is named as the cluster's op that reads it
+// reports it without the JIT, not as jit_launch's X.
+[[noreturn]] void FailUnwritten(const JitSubgraph& sg, const std::string& cluster_name, const std::string& var) {
+  const std::string cluster = " [op numbers count the ops of JIT cluster " + cluster_name + "]";
+  for (int i = 0; i < sg.block.ops_size(); ++i) {
+    for (const auto& slot : sg.block.ops(i).inputs()) {
+      for (const auto& a : slot.args()) {
+        if (a != var) continue;
+        ThrowInvalidArgument(OpLabel(sg.block.ops(i), i), ": input ", slot.name(), " ('", var,
+                             "') holds no data: it is read before any op writes it and was not fed", cluster);
+      }
+    }
+  }
+  ThrowInvalidArgument("input '", var, "' of JIT cluster ", cluster_name, " holds no data");
+}
+
 void JitLaunchKernel(ExecContext& ctx) {
   JitCompiler& compiler = JitCompiler::Instance();
   compiler.Count(LaunchEvent::kLaunch);
@@ -282,6 +298,11 @@ void JitLaunchKernel(ExecContext& ctx) {
     // Inputs the cluster reads only for their shape may have no buffer (the
     // executor released it): they are bound as null.
     const bool meta = std::find(shape_only.begin(), shape_only.end(), ctx.InputName("X", i)) != shape_only.end();
+    const Variable* var = ctx.InputVar("X", i);
+    if (var == nullptr || !(meta ? var->Get().has_shape() : var->Get().initialized())) {
+      const auto name_of = compiler.options().cluster_name;
+      FailUnwritten(compiler.GetSubgraph(key), name_of ? name_of(key) : key, ctx.InputName("X", i));
+    }
     const Tensor& t = meta ? ctx.InputMeta("X", i) : ctx.Input("X", i);
     sig.inputs.push_back({t.dtype(), t.dims()});
     ins[i] = const_cast<void*>(t.raw_data());

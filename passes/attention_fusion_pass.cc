@@ -84,7 +84,8 @@ class Matcher {
     return d.dtype() == proto::FP32 && !d.persistable() && !options_.keep_vars.count(d.name()) &&
            g_.VarVersions(d.name()).size() == 1;
   }
-  bool Unmarked(NodeId op) const { return FindAttr(g_.op(op), kOpRoleAttr) == nullptr; }
+  // Not one of recompute_pass's copies (append_backward's "backward" role is fine).
+  bool Unmarked(NodeId op) const { return !HasOpRole(g_.op(op), kOpRoleRecompute); }
   AttrMap Attrs(NodeId op) const { return ResolveAttrs(registry_.Get(g_.op(op).type()), g_.op(op), -1); }
 
   // A `type` (matmul or matmul_grad) op without transpose_X, with

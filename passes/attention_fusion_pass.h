@@ -25,7 +25,7 @@
 //   - S is read only by the softmax, P only by the second matmul and (with
 //     the backward) the two grad ops above, dP only by softmax_grad and dS
 //     by nothing or the scores' matmul_grad, which reads the same Q and K;
-//   - no op carries an op_role (recompute_pass's copies are left alone);
+//   - no op is one of recompute_pass's copies (op_role "recompute");
 //   - merging the grad ops into one would not close a cycle through other ops.
 // A pattern whose grad ops are there only in part is left unfused. The LSE
 // var is named after O ("<O>.lse", numbered when taken). Patterns are found

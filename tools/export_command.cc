@@ -20,6 +20,7 @@
 #include "framework/checkpoint/manifest.h"
 #include "framework/data/npy.h"
 #include "framework/executor.h"
+#include "framework/feed_check.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
 #include "framework/op_desc.h"
@@ -94,6 +95,9 @@ int PredictCommand(const std::vector<std::string>& feed_args) {
   for (const auto& f : fetches) {
     RequireVarDesc(program.blocks(0), f, "fetch");
   }
+  std::set<std::string> fed;
+  for (const auto& arg : feed_args) fed.insert(arg.substr(0, arg.find('=')));
+  CheckFeeds(program.blocks(0), fed, "--feed");
   program = RunPipelineFromFlags(program, keep);
   Executor exec(ExecutorOptionsFromFlags());
   auto plan = exec.Prepare(program, 0, {fetches.begin(), fetches.end()});

@@ -8,6 +8,7 @@
 
 #include "framework/backward.h"
 #include "framework/data/npy.h"
+#include "framework/feed_check.h"
 #include "framework/checkpoint/durable_io.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
@@ -75,6 +76,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   // Read and check every feed before running anything.
   Scope scope;
   std::map<std::string, Tensor> per_step_feeds;
+  std::set<std::string> fed;
   for (const auto& arg : feed_args) {
     const size_t eq = arg.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
@@ -85,7 +87,9 @@ int RunCommand(const std::vector<std::string>& feed_args) {
     FeedTensor(block, scope, name, value);  // checks dtype and dims
     const proto::VarDesc* v = FindVarDesc(block, name);
     if (!v->persistable()) per_step_feeds[name] = std::move(value);
+    fed.insert(name);
   }
+  CheckFeeds(block, fed, "--feed");
 
   Executor exec(ExecutorOptionsFromFlags());
   std::set<std::string> keep(fetches.begin(), fetches.end());

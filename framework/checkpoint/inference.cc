@@ -9,6 +9,7 @@
 #include "framework/error.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
+#include "framework/operator.h"
 #include "framework/program_io.h"
 
 namespace kiln {
@@ -118,6 +119,36 @@ void SetIsTest(proto::ProgramDesc* program) {
   for (auto& block : *program->mutable_blocks()) {
     for (auto& op : *block.mutable_ops()) ForInference(&op);
   }
+}
+
+proto::ProgramDesc ForTestProgram(const proto::ProgramDesc& program) {
+  proto::ProgramDesc out = program;
+  for (auto& block : *out.mutable_blocks()) {
+    std::set<std::string> kept_vars, dropped_vars;
+    google::protobuf::RepeatedPtrField<proto::OpDesc> kept;
+    for (int i = 0; i < block.ops_size(); ++i) {
+      const proto::OpDesc& op = block.ops(i);
+      const bool training = HasOpRole(op, kOpRoleBackward) || HasOpRole(op, kOpRoleOptimize) ||
+                            HasOpRole(op, kOpRoleLRSched) || HasOpRole(op, kOpRoleRecompute);
+      const OpInfo* info = OpRegistry::Global().Find(op.type());
+      if (!training && info != nullptr && info->jit == JitLowering::kOptimizer) {
+        ThrowInvalidArgument("clone(for_test): ", OpLabel(op, i), " updates parameters but has no op_role '",
+                             kOpRoleOptimize, "' (a program built before kiln marked op roles), so its backward part ",
+                             "cannot be told apart: build the program again");
+      }
+      for (const auto& v : AllInputArgs(op)) (training ? dropped_vars : kept_vars).insert(v);
+      for (const auto& v : AllOutputArgs(op)) (training ? dropped_vars : kept_vars).insert(v);
+      if (!training) *kept.Add() = op;
+    }
+    block.mutable_ops()->Swap(&kept);
+    google::protobuf::RepeatedPtrField<proto::VarDesc> vars;
+    for (const auto& v : block.vars()) {
+      if (kept_vars.count(v.name()) || !dropped_vars.count(v.name())) *vars.Add() = v;
+    }
+    block.mutable_vars()->Swap(&vars);
+  }
+  SetIsTest(&out);
+  return out;
 }
 
 InferenceModel SaveInferenceModel(const std::string& dir, const proto::ProgramDesc& forward,

@@ -23,6 +23,14 @@ proto::ProgramDesc PruneForInference(const proto::ProgramDesc& forward, const st
 // batch_norm): the program then computes what it computes at inference.
 void SetIsTest(proto::ProgramDesc* program);
 
+// Paddle's clone(for_test=True): the forward ops of a training program with
+// is_test set. Drops every op whose op_role is backward, optimize, lr_sched
+// or recompute, and the vars only those ops touch; the forward ops stay in
+// their order. Evaluating the result never changes a parameter. Throws
+// InvalidArgument naming the op when an optimizer op carries no op_role (a
+// program built before kiln marked roles): pruning it could not be trusted.
+proto::ProgramDesc ForTestProgram(const proto::ProgramDesc& program);
+
 // A model directory (kiln export, kiln.save_inference_model): written like a
 // checkpoint (framework/checkpoint/checkpoint.h), with the parameters the
 // pruned program reads as .npy files, the program as model.pbtxt and

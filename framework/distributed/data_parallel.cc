@@ -95,13 +95,19 @@ DataParallelReport AppendDataParallel(proto::ProgramDesc* program, const DataPar
                         .In("Handle", {(*it)->name + ".handle"})
                         .Out("Out", (*it)->grads)
                         .Attr("bucket", (*it)->name)
+                        .Attr(kOpRoleAttr, std::string(kOpRoleBackward))
                         .Build());
       it = open.erase(it);
     }
     out.push_back(ops[i]);
     for (const auto* b : starts_after[i]) {
       out.push_back(
-          OpBuilder("c_allreduce_start").In("X", b->grads).Out("Handle", {b->name + ".handle"}).Attr("bucket", b->name).Build());
+          OpBuilder("c_allreduce_start")
+              .In("X", b->grads)
+              .Out("Handle", {b->name + ".handle"})
+              .Attr("bucket", b->name)
+              .Attr(kOpRoleAttr, std::string(kOpRoleBackward))
+              .Build());
       open.push_back(b);
     }
   }

@@ -1,5 +1,7 @@
 // fill_constant and uniform_random: ops without inputs that create a tensor
-// from attrs (gradient seeds, parameter initialisation).
+// from attrs (gradient seeds, parameter initialisation); fill_any_like, a
+// constant of another var's run-time dims (the seed of a target whose dims
+// are known only at run time).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -75,6 +77,14 @@ void FillConstantKernel(ExecContext& ctx) {
   }
 }
 
+// dtype -1: X's.
+DataType LikeDtype(const InferShapeContext& ctx) {
+  if (ctx.Attr<int64_t>("dtype") == -1) return ctx.InputDtype("X");
+  return DtypeAttr(ctx, FillDtypes());
+}
+
+void InferFillAnyLike(InferShapeContext& ctx) { ctx.SetOutput("Out", ctx.InputDims("X"), LikeDtype(ctx)); }
+
 void InferUniformRandom(InferShapeContext& ctx) {
   const float lo = ctx.Attr<float>("min");
   const float hi = ctx.Attr<float>("max");
@@ -126,6 +136,19 @@ void RegisterFillOps(OpRegistry& r) {
                 {"dtype", AttrKind::kInt, Attribute(int64_t{0})}};
     op.infer_shape = InferFillConstant;
     op.reference_kernel = FillConstantKernel;
+    op.jit = JitLowering::kFramework;
+    r.Add(std::move(op));
+  }
+  {
+    OpInfo op;
+    op.type = "fill_any_like";
+    op.doc = "Out = a tensor of X's dims filled with value; dtype -1 is X's dtype (X is read for its dims only)";
+    op.inputs = {ops_a::Required("X")};
+    op.outputs = {ops_a::Required("Out")};
+    op.attrs = {{"value", AttrKind::kFloat, Attribute(0.0f)}, {"dtype", AttrKind::kInt, Attribute(int64_t{-1})}};
+    op.infer_shape = InferFillAnyLike;
+    op.reference_kernel = FillConstantKernel;  // InferShape has set Out's dims and dtype
+    op.no_need_buffer = {"X"};
     op.jit = JitLowering::kFramework;
     r.Add(std::move(op));
   }

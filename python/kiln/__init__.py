@@ -17,7 +17,9 @@ docs/python.md describes the API.
 
 from ._kiln import Error, get_flags, set_flags, flags, version as __version__  # noqa: F401
 from .framework import (Program, Variable, program_guard, data, default_main_program,  # noqa: F401
-                        default_startup_program, create_parameter, create_persistable, unique_name)
+                        default_startup_program, create_parameter, create_persistable)
+from . import unique_name  # noqa: F401
+from .backward import append_backward, gradients  # noqa: F401
 from .executor import Executor, Scope, global_scope  # noqa: F401
 from .io import (save_program, load_program, dump, save, load, save_inference_model,  # noqa: F401
                  load_inference_model)

@@ -7,8 +7,11 @@ switches both for the code inside it.
 """
 
 import contextlib
+import functools
+import math
 
 from . import _kiln
+from . import unique_name as _names
 
 
 class Variable:
@@ -74,11 +77,46 @@ class Variable:
             return _ops().scale(self, scale=1.0 / float(other))
         return _ops().elementwise_div(self, other)
 
+    def __rtruediv__(self, other):
+        if not _is_scalar(other):
+            return NotImplemented
+        return _ops().scale(_ops().pow(self, factor=-1.0), scale=float(other))
+
+    def __pow__(self, other):
+        if not _is_scalar(other):
+            raise TypeError("x ** p: p must be a number (kiln has no elementwise pow of two variables)")
+        return _ops().pow(self, factor=float(other))
+
+    def __rpow__(self, other):
+        if not _is_scalar(other) or other <= 0:
+            raise TypeError("p ** x: p must be a positive number")
+        return _ops().exp(_ops().scale(self, scale=math.log(float(other))))
+
     def __neg__(self):
         return _ops().scale(self, scale=-1.0)
 
     def __matmul__(self, other):
         return _ops().matmul(self, other)
+
+    # Comparisons return bool masks (less_than ...); == and != stay Python's
+    # identity, so Variables remain usable as dict keys (feeds).
+    def __lt__(self, other):
+        return _compare("less_than", self, other)
+
+    def __le__(self, other):
+        return _compare("less_equal", self, other)
+
+    def __gt__(self, other):
+        return _compare("greater_than", self, other)
+
+    def __ge__(self, other):
+        return _compare("greater_equal", self, other)
+
+    __hash__ = object.__hash__
+
+    def __getitem__(self, index):
+        """x[i], x[a:b], x[..., i]: the `slice` op (step 1); an int index drops its dim."""
+        return _slice(self, index)
 
 
 def _ops():
@@ -92,6 +130,52 @@ def _is_scalar(v):
 
 def _scalar(v, default=0.0):
     return float(v) if _is_scalar(v) else default
+
+
+def _compare(op_type, x, other):
+    if _is_scalar(other):
+        other = _ops().fill_constant(shape=[1], value=float(other), dtype=_DTYPE_CODES[x.dtype])
+    return getattr(_ops(), op_type)(x, other)
+
+
+_DTYPE_CODES = {"float32": 0, "int64": 1, "int32": 2, "float64": 3, "bool": 4}
+_END = 2 ** 62  # an end past any dim (the slice op clamps it)
+
+
+def _slice(x, index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    rank = len(x.shape)
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("x[...]: at most one Ellipsis")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (rank - len(index) + 1) + index[at + 1:]
+    if len(index) > rank:
+        raise IndexError("x[...]: %d indices for %s of rank %d" % (len(index), x.name, rank))
+    axes, starts, ends, drop = [], [], [], []
+    for axis, i in enumerate(index):
+        if isinstance(i, slice):
+            if i.step not in (None, 1):
+                raise IndexError("x[a:b:step]: kiln slices with step 1 only, got step %r" % (i.step,))
+            if i.start is None and i.stop is None:
+                continue
+            axes.append(axis)
+            starts.append(0 if i.start is None else int(i.start))
+            ends.append(_END if i.stop is None else int(i.stop))
+        elif isinstance(i, int) and not isinstance(i, bool):
+            d = x.shape[axis]
+            if d >= 0 and not -d <= i < d:
+                raise IndexError("x[...]: index %d is out of range for dim %d (%d) of %s" % (i, axis, d, x.name))
+            axes.append(axis)
+            starts.append(i)
+            ends.append(i + 1 if i != -1 else _END)
+            drop.append(axis)
+        else:
+            raise IndexError("x[...]: kiln indexes with ints, slices and ... only, got %r" % (i,))
+    if not axes:
+        return x
+    return _ops().slice(x, axes=axes, starts=starts, ends=ends, decrease_axis=drop)
 
 
 def _binary(op_type, x, other, scale, bias):
@@ -154,8 +238,10 @@ class Program:
     __str__ = to_string
 
     def clone(self, for_test=False):
-        """A copy. With for_test, dropout and batch_norm run in inference
-        mode (is_test); clone before minimize to get the forward only."""
+        """A copy. With for_test, the forward part only (as Paddle's): the
+        backward, optimizer and learning-rate ops are dropped wherever
+        clone is called, and dropout and batch_norm run in inference mode
+        (is_test). Evaluating a test clone never changes a parameter."""
         return Program(self._p.clone(for_test))
 
     def validate(self):
@@ -194,31 +280,82 @@ def program_guard(main_program, startup_program=None):
         _main, _startup = saved
 
 
+def dtype_name(dtype):
+    """numpy's name of a dtype given as a string, a numpy type or a dtype."""
+    if isinstance(dtype, str):
+        return dtype
+    try:
+        import numpy
+        return numpy.dtype(dtype).name
+    except TypeError:
+        raise _kiln.Error("unknown dtype %r: expected float32, float64, int64, int32 or bool" % (dtype,))
+
+
 def data(name, shape, dtype="float32", lod_level=0):
     """Declares a fed input of the default main program; -1 in `shape` is a
-    dim known only when data is fed (the batch)."""
+    dim known only when data is fed (the batch). `dtype` is a name
+    ("int64") or a numpy dtype (np.int64)."""
     if lod_level != 0:
         raise _kiln.Error("data '%s': kiln has no LoD tensors (lod_level must be 0)" % name)
     shape = [int(d) for d in shape]
-    _main._p.declare_data(name, shape, str(dtype), True)
+    _main._p.declare_data(name, shape, dtype_name(dtype), True)
     return Variable(_main, name)
 
 
-def unique_name(prefix):
-    """A name "<prefix>_<n>" that the default main program does not use."""
-    return _main._p.unique_name(prefix)
+def fresh_name(program, key):
+    """unique_name.generate(key), past the names `program` already declares
+    (a loaded program, or names made again under unique_name.guard())."""
+    while True:
+        name = _names.generate(key)
+        if not program._p.declares_prefix(name):
+            return name
+
+
+def _check_scope(name, shape, dtype):
+    """A persistable name the global scope already holds (another program
+    made it, or it was loaded) must keep its dims: sharing a name shares
+    the var."""
+    from .executor import global_scope
+    held = global_scope().dims(name)
+    if held is not None and list(held) != shape:
+        raise _kiln.Error("'%s' %s%s clashes with '%s' of dims %s that the global scope holds (another program "
+                          "made it, or it was loaded): pick another name=, or erase it first with "
+                          "kiln.global_scope().erase('%s')" % (name, dtype, shape, name, list(held), name))
 
 
 def create_parameter(name, shape, init="xavier_uniform", **init_args):
     """A trainable parameter of the default main program, initialised by the
     default startup program: init is constant(value), xavier_uniform(fan_in,
-    fan_out), he_uniform(fan_in) or uniform(limit)."""
-    _main._p.create_parameter(_startup._p, name, [int(d) for d in shape], init, init_args)
+    fan_out), he_uniform(fan_in) or uniform(limit). A name the global scope
+    holds with other dims is an error naming both."""
+    shape = [int(d) for d in shape]
+    _check_scope(name, shape, "float32")
+    _main._p.create_parameter(_startup._p, name, shape, init, init_args)
     return Variable(_main, name)
 
 
 def create_persistable(name, shape, value=0.0, dtype="float32"):
     """A persistable, non-trainable var (running statistics, RNG state),
     filled with `value` by the default startup program."""
-    _main._p.create_persistable(_startup._p, name, [int(d) for d in shape], float(value), dtype)
+    shape = [int(d) for d in shape]
+    dtype = dtype_name(dtype)
+    _check_scope(name, shape, dtype)
+    _main._p.create_persistable(_startup._p, name, shape, float(value), dtype)
     return Variable(_main, name)
+
+
+def atomic(fn):
+    """A layer that raises leaves the default programs and the name counter
+    exactly as they were: nothing of a half-built layer stays behind."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        main, startup = _main, _startup
+        marks = (main._p.mark(), startup._p.mark(), _names._snapshot())
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            main._p.rollback(*marks[0])
+            startup._p.rollback(*marks[1])
+            _names._restore(marks[2])
+            raise
+    return wrapper

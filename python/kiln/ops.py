@@ -7,11 +7,13 @@ attributes (defaults from the registry). Each output slot gets fresh
 variables; the function returns the single output, or a tuple in slot order
 (a duplicable slot as a list). ``outputs={"ParamOut": p}`` names existing
 variables instead (in-place updates); ``name=`` sets the prefix of the new
-variables' names. ``kiln ops`` and docs/ops.md describe every op.
+variables' names (made unique in the process: ``kiln.unique_name``). An op
+that raises leaves the program and the name counter as they were.
+``kiln ops`` and docs/ops.md describe every op.
 """
 
 from . import _kiln
-from .framework import Variable, default_main_program
+from .framework import Variable, atomic, default_main_program, fresh_name
 
 _SCHEMAS = {s["type"]: s for s in _kiln.op_schemas()}
 
@@ -41,6 +43,7 @@ def _output_count(schema, slot, attrs, counts):
                       % (schema["type"], slot, slot))
 
 
+@atomic
 def append_op(op_type, inputs=None, attrs=None, outputs=None, out_counts=None, name=None):
     """Appends one op to the default main program. `inputs`: slot ->
     Variable(s); `outputs`: slot -> existing Variable(s) (other output slots
@@ -64,7 +67,7 @@ def append_op(op_type, inputs=None, attrs=None, outputs=None, out_counts=None, n
     unknown = set(outputs) - set(s for s, _, _ in schema["outputs"])
     if unknown:
         raise _kiln.Error("op '%s' has no output slot %s" % (op_type, sorted(unknown)[0]))
-    names = program._p.append_op(op_type, ins, outs, attrs, name or "")
+    names = program._p.append_op(op_type, ins, outs, attrs, fresh_name(program, name or op_type))
     return {slot: [Variable(program, n) for n in vs] for slot, vs in names.items()}
 
 

@@ -1,9 +1,12 @@
 """Optimizers: ``minimize(loss)`` appends the backward pass of the loss and
 one update op per parameter (sgd, momentum, adam: updated in place) to the
 loss's program, and their state (learning rate, velocities, moments) to the
-default startup program."""
+default startup program. The loss must be one element; a program's
+parameters are updated by one optimizer each (a second ``minimize`` of the
+same parameters is refused)."""
 
-from .framework import Variable, default_startup_program
+from . import _kiln
+from .framework import Variable, atomic, default_startup_program, fresh_name
 
 
 class Optimizer:
@@ -13,9 +16,12 @@ class Optimizer:
         self._settings = dict(settings, learning_rate=float(learning_rate))
         self.learning_rate_var = None
 
+    @atomic
     def minimize(self, loss, startup_program=None, parameter_list=None):
-        """Appends the gradients of `loss` ([1]) and the updates. Returns
-        (learning-rate var, [(param, grad), ...]) as Variables."""
+        """Appends the gradients of `loss` (one element) and the updates.
+        Returns (learning-rate var, [(param, grad), ...]) as Variables.
+        Raises kiln.Error, changing nothing, for a loss of more than one
+        element or parameters this program's optimizers update already."""
         if not isinstance(loss, Variable):
             raise TypeError("minimize: loss must be a kiln Variable")
         program = loss.program
@@ -23,7 +29,8 @@ class Optimizer:
         params = None
         if parameter_list is not None:
             params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
-        lr, pairs = program._p.minimize(startup._p, loss.name, self._kind, self._settings, params)
+        lr, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, self._settings, params,
+                                   fresh_name(program, "learning_rate"))
         self.learning_rate_var = Variable(program, lr)
         return self.learning_rate_var, [(Variable(program, p), Variable(program, g)) for p, g in pairs]
 

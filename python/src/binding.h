@@ -51,5 +51,6 @@ void BindFlags(pybind11::module_& m);
 void BindIo(pybind11::module_& m);
 void BindDatasets(pybind11::module_& m);
 void BindDistributed(pybind11::module_& m);
+void BindTraining(pybind11::module_& m);
 
 }  // namespace kiln::python

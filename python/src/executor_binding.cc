@@ -5,6 +5,7 @@
 // where that is safe (tensor_convert.h).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <list>
 #include <map>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "framework/executor.h"
+#include "framework/feed_check.h"
 #include "framework/flags.h"
 #include "framework/op_desc.h"
 #include "python/src/binding.h"
@@ -27,6 +29,88 @@ namespace py = pybind11;
 
 namespace kiln::python {
 namespace {
+
+// The non-persistable vars one run feeds; cleared from the scope when the
+// run ends, whether it succeeded or raised.
+class FedVars {
+ public:
+  explicit FedVars(Scope& scope) : scope_(scope) {}
+  FedVars(const FedVars&) = delete;
+  FedVars& operator=(const FedVars&) = delete;
+  ~FedVars() {
+    for (const auto& name : names_) {
+      if (Variable* v = scope_.FindVar(name)) v->GetMutable()->Clear();
+    }
+  }
+  void Add(const std::string& name) { names_.insert(name); }
+  const std::set<std::string>& names() const { return names_; }
+
+ private:
+  Scope& scope_;
+  std::set<std::string> names_;
+};
+
+// The ops of a program that initialise a persistable var (the first op to
+// touch it writes it without reading it: a startup program's fill_constant
+// and uniform_random), split by what the scope holds: `skipped_ops` would
+// overwrite a value another program initialised, or one that was loaded or
+// set; `ran` are the others, (op index, var).
+struct Initialisers {
+  std::vector<int> skipped_ops;
+  std::vector<std::pair<int, std::string>> ran;
+};
+
+std::vector<std::pair<int, std::string>> InitialiserOps(const proto::BlockDesc& block) {
+  std::set<std::string> touched;
+  std::vector<std::pair<int, std::string>> out;
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const std::vector<std::string> ins = AllInputArgs(block.ops(i)), outs = AllOutputArgs(block.ops(i));
+    for (const auto& o : outs) {
+      const proto::VarDesc* v = FindVarDesc(block, o);
+      if (v == nullptr || !v->persistable() || touched.count(o)) continue;
+      if (std::find(ins.begin(), ins.end(), o) == ins.end()) out.emplace_back(i, o);
+    }
+    touched.insert(ins.begin(), ins.end());
+    touched.insert(outs.begin(), outs.end());
+  }
+  return out;
+}
+
+// Running a startup program never overwrites what another program trained:
+// its initialisers of vars the scope holds from elsewhere are skipped, with
+// a warning naming them. Running the same startup program again does
+// initialise them again (as in Paddle).
+Initialisers KeptByScope(const std::vector<std::pair<int, std::string>>& initialisers, int64_t program_id,
+                         const Scope& scope) {
+  Initialisers out;
+  std::map<int, bool> skip;  // op -> every var it initialises is kept
+  std::vector<std::string> kept;
+  for (const auto& [op, name] : initialisers) {
+    const Variable* v = scope.FindVar(name);
+    const bool keep = v != nullptr && v->Get().initialized() && v->origin() != program_id;
+    auto it = skip.emplace(op, true).first;
+    it->second = it->second && keep;
+    if (keep) kept.push_back(name);
+    out.ran.emplace_back(op, name);
+  }
+  for (const auto& [op, keep] : skip) {
+    if (keep) out.skipped_ops.push_back(op);
+  }
+  out.ran.erase(std::remove_if(out.ran.begin(), out.ran.end(),
+                               [&skip](const auto& r) { return skip.at(r.first); }),
+                out.ran.end());
+  if (!kept.empty()) {
+    std::string names;
+    for (size_t i = 0; i < kept.size() && i < 4; ++i) names += (i ? ", '" : "'") + kept[i] + "'";
+    if (kept.size() > 4) names += " and " + std::to_string(kept.size() - 4) + " more";
+    const std::string msg = "kiln: this run keeps " + names +
+                            " as the scope holds them: another program initialised, trained or loaded them, and a "
+                            "startup program never overwrites that. To initialise them again, erase them "
+                            "(scope.erase(name)) or run in a fresh kiln.Scope()";
+    if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
+  }
+  return out;
+}
 
 Scope& GlobalScope() {
   static Scope* scope = new Scope();  // never destroyed: Python may hold arrays into it at exit
@@ -60,7 +144,9 @@ class Executor {
     for (const auto& f : fetch) {
       RequireVarDesc(block, f, "fetch");
     }
-    std::set<std::string> fed;
+    // Fed vars belong to this run: let go of them however it ends (a feed
+    // left from a failed run must not stand in for a missing one).
+    FedVars fed(scope);
     for (const auto& [k, value] : feed) {
       const std::string name = k.cast<std::string>();
       const proto::VarDesc* v = &RequireVarDesc(block, name, "feed");
@@ -68,25 +154,29 @@ class Executor {
       // state, parameters): it gets a copy, never the caller's memory.
       Binding how;
       Tensor t = TensorFromPython(value, FromProto(v->dtype()), !v->persistable(), "feed '" + name + "'", &how);
+      if (!v->persistable()) fed.Add(name);
       FeedTensor(block, scope, name, t, /*share=*/true);  // checks dims
       ++(how == Binding::kShared ? stats_.feeds_shared : stats_.feeds_copied);
-      if (!v->persistable()) fed.insert(name);
     }
-    Prepared& prepared = Prepare(program, fed, fetch);
+    const Facts& facts = FactsOf(program);
+    CheckFeeds(facts.required_feeds, fed.names());
+    const Initialisers skip = KeptByScope(facts.initialisers, program.id(), scope);
+    Prepared& prepared = Prepare(program, fed.names(), fetch, skip.skipped_ops);
     {
       py::gil_scoped_release release;
       kiln::Executor exec(ExecutorOptionsFromFlags());
       exec.Run(*prepared.plan, scope);
     }
+    for (const auto& [op, var] : skip.ran) scope.Var(var)->set_origin(program.id());
     py::list out;
     std::map<std::string, py::array> fetched;  // a name fetched twice is one array
     for (const auto& f : fetch) {
       auto it = fetched.find(f);
-      if (it == fetched.end()) it = fetched.emplace(f, Fetch(block, scope, f, fed.count(f) > 0, &stats_)).first;
+      if (it == fetched.end()) {
+        it = fetched.emplace(f, Fetch(block, scope, f, fed.names().count(f) > 0, &stats_)).first;
+      }
       out.append(it->second);
     }
-    // Fed buffers belong to the caller: let go of them now.
-    for (const auto& name : fed) scope.Var(name)->GetMutable()->Clear();
     return out;
   }
 
@@ -95,11 +185,32 @@ class Executor {
     proto::ProgramDesc program;
     std::unique_ptr<ExecutionPlan> plan;
   };
-  using Key = std::tuple<int64_t, int64_t, std::set<std::string>, std::vector<std::string>, int64_t, bool>;
+  using Key = std::tuple<int64_t, int64_t, std::set<std::string>, std::vector<std::string>, int64_t, bool,
+                         std::vector<int>>;
 
-  Prepared& Prepare(const Program& program, const std::set<std::string>& fed, const std::vector<std::string>& fetch) {
+  // What a run checks before it starts, per program version.
+  struct Facts {
+    std::vector<std::string> required_feeds;
+    std::vector<std::pair<int, std::string>> initialisers;
+  };
+  const Facts& FactsOf(const Program& program) {
+    const std::pair<int64_t, int64_t> key{program.id(), program.version()};
+    for (auto it = facts_.begin(); it != facts_.end(); ++it) {
+      if (it->first != key) continue;
+      facts_.splice(facts_.begin(), facts_, it);
+      return facts_.front().second;
+    }
+    const proto::BlockDesc& block = program.desc().blocks(0);
+    facts_.emplace_front(key, Facts{RequiredFeeds(block), InitialiserOps(block)});
+    if (facts_.size() > kCacheSize) facts_.pop_back();
+    return facts_.front().second;
+  }
+
+  // `skip`: ops left out (initialisers of vars the scope keeps).
+  Prepared& Prepare(const Program& program, const std::set<std::string>& fed, const std::vector<std::string>& fetch,
+                    const std::vector<int>& skip) {
     const bool jit = use_jit();
-    Key key{program.id(), program.version(), fed, fetch, FlagsGeneration(), jit};
+    Key key{program.id(), program.version(), fed, fetch, FlagsGeneration(), jit, skip};
     for (auto it = cache_.begin(); it != cache_.end(); ++it) {
       if (it->first != key) continue;
       cache_.splice(cache_.begin(), cache_, it);
@@ -112,7 +223,9 @@ class Executor {
     PipelineOptions options = tools::PipelineOptionsFromFlags(keep);
     options.build_jit = jit;
     auto p = std::make_unique<Prepared>();
-    p->program = RunPipeline(program.desc(), options);
+    proto::ProgramDesc source = program.desc();
+    for (auto it = skip.rbegin(); it != skip.rend(); ++it) source.mutable_blocks(0)->mutable_ops()->DeleteSubrange(*it, 1);
+    p->program = RunPipeline(source, options);
     p->plan = kiln::Executor(ExecutorOptionsFromFlags()).Prepare(p->program, 0, {fetch.begin(), fetch.end()});
     cache_.emplace_front(key, std::move(p));
     if (cache_.size() > kCacheSize) cache_.pop_back();
@@ -144,6 +257,7 @@ class Executor {
   std::mutex mu_;
   Stats stats_;
   std::list<std::pair<Key, std::unique_ptr<Prepared>>> cache_;
+  std::list<std::pair<std::pair<int64_t, int64_t>, Facts>> facts_;
 };
 
 }  // namespace
@@ -175,6 +289,12 @@ void BindExecutor(py::module_& m) {
                                     DimsToString(t.dims()));
              }
              *v->GetMutable() = std::move(t);
+           })
+      .def("dims",
+           [](const Scope& s, const std::string& name) -> py::object {
+             const Variable* v = s.FindVar(name);
+             if (v == nullptr || !v->Get().has_shape()) return py::none();
+             return py::cast(v->Get().dims());
            })
       .def("erase", &Scope::EraseVar);
   m.def("global_scope", &GlobalScope, py::return_value_policy::reference);

@@ -9,11 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "framework/backward.h"
 #include "framework/checkpoint/inference.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
-#include "framework/optimizer_builder.h"
 #include "framework/program_builder.h"
 #include "framework/program_io.h"
 #include "framework/validate.h"
@@ -81,11 +79,12 @@ std::vector<std::string> ArgList(const py::handle& v, const std::string& who) {
 }
 
 // Appends one op built from Python dicts: `inputs` slot -> var name(s),
-// `outputs` slot -> number of fresh vars (named after `prefix`) or a list of
-// existing var names (in-place updates). Returns slot -> output var names.
+// `outputs` slot -> number of fresh vars (named after `base`, a name the
+// caller made unique) or a list of existing var names (in-place updates).
+// Returns slot -> output var names.
 std::map<std::string, std::vector<std::string>> AppendOp(Program& main, const std::string& type,
                                                          const py::dict& inputs, const py::dict& outputs,
-                                                         const py::dict& attrs, const std::string& prefix) {
+                                                         const py::dict& attrs, const std::string& base) {
   const OpInfo& info = OpRegistry::Global().Get(type);
   OpBuilder op(type);
   for (const auto& [slot, args] : inputs) {
@@ -106,7 +105,6 @@ std::map<std::string, std::vector<std::string>> AppendOp(Program& main, const st
   }
   proto::ProgramDesc scratch = EmptyProgram();
   ProgramBuilder b(&main.mutable_desc(), &scratch, main.random_seed());
-  const std::string base = b.UniqueName(prefix.empty() ? type : prefix);
   std::map<std::string, std::vector<std::string>> names;
   for (const auto& [slot, value] : outputs) {
     const std::string s = slot.cast<std::string>();
@@ -124,6 +122,27 @@ std::map<std::string, std::vector<std::string>> AppendOp(Program& main, const st
   }
   b.RawOp(op.Build());
   return names;
+}
+
+// True when `name`, or a name "<name>.<...>", is declared by `p`: a name
+// generated for a layer or an op stays clear of both.
+bool DeclaresPrefix(const Program& p, const std::string& name) {
+  for (const auto& v : p.desc().blocks(0).vars()) {
+    const std::string& n = v.name();
+    if (n.compare(0, name.size(), name) == 0 && (n.size() == name.size() || n[name.size()] == '.')) return true;
+  }
+  return false;
+}
+
+// Drops the vars and ops added after a mark (a layer that raised).
+void Rollback(Program& p, int vars, int ops) {
+  proto::BlockDesc* b = p.mutable_desc().mutable_blocks(0);
+  if (vars > b->vars_size() || ops > b->ops_size() || vars < 0 || ops < 0) {
+    ThrowInvalidArgument("rollback: the program has ", b->vars_size(), " vars and ", b->ops_size(),
+                         " ops, fewer than the mark (", vars, ", ", ops, ")");
+  }
+  b->mutable_vars()->DeleteSubrange(vars, b->vars_size() - vars);
+  b->mutable_ops()->DeleteSubrange(ops, b->ops_size() - ops);
 }
 
 py::object VarInfo(const Program& p, const std::string& name) {
@@ -166,20 +185,28 @@ Init InitFromPython(const std::string& kind, const py::dict& args) {
   ThrowInvalidArgument("unknown initializer '", kind, "': expected constant, xavier_uniform, he_uniform or uniform");
 }
 
-OptimizerConfig OptimizerFromPython(const std::string& kind, const py::dict& args) {
-  OptimizerConfig c;
-  c.kind = ParseOptimizer(kind);
-  for (const auto& [k, v] : args) {
-    const std::string key = k.cast<std::string>();
-    if (key == "learning_rate") c.lr = v.cast<float>();
-    else if (key == "momentum") c.momentum = v.cast<float>();
-    else if (key == "use_nesterov") c.use_nesterov = v.cast<bool>();
-    else if (key == "beta1") c.beta1 = v.cast<float>();
-    else if (key == "beta2") c.beta2 = v.cast<float>();
-    else if (key == "epsilon") c.epsilon = v.cast<float>();
-    else ThrowInvalidArgument("optimizer ", kind, ": unknown setting '", key, "'");
+// A persistable var of `main` whose initialiser `startup` may already hold:
+// two programs built alike under kiln.unique_name.guard() share their
+// parameters through one startup program. Returns true when `startup` holds
+// it (then `main` declares it and nothing is initialised again). A second
+// declaration in `main` itself, or a startup declaration of other dims or
+// dtype, is an error naming both.
+bool DeclareShared(Program& main, const Program& startup, const std::string& name, const Dims& shape, DataType dtype,
+                   bool trainable) {
+  if (FindVarDesc(main.desc().blocks(0), name) != nullptr) {
+    ThrowInvalidArgument("'", name, "' is declared twice in this program");
   }
-  return c;
+  const proto::VarDesc* shared = FindVarDesc(startup.desc().blocks(0), name);
+  if (shared == nullptr) return false;
+  if (VarDims(*shared) != shape || FromProto(shared->dtype()) != dtype) {
+    ThrowInvalidArgument("'", name, "' ", DataTypeName(dtype), DimsToString(shape), " clashes with '", name, "' ",
+                         DataTypeName(FromProto(shared->dtype())), DimsToString(VarDims(*shared)),
+                         " that the startup program already initialises: pick another name");
+  }
+  proto::VarDesc* v = main.mutable_desc().mutable_blocks(0)->add_vars();
+  *v = *shared;
+  v->set_stop_gradient(!trainable);
+  return true;
 }
 
 }  // namespace
@@ -215,7 +242,7 @@ void BindProgram(py::module_& m) {
           [](const Program& p, bool for_test) {
             Program c(p.desc());
             c.set_random_seed(p.random_seed());
-            if (for_test) SetIsTest(&c.mutable_desc());
+            if (for_test) c.mutable_desc() = ForTestProgram(c.desc());
             return c;
           },
           py::arg("for_test") = false)
@@ -234,46 +261,26 @@ void BindProgram(py::module_& m) {
       .def("create_parameter",
            [](Program& main, Program& startup, const std::string& name, const Dims& shape, const std::string& init,
               const py::dict& init_args) {
+             const Init how = InitFromPython(init, init_args);
+             if (DeclareShared(main, startup, name, shape, DataType::kFP32, /*trainable=*/true)) return name;
              ProgramBuilder b(&main.mutable_desc(), &startup.mutable_desc(), startup.random_seed());
-             return b.Param(name, shape, InitFromPython(init, init_args));
+             return b.Param(name, shape, how);
            })
       .def("create_persistable",
            [](Program& main, Program& startup, const std::string& name, const Dims& shape, float value,
               const std::string& dtype) {
+             if (DeclareShared(main, startup, name, shape, DataTypeFromName(dtype), /*trainable=*/false)) return name;
              ProgramBuilder b(&main.mutable_desc(), &startup.mutable_desc(), startup.random_seed());
              return b.Persistable(name, shape, value, DataTypeFromName(dtype));
            })
-      .def("unique_name",
-           [](Program& p, const std::string& prefix) {
-             proto::ProgramDesc scratch = EmptyProgram();
-             return ProgramBuilder(&p.mutable_desc(), &scratch, p.random_seed()).UniqueName(prefix);
+      .def("declares_prefix", &DeclaresPrefix, py::arg("name"))
+      .def("mark",
+           [](const Program& p) {
+             return std::make_pair(p.desc().blocks(0).vars_size(), p.desc().blocks(0).ops_size());
            })
+      .def("rollback", &Rollback, py::arg("vars"), py::arg("ops"))
       .def("append_op", &AppendOp, py::arg("type"), py::arg("inputs"), py::arg("outputs"), py::arg("attrs"),
-           py::arg("prefix") = "")
-      .def("append_backward",
-           [](Program& p, const std::string& loss) { return AppendBackward(&p.mutable_desc(), loss); })
-      .def("minimize",
-           [](Program& main, Program& startup, const std::string& loss, const std::string& kind, const py::dict& args,
-              const py::object& parameters) {
-             const OptimizerConfig config = OptimizerFromPython(kind, args);
-             // Check everything before the program changes.
-             proto::ProgramDesc trial = main.desc();
-             auto params_grads = AppendBackward(&trial, loss);
-             if (!parameters.is_none()) {
-               const auto wanted = Sequence<std::string>(parameters, "parameter_list");
-               std::vector<std::pair<std::string, std::string>> kept;
-               for (const auto& pg : params_grads) {
-                 if (std::find(wanted.begin(), wanted.end(), pg.first) != wanted.end()) kept.push_back(pg);
-               }
-               params_grads = kept;
-             }
-             proto::ProgramDesc trial_startup = startup.desc();
-             ProgramBuilder b(&trial, &trial_startup, startup.random_seed());
-             const std::string lr = AppendOptimizer(b, params_grads, config);
-             main.mutable_desc() = std::move(trial);
-             startup.mutable_desc() = std::move(trial_startup);
-             return std::make_pair(lr, params_grads);
-           })
+           py::arg("base"))
       .def("prune_for_inference",
            [](const Program& p, const std::vector<std::string>& feeds, const std::vector<std::string>& fetches) {
              return Program(PruneForInference(p.desc(), feeds, fetches));
