@@ -67,6 +67,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterCollectiveOps(r);
   RegisterFusedAttentionOps(r);
   RegisterReduceMaxMinOps(r);
+  RegisterArgCastOps(r);
   AttachOneDnnKernels(r);
 }
 
