@@ -68,6 +68,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterFusedAttentionOps(r);
   RegisterReduceMaxMinOps(r);
   RegisterArgCastOps(r);
+  RegisterGatherOneHotOps(r);
   AttachOneDnnKernels(r);
 }
 
