@@ -69,6 +69,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterReduceMaxMinOps(r);
   RegisterArgCastOps(r);
   RegisterGatherOneHotOps(r);
+  RegisterCompareWhereOps(r);
   AttachOneDnnKernels(r);
 }
 
