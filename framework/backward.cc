@@ -17,6 +17,27 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The index of the last op that writes `loss`, which must be declared and
+// floating point: an integer or bool loss (arg_max's, a comparison's) has no
+// gradient, and without this check the walk below would blame the op that
+// made it for having no grad maker.
+int FindLossOp(const proto::BlockDesc& block, const std::string& loss) {
+  const proto::VarDesc* loss_var = FindVarDesc(block, loss);
+  if (loss_var == nullptr) ThrowNotFound("append_backward: loss variable '", loss, "' is not declared");
+  if (!IsFloat(*loss_var)) {
+    ThrowInvalidArgument("append_backward: loss '", loss, "' has dtype ", DataTypeName(FromProto(loss_var->dtype())),
+                         "; expected f32 or f64 (gradients flow through floating-point vars only)");
+  }
+  int loss_op = -1;
+  for (int i = 0; i < block.ops_size(); ++i) {
+    for (const auto& a : AllOutputArgs(block.ops(i))) {
+      if (a == loss) loss_op = i;
+    }
+  }
+  if (loss_op < 0) ThrowInvalidArgument("append_backward: no op writes the loss '", loss, "'");
+  return loss_op;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDesc* program,
@@ -24,15 +45,8 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
                                                                 const OpRegistry& registry) {
   if (program->blocks_size() == 0) ThrowInvalidArgument("append_backward: program has no blocks");
   proto::BlockDesc* block = program->mutable_blocks(0);
+  const int loss_op = FindLossOp(*block, loss);
   const proto::VarDesc* loss_var = FindVarDesc(*block, loss);
-  if (loss_var == nullptr) ThrowNotFound("append_backward: loss variable '", loss, "' is not declared");
-  int loss_op = -1;
-  for (int i = 0; i < block->ops_size(); ++i) {
-    for (const auto& a : AllOutputArgs(block->ops(i))) {
-      if (a == loss) loss_op = i;
-    }
-  }
-  if (loss_op < 0) ThrowInvalidArgument("append_backward: no op writes the loss '", loss, "'");
 
   // The forward part must be valid on its own (the ops after the loss may
   // read gradients that do not exist yet).

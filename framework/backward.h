@@ -17,11 +17,15 @@ namespace kiln {
 // partial gradient per consumer (v@GRAD@RENAME@k) summed by a `sum` op.
 //
 // A var gets a gradient when it is floating point, not stop_gradient, and the
-// loss depends on it through differentiable slots. Returns (var, var@GRAD)
-// for every persistable var that got a gradient, in declaration order.
+// loss depends on it through differentiable slots. So the ops without a grad
+// maker whose outputs are integer or bool (arg_max, arg_min, the comparisons)
+// or whose inputs are (one_hot) stop the gradient instead of failing, as do
+// where's Condition, gather's Index and a cast from or to an integer dtype.
+// Returns (var, var@GRAD) for every persistable var that got a gradient, in
+// declaration order.
 //
-// Throws InvalidArgument when `loss` is not written by any op, or an op on
-// the path to the loss has no grad maker.
+// Throws InvalidArgument when `loss` is not floating point or not written by
+// any op, or an op on the path to the loss has no grad maker.
 std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDesc* program,
                                                                 const std::string& loss,
                                                                 const OpRegistry& registry = OpRegistry::Global());
