@@ -38,38 +38,22 @@ int FindLossOp(const proto::BlockDesc& block, const std::string& loss) {
   return loss_op;
 }
 
-}  // namespace
-
-std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDesc* program,
-                                                                const std::string& loss,
-                                                                const OpRegistry& registry) {
-  if (program->blocks_size() == 0) ThrowInvalidArgument("append_backward: program has no blocks");
-  proto::BlockDesc* block = program->mutable_blocks(0);
-  const int loss_op = FindLossOp(*block, loss);
-  const proto::VarDesc* loss_var = FindVarDesc(*block, loss);
-
-  // The forward part must be valid on its own (the ops after the loss may
-  // read gradients that do not exist yet).
-  {
-    proto::BlockDesc scratch = *block;
-    BlockVarIndex index(&scratch);
-    for (int i = 0; i <= loss_op; ++i) InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry, &index);
-  }
-
+// 1. Which vars receive a gradient: walk back from the loss through
+//    differentiable input slots of float, non-stop_gradient vars. Marks in
+//    `on_path` the ops whose grad ops are needed.
+std::set<std::string> VarsWithGradient(const proto::BlockDesc& block, int loss_op, const std::string& loss,
+                                       const OpRegistry& registry, std::vector<bool>* on_path) {
   auto var_of = [&](const std::string& name, int op_index) -> const proto::VarDesc& {
-    const proto::VarDesc* v = FindVarDesc(*block, name);
+    const proto::VarDesc* v = FindVarDesc(block, name);
     if (v == nullptr) {
-      ThrowInvalidArgument(OpLabel(block->ops(op_index), op_index), ": variable '", name, "' is not declared");
+      ThrowInvalidArgument(OpLabel(block.ops(op_index), op_index), ": variable '", name, "' is not declared");
     }
     return *v;
   };
-
-  // 1. Which vars receive a gradient: walk back from the loss through
-  //    differentiable input slots of float, non-stop_gradient vars.
   std::set<std::string> has_grad = {loss};
-  std::vector<bool> on_path(loss_op + 1, false);
+  on_path->assign(loss_op + 1, false);
   for (int i = loss_op; i >= 0; --i) {
-    const proto::OpDesc& op = block->ops(i);
+    const proto::OpDesc& op = block.ops(i);
     bool flows = false;
     for (const auto& a : AllOutputArgs(op)) flows |= has_grad.count(a) > 0;
     if (!flows) continue;
@@ -94,23 +78,25 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
       ThrowInvalidArgument("append_backward: ", OpLabel(op, i), " lies on the path to '", loss,
                            "' but has no gradient");
     }
-    on_path[i] = true;
+    (*on_path)[i] = true;
   }
+  return has_grad;
+}
 
-  // 2. Grad ops in reverse order, pruned to the gradients that exist/are needed.
-  std::vector<proto::OpDesc> backward;
-  {
-    proto::OpDesc fill = OpBuilder("fill_constant")
-                             .Out("Out", {GradVarName(loss)})
-                             .Attr("shape", std::vector<int64_t>(loss_var->dims().begin(), loss_var->dims().end()))
-                             .Attr("value", 1.0f)
-                             .Attr("dtype", static_cast<int64_t>(loss_var->dtype()))
-                             .Build();
-    backward.push_back(fill);
-  }
-  for (int i = loss_op; i >= 0; --i) {
+// 2. Grad ops in reverse order, pruned to the gradients that exist/are needed.
+std::vector<proto::OpDesc> MakeGradOps(const proto::BlockDesc& block, const proto::VarDesc& loss_var,
+                                       const std::vector<bool>& on_path, const std::set<std::string>& has_grad,
+                                       const OpRegistry& registry) {
+  std::vector<proto::OpDesc> backward = {
+      OpBuilder("fill_constant")
+          .Out("Out", {GradVarName(loss_var.name())})
+          .Attr("shape", std::vector<int64_t>(loss_var.dims().begin(), loss_var.dims().end()))
+          .Attr("value", 1.0f)
+          .Attr("dtype", static_cast<int64_t>(loss_var.dtype()))
+          .Build()};
+  for (int i = static_cast<int>(on_path.size()) - 1; i >= 0; --i) {
     if (!on_path[i]) continue;
-    const proto::OpDesc& op = block->ops(i);
+    const proto::OpDesc& op = block.ops(i);
     std::set<std::string> fwd_outputs;
     for (const auto& a : AllOutputArgs(op)) fwd_outputs.insert(a);
     for (proto::OpDesc g : registry.Get(op.type()).grad_maker(op)) {
@@ -136,10 +122,13 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
       if (writes_any) backward.push_back(std::move(g));
     }
   }
+  return backward;
+}
 
-  // 3. Accumulate gradients written by several grad ops: rename every write
-  //    and sum them right after the last one. All writers of v@GRAD precede
-  //    its readers (the grad ops of v's producer come later in reverse order).
+// 3. Accumulate gradients written by several grad ops: rename every write
+//    and sum them right after the last one. All writers of v@GRAD precede
+//    its readers (the grad ops of v's producer come later in reverse order).
+std::vector<proto::OpDesc> AccumulateGradients(std::vector<proto::OpDesc> backward) {
   std::map<std::string, int> writes;
   for (const auto& g : backward) {
     for (const auto& a : AllOutputArgs(g)) {
@@ -166,9 +155,11 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
     ordered.push_back(backward[k]);
     for (const auto& name : sums_after[k]) ordered.push_back(OpBuilder("sum").In("X", parts[name]).Out("Out", {name}).Build());
   }
+  return ordered;
+}
 
-  // 4. Declare gradient vars like their forward vars.
-  std::vector<std::string> grad_names;
+// 4. Declare gradient vars like their forward vars.
+void DeclareGradVars(const std::vector<proto::OpDesc>& ordered, proto::BlockDesc* block) {
   for (const auto& g : ordered) {
     for (const auto& a : AllOutputArgs(g)) {
       if (a == kEmptyVarName || FindVarDesc(*block, a) != nullptr) continue;
@@ -181,6 +172,30 @@ std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDe
       *v->mutable_dims() = fwd->dims();
     }
   }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> AppendBackward(proto::ProgramDesc* program,
+                                                                const std::string& loss,
+                                                                const OpRegistry& registry) {
+  if (program->blocks_size() == 0) ThrowInvalidArgument("append_backward: program has no blocks");
+  proto::BlockDesc* block = program->mutable_blocks(0);
+  const int loss_op = FindLossOp(*block, loss);
+
+  // The forward part must be valid on its own (the ops after the loss may
+  // read gradients that do not exist yet).
+  {
+    proto::BlockDesc scratch = *block;
+    BlockVarIndex index(&scratch);
+    for (int i = 0; i <= loss_op; ++i) InferShapeAtBuild(&scratch, i, /*declare_outputs=*/false, registry, &index);
+  }
+
+  std::vector<bool> on_path;
+  const std::set<std::string> has_grad = VarsWithGradient(*block, loss_op, loss, registry, &on_path);
+  std::vector<proto::OpDesc> ordered =
+      AccumulateGradients(MakeGradOps(*block, *FindVarDesc(*block, loss), on_path, has_grad, registry));
+  DeclareGradVars(ordered, block);
 
   // 5. Splice the backward ops in after the loss op, then infer shapes of the
   //    inserted ops (declares any other intermediate a grad maker introduced).
