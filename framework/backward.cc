@@ -29,7 +29,14 @@ std::string Base(const std::string& grad) { return grad.substr(0, grad.size() - 
 int LastTargetWriter(const proto::BlockDesc& block, const BackwardSpec& spec) {
   int last = -1;
   for (const auto& t : spec.targets) {
-    if (FindVarDesc(block, t) == nullptr) ThrowNotFound("append_backward: loss variable '", t, "' is not declared");
+    const proto::VarDesc* v = FindVarDesc(block, t);
+    if (v == nullptr) ThrowNotFound("append_backward: loss variable '", t, "' is not declared");
+    // An integer or bool target (arg_max's, a comparison's) has no gradient;
+    // without this check the walk would blame the op that made it.
+    if (!IsFloat(*v)) {
+      ThrowInvalidArgument("append_backward: loss '", t, "' has dtype ", DataTypeName(FromProto(v->dtype())),
+                           "; expected f32 or f64 (gradients flow through floating-point vars only)");
+    }
     int writer = -1;
     for (int i = 0; i < block.ops_size(); ++i) {
       for (const auto& a : AllOutputArgs(block.ops(i))) {

@@ -66,6 +66,10 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterDropoutOps(r);
   RegisterCollectiveOps(r);
   RegisterFusedAttentionOps(r);
+  RegisterReduceMaxMinOps(r);
+  RegisterArgCastOps(r);
+  RegisterGatherOneHotOps(r);
+  RegisterCompareWhereOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -23,6 +23,10 @@ void RegisterBatchNormOps(OpRegistry& r);    // batch_norm (+grad)
 void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
 void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
 void RegisterFusedAttentionOps(OpRegistry& r);  // fused_attention (+grad)
+void RegisterReduceMaxMinOps(OpRegistry& r);    // reduce_max, reduce_min (+grads)
+void RegisterArgCastOps(OpRegistry& r);         // arg_max, arg_min, cast
+void RegisterGatherOneHotOps(OpRegistry& r);    // gather (+grad), one_hot
+void RegisterCompareWhereOps(OpRegistry& r);    // less_than ... not_equal, where (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 

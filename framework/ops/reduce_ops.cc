@@ -10,11 +10,15 @@
 #include "framework/op_registry.h"
 #include "framework/shape_util.h"
 #include "framework/ops/kernel_util_a.h"
+#include "framework/ops/reduce_dims.h"
 #include "framework/ops/ops.h"
 
 namespace kiln {
 namespace {
 
+using ops::KeptDims;
+using ops::ReducedDims;
+using ops::ReduceOutDims;
 using ops_a::ForEachBroadcast;
 using ops_a::MakeBroadcastLoops;
 
@@ -65,47 +69,6 @@ void MeanGradKernel(ExecContext& ctx) {
 }
 
 // ---- reduce_sum / reduce_mean ------------------------------------------------------
-
-// Which dims of an input of rank `rank` are reduced (attrs dim, reduce_all).
-// An empty `dim` list reduces every dim.
-template <typename Ctx>
-std::vector<bool> ReducedDims(const Ctx& ctx, size_t rank) {
-  std::vector<bool> reduced(rank, false);
-  const auto& dims = ctx.template Attr<std::vector<int64_t>>("dim");
-  if (ctx.template Attr<bool>("reduce_all") || dims.empty()) {
-    reduced.assign(rank, true);
-    return reduced;
-  }
-  for (int64_t d : dims) {
-    const int64_t a = NormalizeAxis(d, rank, ctx.OpName() + ": attribute dim");
-    if (reduced[a]) ctx.Fail("attribute dim names dim ", a, " twice");
-    reduced[a] = true;
-  }
-  return reduced;
-}
-
-// X's dims with 1 in every reduced dim (the reduced tensor at X's rank).
-Dims KeptDims(const Dims& x, const std::vector<bool>& reduced) {
-  Dims out = x;
-  for (size_t d = 0; d < x.size(); ++d) {
-    if (reduced[d]) out[d] = 1;
-  }
-  return out;
-}
-
-// Out's dims: reduced dims become 1 (keep_dim) or vanish; nothing left -> [1].
-Dims ReduceOutDims(const Dims& x, const std::vector<bool>& reduced, bool keep_dim) {
-  Dims out;
-  for (size_t d = 0; d < x.size(); ++d) {
-    if (!reduced[d]) {
-      out.push_back(x[d]);
-    } else if (keep_dim) {
-      out.push_back(1);
-    }
-  }
-  if (out.empty()) out.push_back(1);
-  return out;
-}
 
 void InferReduce(InferShapeContext& ctx) {
   const DataType dtype = ops_a::CheckFloatInput(ctx, "X");

@@ -1,0 +1,153 @@
+// reduce_max, reduce_min, a comparison, where, arg_max, one_hot, gather and
+// cast (f32 -> f64 -> f32) inside JIT clusters: a small training program
+// (forward, append_backward with a mean loss, sgd) runs with the JIT off and
+// on, in both launch modes, gives the same losses and parameters, and none of
+// these ops or their grads is left outside a cluster.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "compiler/jit_compiler.h"
+#include "framework/backward.h"
+#include "framework/program_builder.h"
+#include "launch_op/jit_launch_op.h"
+#include "tests/jit_pipeline_util.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+using jit::JitCompiler;
+
+struct Net {
+  proto::ProgramDesc startup, train;
+  std::vector<std::map<std::string, Tensor>> steps;
+  std::string loss;
+  std::vector<std::string> params;
+};
+
+std::string Cast(ProgramBuilder& b, const std::string& x, DataType in, DataType out) {
+  return b.Op1("cast", {{"X", {x}}},
+               {{"in_dtype", static_cast<int64_t>(in)}, {"out_dtype", static_cast<int64_t>(out)}});
+}
+
+// h = x @ w0 + b0; s = where(h < max_row(h), h - max_row(h), h / 2) + one_hot(arg_max_row(h));
+// g = gather(s, idx); loss = mean(cast(reduce_min(cast(g, f64)), f32)) + mean(tanh(g @ w1)).
+Net IndexOpsNet() {
+  Net n;
+  ProgramBuilder b(21);
+  const std::string x = b.Data("x", {-1, 6});
+  const std::string idx = b.Data("idx", {-1}, DataType::kINT64);
+  const std::string w0 = b.Param("w0", {6, 8}, Init::XavierUniform(6, 8));
+  const std::string b0 = b.Param("b0", {8}, Init::Uniform(0.5f));
+  const std::string w1 = b.Param("w1", {8, 4}, Init::XavierUniform(8, 4));
+  std::string h = b.Op1("matmul", {{"X", {x}}, {"Y", {w0}}});
+  h = b.Op1("elementwise_add", {{"X", {h}}, {"Y", {b0}}});
+  const AttrMap row = {{"dim", std::vector<int64_t>{1}}, {"keep_dim", true}};
+  const std::string m = b.Op1("reduce_max", {{"X", {h}}}, row);
+  const std::string c = b.Op1("less_than", {{"X", {h}}, {"Y", {m}}});
+  const std::string d = b.Op1("elementwise_sub", {{"X", {h}}, {"Y", {m}}});
+  const std::string hs = b.Op1("scale", {{"X", {h}}}, {{"scale", 0.5f}});
+  std::string s = b.Op1("where", {{"Condition", {c}}, {"X", {d}}, {"Y", {hs}}});
+  const std::string a = b.Op1("arg_max", {{"X", {h}}}, {{"axis", int64_t{-1}}, {"keepdims", true}});
+  const std::string oh = b.Op1("one_hot", {{"X", {a}}}, {{"depth", int64_t{8}}});
+  s = b.Op1("elementwise_add", {{"X", {s}}, {"Y", {oh}}});
+  const std::string g = b.Op1("gather", {{"X", {s}}, {"Index", {idx}}});
+  const std::string gm = b.Op1("reduce_min", {{"X", {Cast(b, g, DataType::kFP32, DataType::kFP64)}}},
+                               {{"dim", std::vector<int64_t>{1}}});
+  const std::string l1 = b.Op1("mean", {{"X", {Cast(b, gm, DataType::kFP64, DataType::kFP32)}}});
+  const std::string z = b.Op1("tanh", {{"X", {b.Op1("matmul", {{"X", {g}}, {"Y", {w1}}})}}});
+  n.loss = b.Op1("elementwise_add", {{"X", {l1}}, {"Y", {b.Op1("mean", {{"X", {z}}})}}});
+  const auto params = AppendBackward(&b.main(), n.loss);
+  const std::string lr = b.Persistable("lr", {1}, 0.1f);
+  for (const auto& [p, grad] : params) {
+    b.RawOp(OpBuilder("sgd").In("Param", {p}).In("Grad", {grad}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build());
+    n.params.push_back(p);
+  }
+  n.startup = b.startup();
+  n.train = b.main();
+  std::mt19937 rng(22);
+  std::uniform_int_distribution<int64_t> pick(0, 6);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<int64_t> rows(9);
+    for (auto& r : rows) r = pick(rng);  // 9 picks of 7 rows: repeats in every step
+    n.steps.push_back({{"x", test::RandomTensor({7, 6}, DataType::kFP32, rng)}, {"idx", test::Int64Tensor({9}, rows)}});
+  }
+  return n;
+}
+
+struct RunResult {
+  std::vector<float> losses;
+  std::map<std::string, Tensor> params;
+};
+
+RunResult Train(const Net& n, const proto::ProgramDesc& program) {
+  Scope scope;
+  Executor().RunProgram(n.startup, scope);
+  Executor exec;
+  auto plan = exec.Prepare(program, 0, {n.loss});
+  RunResult r;
+  for (const auto& feeds : n.steps) {
+    for (const auto& [name, t] : feeds) FeedTensor(program.blocks(0), scope, name, t);
+    exec.Run(*plan, scope);
+    r.losses.push_back(scope.GetVar(n.loss)->Get().data<float>()[0]);
+  }
+  for (const std::string& p : n.params) r.params[p].CopyFrom(scope.GetVar(p)->Get());
+  return r;
+}
+
+int CountOps(const proto::ProgramDesc& p, const std::string& type) {
+  int count = 0;
+  for (const auto& op : p.blocks(0).ops()) count += op.type() == type;
+  return count;
+}
+
+class IndexOpsJitTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  void SetUp() override {
+    JitCompiler::Instance().ClearCache();
+    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+  }
+  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
+};
+
+TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
+  const Net n = IndexOpsNet();
+  // Every new op and grad is on the program's path (the backward made them).
+  const std::vector<std::string> types = {"reduce_max", "reduce_max_grad", "reduce_min", "reduce_min_grad",
+                                          "less_than",  "where",           "where_grad", "arg_max",
+                                          "one_hot",    "gather",          "gather_grad", "cast"};
+  for (const std::string& type : types) EXPECT_GT(CountOps(n.train, type), 0) << type;
+  const RunResult off = Train(n, n.train);
+  BuildJitPassOptions options;
+  options.keep_vars = {"x", "idx", n.loss};
+  const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+  EXPECT_GE(CountOps(jitted, "jit_launch"), 1);
+  for (const std::string& type : types) EXPECT_EQ(CountOps(jitted, type), 0) << type << " outside the clusters";
+  for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
+    SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
+    JitCompiler::Instance().ClearCache();
+    jit::SetLaunchMode(mode);
+    const RunResult on = Train(n, jitted);
+    EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
+    ASSERT_EQ(on.losses.size(), off.losses.size());
+    for (size_t s = 0; s < off.losses.size(); ++s) {
+      EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
+    }
+    for (const auto& [name, want] : off.params) {
+      EXPECT_EQ(test::CompareTensors(on.params.at(name), want, 1e-5, 1e-5), "") << name;
+    }
+  }
+  // Training moved every parameter away from its start.
+  Scope start;
+  Executor().RunProgram(n.startup, start);
+  for (const auto& [name, trained] : off.params) {
+    EXPECT_NE(test::CompareTensors(trained, start.GetVar(name)->Get(), 1e-6, 0), "") << name << " did not move";
+  }
+}
+
+}  // namespace
+}  // namespace kiln
