@@ -136,6 +136,13 @@ std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck,
   return std::nullopt;
 }
 
+void JitCompiler::ForgetSignature(const CacheKey& ck) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_.Erase(ck);
+  auto seen = signatures_seen_.find(ck.key);
+  if (seen != signatures_seen_.end()) seen->second.erase(ck.signature.Hash());
+}
+
 void JitCompiler::CheckSignature(const std::string& key, const JitSubgraph& subgraph,
                                  const ShapeSignature& signature) const {
   try {
@@ -193,7 +200,6 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
   const JitSubgraph* subgraph = nullptr;
   CacheKey ck;
   std::optional<Future> hit;
-  bool cached = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto sit = subgraphs_.find(key);
@@ -205,14 +211,6 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
       return nullptr;
     }
     ck = CacheKey{key, signature, options_.compile};
-    cached = cache_.Find(ck) != nullptr;
-  }
-  // A signature the cluster's shape inference rejects (a feed of the wrong
-  // batch) is the caller's error: raised here, naming the op, before it
-  // could count toward the recompile limit or be cached as a failure.
-  if (!cached) CheckSignature(key, *subgraph, signature);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
     bool give_up = false;
     hit = LookupLocked(ck, *subgraph, mine, &give_up);
     if (give_up) {
@@ -228,6 +226,18 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
       ++stats_.fallback_calls;
     }
     return obj;
+  }
+  // A signature the cluster's shape inference rejects (a feed of the wrong
+  // batch) is the caller's error: raised here, naming the op, and taken
+  // back from the cache and the signatures seen, so it never counts toward
+  // the recompile limit. Threads waiting on it run the framework ops, which
+  // raise the same error.
+  try {
+    CheckSignature(key, *subgraph, signature);
+  } catch (...) {
+    ForgetSignature(ck);
+    promise.set_value(nullptr);
+    throw;
   }
   std::shared_ptr<const CompiledObject> result = Build(ck, *subgraph);
   // Registered before the waiters wake: a waiter may look the object up by

@@ -209,6 +209,9 @@ class JitCompiler {
   // Throws InvalidArgument (shape inference's message, naming the op, and
   // the cluster) when `signature` does not fit the cluster's ops.
   void CheckSignature(const std::string& key, const JitSubgraph& subgraph, const ShapeSignature& signature) const;
+  // Takes a signature CheckSignature rejected out of the cache and the
+  // signatures seen.
+  void ForgetSignature(const CacheKey& ck);
   // Counts the compile and registers the object for FindById; returns the
   // on_compile hook to call (empty when none or the compile failed).
   std::function<void(const CompiledObject&, const JitSubgraph&)> Register(

@@ -276,7 +276,8 @@ std::map<std::string, std::string> AppendBackwardPass(proto::ProgramDesc* progra
 
   std::map<std::string, std::string> grads;
   for (const auto& v : path.has_grad) grads[v] = GradOf(v, renamed);
-  *program = std::move(trial);
+  // Swapped in, so a caller's pointer to block 0 stays valid.
+  program->mutable_blocks(0)->Swap(trial.mutable_blocks(0));
   return grads;
 }
 

@@ -276,35 +276,6 @@ TEST_F(JitCompilerTest, ADeniedClusterRunsItsFrameworkOps) {
   EXPECT_EQ(s.compiles, 1);
 }
 
-TEST_F(JitCompilerTest, AFailedCompileIsAnsweredFromTheCache) {
-  JitCompiler compiler(Options());
-  test::LoweringCase c;
-  c.ops = {OpBuilder("elementwise_add").In("X", {"x"}).In("Y", {"b"}).Out("Out", {"y"}).Build(),
-           OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
-  c.inputs = {{"x", {4, 8}}, {"b", {8}}};
-  c.outputs = {"r"};
-  const std::string key = compiler.AddSubgraph(test::MakeSubgraph(c));
-  const jit::ShapeSignature bad = Sig({{4, 8}, {2, 4, 8}});  // Y of higher rank than X
-  testing::internal::CaptureStderr();
-  EXPECT_EQ(compiler.Compile(key, bad), nullptr);
-  std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("cannot be compiled for (f32[4,8], f32[2,4,8])"), std::string::npos) << err;
-  EXPECT_NE(err.find("higher rank"), std::string::npos) << err;
-  EXPECT_EQ(compiler.stats().failures, 1);
-  EXPECT_EQ(compiler.stats().fallback_calls, 0);
-  testing::internal::CaptureStderr();
-  EXPECT_EQ(compiler.Compile(key, bad), nullptr);
-  err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(err, "") << "not compiled again";
-  const jit::JitStats s = compiler.stats();
-  EXPECT_EQ(s.failures, 1);
-  EXPECT_EQ(s.compiles, 0);
-  EXPECT_EQ(s.hits, 1);
-  EXPECT_EQ(s.fallback_calls, 1);
-  EXPECT_TRUE(compiler.CachedObjects().empty());
-  EXPECT_NE(compiler.Compile(key, Sig({{4, 8}, {8}})), nullptr) << "a good signature still compiles";
-}
-
 TEST_F(JitCompilerTest, FindByIdFindsLiveObjectsOnly) {
   JitCompiler compiler(Options(/*capacity=*/1));
   const std::string key = compiler.AddSubgraph(ReluScale());

@@ -1,0 +1,115 @@
+// JitCompiler and the signatures it is asked for: one that the cluster's
+// shape inference rejects is the caller's error (raised, naming the op and
+// the cluster, never cached, never counted toward the recompile limit); a
+// compile that fails after that is cached as a failure and answered from
+// the cache.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compiler/jit_compiler.h"
+#include "framework/error.h"
+#include "framework/op_desc.h"
+#include "framework/op_registry.h"
+#include "tests/lowering_test_util.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+using jit::JitCompiler;
+
+jit::ShapeSignature Sig(const std::vector<Dims>& dims) {
+  jit::ShapeSignature sig;
+  for (const Dims& d : dims) sig.inputs.push_back({DataType::kFP32, d});
+  return sig;
+}
+
+jit::JitCompilerOptions Options(int recompile_limit = 8) {
+  jit::JitCompilerOptions o;
+  o.recompile_limit = recompile_limit;
+  o.compile = test::LoweringCase::DefaultOptions();
+  o.cluster_name = [](const std::string&) { return std::string("c4"); };
+  return o;
+}
+
+// x + b -> relu: b must broadcast into x.
+std::string AddRelu(JitCompiler& compiler) {
+  test::LoweringCase c;
+  c.ops = {OpBuilder("elementwise_add").In("X", {"x"}).In("Y", {"b"}).Out("Out", {"y"}).Build(),
+           OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
+  c.inputs = {{"x", {4, 8}}, {"b", {8}}};
+  c.outputs = {"r"};
+  return compiler.AddSubgraph(test::MakeSubgraph(c));
+}
+
+// test_no_lowering: Out = X, with an elementwise lowering that always
+// throws: a compile that fails after shape inference.
+void RegisterNoLoweringOp() {
+  if (OpRegistry::Global().Find("test_no_lowering") != nullptr) return;
+  OpInfo info;
+  info.type = "test_no_lowering";
+  info.doc = "test op: Out = X; its JIT lowering throws";
+  info.inputs = {{"X"}};
+  info.outputs = {{"Out"}};
+  info.infer_shape = [](InferShapeContext& ctx) { ctx.SetOutput("Out", ctx.InputDims("X"), ctx.InputDtype("X")); };
+  info.reference_kernel = [](ExecContext& ctx) { ctx.Output("Out")->CopyFrom(ctx.Input("X")); };
+  info.jit = JitLowering::kElementwise;
+  info.elementwise = [](const EwOpView&) -> std::vector<EwFragment> {
+    ThrowInvalidArgument("test_no_lowering cannot be lowered");
+  };
+  OpRegistry::GlobalForRegistration().Add(std::move(info));
+}
+
+TEST(JitCompilerSignatureTest, ARejectedSignatureRaisesNamingTheOpAndIsNeitherCachedNorCounted) {
+  JitCompiler compiler(Options(/*recompile_limit=*/2));
+  const std::string key = AddRelu(compiler);
+  const jit::ShapeSignature bad = Sig({{4, 8}, {2, 4, 8}});  // Y of higher rank than X
+  for (int i = 0; i < 5; ++i) {  // more bad signatures than the limit
+    const std::string err = test::ErrorOf([&] { compiler.Compile(key, bad); });
+    EXPECT_NE(err.find("op #0 'elementwise_add'"), std::string::npos) << err;
+    EXPECT_NE(err.find("higher rank"), std::string::npos) << err;
+    EXPECT_NE(err.find("JIT cluster c4"), std::string::npos) << err;
+  }
+  jit::JitStats s = compiler.stats();
+  EXPECT_EQ(s.failures, 0);
+  EXPECT_EQ(s.fallback_calls, 0);
+  EXPECT_TRUE(compiler.CachedObjects().empty());
+  // The budget of two signatures is still whole: both compile.
+  EXPECT_NE(compiler.Compile(key, Sig({{4, 8}, {8}})), nullptr);
+  EXPECT_NE(compiler.Compile(key, Sig({{16, 8}, {8}})), nullptr);
+  s = compiler.stats();
+  EXPECT_EQ(s.compiles, 2);
+  EXPECT_EQ(compiler.Compile(key, Sig({{2, 8}, {8}})), nullptr) << "the third good signature is past the limit";
+}
+
+TEST(JitCompilerSignatureTest, AFailedCompileIsAnsweredFromTheCache) {
+  RegisterNoLoweringOp();
+  JitCompiler compiler(Options());
+  test::LoweringCase c;
+  c.ops = {OpBuilder("test_no_lowering").In("X", {"x"}).Out("Out", {"y"}).Build()};
+  c.inputs = {{"x", {4, 8}}};
+  c.outputs = {"y"};
+  const std::string key = compiler.AddSubgraph(test::MakeSubgraph(c));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(compiler.Compile(key, Sig({{4, 8}})), nullptr);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cannot be compiled for (f32[4,8])"), std::string::npos) << err;
+  EXPECT_NE(err.find("test_no_lowering cannot be lowered"), std::string::npos) << err;
+  EXPECT_EQ(compiler.stats().failures, 1);
+  EXPECT_EQ(compiler.stats().fallback_calls, 0);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(compiler.Compile(key, Sig({{4, 8}})), nullptr);
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "") << "not compiled again";
+  const jit::JitStats s = compiler.stats();
+  EXPECT_EQ(s.failures, 1);
+  EXPECT_EQ(s.compiles, 0);
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.fallback_calls, 1);
+  EXPECT_TRUE(compiler.CachedObjects().empty());
+}
+
+}  // namespace
+}  // namespace kiln
