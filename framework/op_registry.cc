@@ -66,6 +66,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterDropoutOps(r);
   RegisterCollectiveOps(r);
   RegisterFusedAttentionOps(r);
+  RegisterMathOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -23,6 +23,7 @@ void RegisterBatchNormOps(OpRegistry& r);    // batch_norm (+grad)
 void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
 void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
 void RegisterFusedAttentionOps(OpRegistry& r);  // fused_attention (+grad)
+void RegisterMathOps(OpRegistry& r);         // log, sqrt, rsqrt, abs, pow, leaky_relu, softplus (+grads)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
