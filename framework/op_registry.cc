@@ -67,6 +67,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterCollectiveOps(r);
   RegisterFusedAttentionOps(r);
   RegisterMathOps(r);
+  RegisterSigmoidCrossEntropyOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -24,6 +24,7 @@ void RegisterLookupTableOps(OpRegistry& r);  // lookup_table (+grad)
 void RegisterDropoutOps(OpRegistry& r);      // dropout (+grad)
 void RegisterFusedAttentionOps(OpRegistry& r);  // fused_attention (+grad)
 void RegisterMathOps(OpRegistry& r);         // log, sqrt, rsqrt, abs, pow, leaky_relu, softplus (+grads)
+void RegisterSigmoidCrossEntropyOps(OpRegistry& r);  // sigmoid_cross_entropy_with_logits (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
