@@ -140,7 +140,8 @@ int EwGenerator<Vmm>::UnrollFactor() const {
       case EwOp::kTanh:
       case EwOp::kSigmoid:
       case EwOp::kErf:
-      case EwOp::kErfc: cost += 25; break;
+      case EwOp::kErfc:
+      case EwOp::kLog: cost += 25; break;
       default: ++cost;
     }
   }
@@ -382,7 +383,9 @@ void EwGenerator<Vmm>::Compute(const EwStep& s, int off, bool masked) {
     case EwOp::kSigmoid: Sigmoid(d, a); break;
     case EwOp::kErf: Erf(d, a); break;
     case EwOp::kErfc: Erfc(d, a); break;
+    case EwOp::kLog: Log(d, a); break;
     case EwOp::kFma: Fma(d, a, b, Pool(s.src[2])); break;
+    case EwOp::kSelect: SelectNonZero(d, a, b, Pool(s.src[2])); break;
     case EwOp::kSelectGtZero:
       if constexpr (kAvx512) {
         vcmpps(k2, a, CI(0), kCmpGtOq);

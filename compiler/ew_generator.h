@@ -41,6 +41,8 @@ using Xbyak::Reg64;
 
 constexpr uint32_t kSignBit = 0x80000000u;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
+constexpr int kCmpEqOq = 0x00;
+constexpr int kCmpNeqUq = 0x04;
 constexpr int kCmpLtOq = 0x11;
 constexpr int kCmpGtOq = 0x1e;
 constexpr int kCmpUnordQ = 0x03;
@@ -172,8 +174,9 @@ class EwGenerator : public JitKernel {
 
   // Math expansions. d may alias x; x must not be a scratch register except
   // where noted. Scratch used: Exp T0-T2, Sigmoid T0-T3, Tanh T0-T4,
-  // ErfcTail/Erf/Erfc T0-T5.
+  // ErfcTail/Erf/Erfc T0-T5, Log T0-T4.
   void Exp(const Vmm& d, const Vmm& x);
+  void Log(const Vmm& d, const Vmm& x);
   void Sigmoid(const Vmm& d, const Vmm& x);
   void Tanh(const Vmm& d, const Vmm& x);
   void ErfcTail();  // T4 = erfc(T5) for T5 = |x|
@@ -183,6 +186,9 @@ class EwGenerator : public JitKernel {
   // kMax / kMin with NaN propagating from either operand (scratch T0, T1).
   // a_const / b_const: that operand is a constant that is not NaN.
   void MaxMin(EwOp op, const Vmm& d, const Vmm& a, const Vmm& b, bool a_const, bool b_const);
+  // kSelect: d = c != 0 ? a : b, NaN counting as nonzero (scratch T0); d may
+  // alias any operand.
+  void SelectNonZero(const Vmm& d, const Vmm& c, const Vmm& a, const Vmm& b);
 
   const EwKernelPlan& plan_;
   const EwLayout& layout_;

@@ -70,6 +70,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterArgCastOps(r);
   RegisterGatherOneHotOps(r);
   RegisterCompareWhereOps(r);
+  RegisterMathOps(r);
+  RegisterSigmoidCrossEntropyOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -2,6 +2,7 @@
 // the AVX2 and (when the CPU has it) AVX-512 paths.
 #include "compiler/ew_codegen.h"
 #include "framework/ew/ew_reference.h"
+#include "tests/ew_codegen_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -22,140 +23,21 @@ namespace kiln {
 namespace compiler {
 namespace {
 
-using Buffers = std::vector<std::vector<float>>;
-
-std::vector<Isa> Isas() {
-  std::vector<Isa> isas;
-  if (IsaSupported(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  if (IsaSupported(Isa::kAvx512)) {
-    isas.push_back(Isa::kAvx512);
-  } else {
-    std::printf("[ note ] AVX-512 not supported by this CPU: its path is not tested\n");
-  }
-  return isas;
-}
-
-std::vector<float> Random(int64_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
-Buffers RandomInputs(const EwLayout& l, float lo, float hi, uint32_t seed) {
-  Buffers in;
-  for (size_t k = 0; k < l.inputs.size(); ++k) {
-    in.push_back(Random(l.InputExtent(static_cast<int>(k)), lo, hi, seed + static_cast<uint32_t>(k)));
-  }
-  return in;
-}
-
-std::vector<const float*> Ptrs(const Buffers& b) {
-  std::vector<const float*> p;
-  for (const auto& v : b) p.push_back(v.data());
-  return p;
-}
-
-// Outputs start as NaN so that an element the kernel fails to write shows.
-Buffers RunJit(const EwProgram& p, const EwLayout& l, Isa isa, const Buffers& in, int threads = 1,
-               bool deterministic = false) {
-  FusedElementwiseKernel k("test_kernel", p, l, isa);
-  k.set_deterministic(deterministic);
-  k.Create();
-  Buffers out;
-  std::vector<float*> optr;
-  for (size_t o = 0; o < l.outputs.size(); ++o) {
-    out.emplace_back(static_cast<size_t>(l.OutputExtent(static_cast<int>(o))),
-                     std::numeric_limits<float>::quiet_NaN());
-  }
-  for (auto& v : out) optr.push_back(v.data());
-  k.Run(Ptrs(in), optr, threads);
-  return out;
-}
-
-std::vector<std::vector<double>> RunRef(const EwProgram& p, const EwLayout& l, const Buffers& in) {
-  std::vector<std::vector<double>> out;
-  std::vector<double*> optr;
-  for (size_t o = 0; o < l.outputs.size(); ++o) out.emplace_back(l.OutputExtent(static_cast<int>(o)), 0.0);
-  for (auto& v : out) optr.push_back(v.data());
-  RunReference(p, l, Ptrs(in), optr);
-  return out;
-}
-
-Buffers RunRefFloat(const EwProgram& p, const EwLayout& l, const Buffers& in) {
-  Buffers out;
-  std::vector<float*> optr;
-  for (size_t o = 0; o < l.outputs.size(); ++o) out.emplace_back(l.OutputExtent(static_cast<int>(o)), 0.0f);
-  for (auto& v : out) optr.push_back(v.data());
-  RunReferenceFloat(p, l, Ptrs(in), optr);
-  return out;
-}
-
-bool SameBits(float a, float b) {
-  if (std::isnan(a) && std::isnan(b)) return true;
-  return std::memcmp(&a, &b, sizeof(a)) == 0;
-}
-
-void ExpectExact(const Buffers& got, const Buffers& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t o = 0; o < got.size(); ++o) {
-    ASSERT_EQ(got[o].size(), want[o].size());
-    int bad = 0;
-    for (size_t i = 0; i < got[o].size(); ++i) {
-      if (SameBits(got[o][i], want[o][i])) continue;
-      if (++bad <= 3) ADD_FAILURE() << what << " out" << o << "[" << i << "]: got " << got[o][i] << " want " << want[o][i];
-    }
-    EXPECT_EQ(bad, 0) << what << " out" << o;
-  }
-}
-
-double Ulp(double r) {
-  const double a = std::fabs(r);
-  if (a < std::numeric_limits<float>::min()) return std::numeric_limits<float>::denorm_min();
-  int e;
-  std::frexp(a, &e);
-  return std::ldexp(1.0, e - 24);
-}
-
-// The accuracy contract of the transcendental functions.
-double FnTol(double r) { return 2e-7 + 4 * Ulp(r); }
-
-// got vs a double reference with |got-ref| <= tol(ref); NaN/Inf must match
-// (a finite reference beyond FLT_MAX may come out as inf).
-void ExpectNear(const Buffers& got, const std::vector<std::vector<double>>& ref,
-                const std::function<double(double)>& tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size());
-  for (size_t o = 0; o < got.size(); ++o) {
-    int bad = 0;
-    for (size_t i = 0; i < got[o].size(); ++i) {
-      const double g = got[o][i];
-      const double r = ref[o][i];
-      bool ok;
-      if (std::isnan(r)) {
-        ok = std::isnan(g);
-      } else if (std::fabs(r) > std::numeric_limits<float>::max()) {
-        ok = std::isinf(g) ? std::signbit(g) == std::signbit(r) : std::fabs(g) >= std::numeric_limits<float>::max() * 0.999;
-      } else {
-        ok = std::isfinite(g) && std::fabs(g - r) <= tol(r);
-      }
-      if (ok) continue;
-      if (++bad <= 3) {
-        ADD_FAILURE() << what << " out" << o << "[" << i << "]: got " << g << " ref " << r << " diff " << (g - r)
-                      << " tol " << tol(r);
-      }
-    }
-    EXPECT_EQ(bad, 0) << what << " out" << o;
-  }
-}
-
-EwLayout Flat(int64_t n, int num_inputs, int num_outputs) {
-  std::vector<Dims> in(static_cast<size_t>(num_inputs), Dims{n});
-  std::vector<Dims> out(static_cast<size_t>(num_outputs), Dims{n});
-  return CollapseLayout({n}, in, out);
-}
-
-const int64_t kSizes[] = {1, 15, 16, 17, 1000, 4099};
+using ew_test::Buffers;
+using ew_test::Isas;
+using ew_test::Random;
+using ew_test::RandomInputs;
+using ew_test::Ptrs;
+using ew_test::RunJit;
+using ew_test::RunRef;
+using ew_test::RunRefFloat;
+using ew_test::SameBits;
+using ew_test::ExpectExact;
+using ew_test::Ulp;
+using ew_test::FnTol;
+using ew_test::ExpectNear;
+using ew_test::Flat;
+using ew_test::kSizes;
 
 // ---------------------------------------------------------------------------
 

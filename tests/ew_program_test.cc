@@ -176,6 +176,32 @@ TEST(EwProgramTest, ReferenceSemanticsOfMaxAndSelect) {
   EXPECT_EQ(sel[3], 0);
 }
 
+// select(c, a, b) = c != 0 ? a : b, a NaN c counting as nonzero; log is
+// the natural logarithm (NaN below 0, -inf at 0).
+TEST(EwProgramTest, LogAndSelectPrintAndEvaluate) {
+  EwProgram p;
+  const EwValue x = p.Load(0);
+  const EwValue c = p.Load(1);
+  p.Store(0, p.Select(c, p.Log(x), x));
+  EXPECT_EQ(p.ToString(),
+            "%0 = load in0\n"
+            "%1 = load in1\n"
+            "%2 = log %0\n"
+            "%3 = select %1, %2, %0\n"
+            "store out0, %3\n");
+  const EwLayout l = CollapseLayout({5}, {{5}, {5}}, {{5}});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xs = {std::exp(1.0f), 4.0f, 0.0f, -1.0f, 2.0f};
+  const std::vector<float> cs = {1.0f, -0.0f, nan, 3.0f, 0.0f};
+  std::vector<double> out(5);
+  RunReference(p, l, {xs.data(), cs.data()}, {out.data()});
+  EXPECT_NEAR(out[0], 1.0, 1e-7);
+  EXPECT_EQ(out[1], 4.0);        // -0 counts as 0: b
+  EXPECT_EQ(out[2], -HUGE_VAL);  // NaN counts as nonzero: a = log(0)
+  EXPECT_TRUE(std::isnan(out[3]));
+  EXPECT_EQ(out[4], 2.0);
+}
+
 }  // namespace
 }  // namespace compiler
 }  // namespace kiln

@@ -1,6 +1,7 @@
 #include "framework/ew/ew_program.h"
 
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "framework/error.h"
@@ -25,8 +26,10 @@ const char* EwOpName(EwOp op) {
     case EwOp::kSigmoid: return "sigmoid";
     case EwOp::kErf: return "erf";
     case EwOp::kErfc: return "erfc";
+    case EwOp::kLog: return "log";
     case EwOp::kFma: return "fma";
     case EwOp::kSelectGtZero: return "select_gt0";
+    case EwOp::kSelect: return "select";
     case EwOp::kStore: return "store";
   }
   return "?";
@@ -44,6 +47,7 @@ int EwOpArity(EwOp op) {
     case EwOp::kSigmoid:
     case EwOp::kErf:
     case EwOp::kErfc:
+    case EwOp::kLog:
     case EwOp::kStore: return 1;
     case EwOp::kAdd:
     case EwOp::kSub:
@@ -52,7 +56,8 @@ int EwOpArity(EwOp op) {
     case EwOp::kMax:
     case EwOp::kMin:
     case EwOp::kSelectGtZero: return 2;
-    case EwOp::kFma: return 3;
+    case EwOp::kFma:
+    case EwOp::kSelect: return 3;
   }
   return 0;
 }
@@ -99,12 +104,12 @@ EwValue EwProgram::Binary(EwOp op, EwValue a, EwValue b) {
   return Append(in);
 }
 
-EwValue EwProgram::Fma(EwValue a, EwValue b, EwValue c) {
+EwValue EwProgram::Ternary(EwOp op, EwValue a, EwValue b, EwValue c) {
   CheckArg(a);
   CheckArg(b);
   CheckArg(c);
   EwInstr in;
-  in.op = EwOp::kFma;
+  in.op = op;
   in.args = {a, b, c};
   return Append(in);
 }
@@ -161,6 +166,20 @@ EwValue EwProgram::GeluTanhGrad(EwValue x, EwValue dout) {
   const EwValue two_du = Fma(x2, Const(static_cast<float>(2 * kSqrt2OverPi * 3 * kGeluCubic)),
                              Const(static_cast<float>(2 * kSqrt2OverPi)));
   return Mul(dout, Fma(Mul(x, s1ms), two_du, s));
+}
+
+EwValue EwProgram::Log1p(EwValue u) {
+  // For |u| <= 1, w - 1 is exact (Sterbenz, or 1 + u itself is exact for
+  // u <= -1/2), so d = u - (w - 1) is the rounding error of w and log(1 + u)
+  // = log(w) + log(1 + d/w) ~ log(w) + d/w, with |d/w| <= 2^-23 (the
+  // neglected (d/w)^2/2 is below 2^-47). Above 1 the correction is below the
+  // result's rounding; it only has to stay finite. The select drops it
+  // where it would be 0/0 (u = -1, w = 0) or inf - inf (u = +inf): d is 0 or
+  // FLT_MAX - w is not positive there; NaN also takes the branch without it.
+  const EwValue w = Add(Const(1.0f), u);
+  const EwValue d = Sub(u, Sub(w, Const(1.0f)));
+  const EwValue finite_d = SelectGtZero(Sub(Const(std::numeric_limits<float>::max()), w), d);
+  return Add(Log(w), Select(finite_d, Div(d, w), Const(0.0f)));
 }
 
 std::string EwProgram::ToString() const {

@@ -34,8 +34,10 @@ T Eval(const EwInstr& in, const std::vector<T>& v) {
     case EwOp::kSigmoid: return SigmoidRef(a);
     case EwOp::kErf: return std::erf(a);
     case EwOp::kErfc: return std::erfc(a);
+    case EwOp::kLog: return std::log(a);
     case EwOp::kFma: return std::fma(a, b, v[in.args[2]]);
     case EwOp::kSelectGtZero: return a > T(0) ? b : T(0);
+    case EwOp::kSelect: return a != T(0) ? b : v[in.args[2]];  // NaN != 0
     case EwOp::kLoad:
     case EwOp::kStore: break;
   }

@@ -27,6 +27,8 @@ void RegisterReduceMaxMinOps(OpRegistry& r);    // reduce_max, reduce_min (+grad
 void RegisterArgCastOps(OpRegistry& r);         // arg_max, arg_min, cast
 void RegisterGatherOneHotOps(OpRegistry& r);    // gather (+grad), one_hot
 void RegisterCompareWhereOps(OpRegistry& r);    // less_than ... not_equal, where (+grad)
+void RegisterMathOps(OpRegistry& r);         // log, sqrt, rsqrt, abs, pow, leaky_relu, softplus (+grads)
+void RegisterSigmoidCrossEntropyOps(OpRegistry& r);  // sigmoid_cross_entropy_with_logits (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
