@@ -20,7 +20,7 @@ from .framework import (Program, Variable, program_guard, data, default_main_pro
                         default_startup_program, create_parameter, create_persistable)
 from . import unique_name  # noqa: F401
 from .backward import append_backward, gradients  # noqa: F401
-from .executor import Executor, Scope, global_scope  # noqa: F401
+from .executor import Executor, Scope, global_scope, jit_stats  # noqa: F401
 from .io import (save_program, load_program, dump, save, load, save_inference_model,  # noqa: F401
                  load_inference_model)
 from .history import History  # noqa: F401

@@ -7,6 +7,13 @@ Scope = _kiln.Scope
 global_scope = _kiln.global_scope
 
 
+def jit_stats():
+    """What the JIT did in this process so far: compiles, cache hits,
+    failed compiles, calls answered by the framework ops (fallback_calls:
+    a cluster past --jit_recompile_limit, or denied), launches."""
+    return _kiln.jit_stats()
+
+
 class Executor:
     """Runs programs. ``use_jit=True`` compiles clusters of the program's ops
     (the JIT); the default follows FLAGS_use_jit (off unless set).

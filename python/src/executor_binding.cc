@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/feed_check.h"
 #include "framework/flags.h"
@@ -298,6 +299,20 @@ void BindExecutor(py::module_& m) {
            })
       .def("erase", &Scope::EraseVar);
   m.def("global_scope", &GlobalScope, py::return_value_policy::reference);
+  m.def("jit_stats", [] {
+    const jit::JitStats s = jit::JitCompiler::Instance().stats();
+    py::dict d;
+    d["compiles"] = s.compiles;
+    d["hits"] = s.hits;
+    d["evictions"] = s.evictions;
+    d["failures"] = s.failures;
+    d["fallback_calls"] = s.fallback_calls;
+    d["denied_calls"] = s.denied_calls;
+    d["compile_ms"] = s.compile_ms;
+    d["launches"] = s.launch.launches;
+    d["framework_fallbacks"] = s.launch.framework_fallbacks;
+    return d;
+  });
 
   py::class_<Executor>(m, "Executor")
       .def(py::init<std::optional<bool>>(), py::arg("use_jit") = py::none())

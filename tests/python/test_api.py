@@ -33,7 +33,9 @@ def batch(n=16, features=4, seed=0):
 
 class ProgramTest(unittest.TestCase):
     def test_layers_declare_shapes_and_names(self):
-        main, startup, x, label, logits, loss = mlp()
+        # Names count per process; a guard starts a fresh namespace.
+        with kiln.unique_name.guard():
+            main, startup, x, label, logits, loss = mlp()
         self.assertEqual(x.shape, (-1, 4))
         self.assertEqual(logits.shape, (-1, 3))
         self.assertEqual(loss.shape, (1,))
@@ -43,7 +45,7 @@ class ProgramTest(unittest.TestCase):
         # The startup program initialises every parameter and the learning rate.
         startup_vars = set(startup._p.var_names())
         self.assertTrue(set(params) <= startup_vars)
-        self.assertIn("learning_rate", startup_vars)
+        self.assertIn("learning_rate_0", startup_vars)
         self.assertIn("matmul_grad", main.to_string())
         main.validate()
 
@@ -103,7 +105,7 @@ class ProgramTest(unittest.TestCase):
             np.save(os.path.join(d, "x.npy"), xs)
             np.save(os.path.join(d, "label.npy"), ys)
             feeds = ["--feed", "x=%s/x.npy" % d, "--feed", "label=%s/label.npy" % d]
-            for p in ("fc_0.w", "fc_0.b", "fc_1.w", "fc_1.b", "learning_rate"):
+            for p in [v.name for v in main.list_vars() if v.persistable]:
                 np.save(os.path.join(d, p + ".npy"), scope.get(p))
                 feeds += ["--feed", "%s=%s/%s.npy" % (p, d, p)]
             out = os.path.join(d, "out")
@@ -134,7 +136,8 @@ class ExecutorTest(unittest.TestCase):
         exe = kiln.Executor()
         exe.run(startup, scope=scope)
         xs, ys = batch()
-        out = exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[logits, "fc_0.w"], scope=scope)
+        w = main.all_parameters()[0]
+        out = exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[logits, w.name], scope=scope)
         s = exe.stats()
         self.assertEqual((s["feeds_shared"], s["feeds_copied"]), (2, 0))
         # The logits are handed over (the array owns kiln's buffer); the
@@ -167,7 +170,7 @@ class ExecutorTest(unittest.TestCase):
             ({"x": xs, "label": ys.astype("int32")}, [loss], "feed 'label': expected dtype int64"),
             ({"x": xs, "lable": ys}, [loss], "feed 'lable': the program declares no such variable"),
             ({"x": xs, "label": ys}, ["nope"], "fetch 'nope': the program declares no such variable"),
-            ({"x": xs}, [loss], "label"),
+            ({"x": xs}, [loss], "feed 'label' is missing (the program reads it)"),
         ]
         for feed, fetch, message in cases:
             with self.assertRaises(kiln.Error) as e:
@@ -300,7 +303,8 @@ class FilesTest(unittest.TestCase):
             self.assertIn("feed shape of 'x'", str(e.exception))
 
     def test_checkpoint_roundtrip_and_errors(self):
-        main, startup, x, label, logits, loss = mlp(optimizer=kiln.optimizer.Adam(0.01))
+        with kiln.unique_name.guard("ck_"):
+            main, startup, x, label, logits, loss = mlp(optimizer=kiln.optimizer.Adam(0.01))
         xs, ys = batch()
         scope = kiln.Scope()
         exe = kiln.Executor()
@@ -311,15 +315,16 @@ class FilesTest(unittest.TestCase):
             kiln.save(exe, main, os.path.join(d, "ck"), step=3, scope=scope)
             with open(os.path.join(d, "ck", "manifest.json")) as f:
                 manifest = f.read()
-            self.assertIn("fc_0.w.moment1", manifest)
+            self.assertIn("ck_fc_0.w.moment1", manifest)
             resumed = kiln.Scope()
             self.assertEqual(kiln.load(exe, main, os.path.join(d, "ck"), scope=resumed), 3)
             a = [exe.run(main, feed={"x": xs, "label": ys}, fetch_list=[loss], scope=s)[0][0] for s in (scope, resumed)]
             self.assertEqual(a[0], a[1])  # bit for bit
-            other, *_ = mlp(hidden=9, optimizer=kiln.optimizer.Adam(0.01))
+            with kiln.unique_name.guard("ck_"):  # the same names, other dims
+                other, *_ = mlp(hidden=9, optimizer=kiln.optimizer.Adam(0.01))
             with self.assertRaises(kiln.Error) as e:
                 kiln.load(exe, other, os.path.join(d, "ck"), scope=kiln.Scope())
-            self.assertIn("checkpoint var 'fc_0.b'", str(e.exception))
+            self.assertIn("checkpoint var 'ck_fc_0.b'", str(e.exception))
             self.assertIn("has shape [8], the program declares [9]", str(e.exception))
 
     def test_history_is_what_kiln_plot_draws(self):
