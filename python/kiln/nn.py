@@ -294,6 +294,56 @@ def transpose(x, perm, name=None):
     return _ops.transpose2(x, axis=[int(d) for d in perm], name=name)
 
 
+@atomic
+def pow(x, factor=1.0, name=None):  # noqa: A001 (Paddle's name)
+    """x ** factor (integer factors by multiplication, so negative x works)."""
+    return _ops.pow(x, factor=float(factor), name=name)
+
+
+@atomic
+def leaky_relu(x, alpha=0.02, name=None):
+    """x where x > 0, else alpha * x (Paddle's default alpha 0.02; PyTorch's is 0.01)."""
+    return _ops.leaky_relu(x, alpha=float(alpha), name=name)
+
+
+@atomic
+def softplus(x, beta=1.0, threshold=20.0, name=None):
+    """log(1 + exp(beta * x)) / beta; x itself where beta * x > threshold."""
+    return _ops.softplus(x, beta=float(beta), threshold=float(threshold), name=name)
+
+
+@atomic
+def clip(x, min, max, name=None):  # noqa: A002 (Paddle's names)
+    """x clamped to [min, max]; NaN stays NaN."""
+    return _ops.clip(x, min=float(min), max=float(max), name=name)
+
+
+@atomic
+def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
+    """scale * x + bias (or scale * (x + bias)), then act."""
+    return _act(_ops.scale(x, scale=float(scale), bias=float(bias), bias_after_scale=bool(bias_after_scale),
+                           name=name), act)
+
+
+@atomic
+def slice(input, axes, starts, ends, name=None):  # noqa: A001 (Paddle's name)
+    """input[starts:ends] along axes (negative values count from the end; step 1)."""
+    return _ops.slice(input, axes=[int(a) for a in axes], starts=[int(a) for a in starts],
+                      ends=[int(a) for a in ends], name=name)
+
+
+@atomic
+def one_hot(input, depth, allow_out_of_range=False, name=None):
+    """int64 ids [..., 1] -> float32 [..., depth] (fluid's one_hot)."""
+    return _ops.one_hot(input, depth=int(depth), allow_out_of_range=bool(allow_out_of_range), name=name)
+
+
+@atomic
+def gelu(x, approximate=False, name=None):
+    """x * Phi(x) (erf form), or its tanh approximation."""
+    return _ops.gelu(x, approximate=bool(approximate), name=name)
+
+
 _DTYPE_CODES = {"float32": 0, "int64": 1, "int32": 2, "float64": 3, "bool": 4}
 
 
