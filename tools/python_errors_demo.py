@@ -20,6 +20,7 @@ mistakes = [
     ("a feed of the wrong shape", {"x": xs[:, :3].copy(), "label": ys}, [loss]),
     ("a feed of the wrong dtype", {"x": xs.astype("float64"), "label": ys}, [loss]),
     ("a misspelt fetch", {"x": xs, "label": ys}, [loss.name[1] + loss.name[0] + loss.name[2:]]),
+    ("a feed left out", {"x": xs}, [loss]),
 ]
 for what, feed, fetch in mistakes:
     try:
@@ -31,3 +32,11 @@ with kiln.program_guard(main, startup):
         kiln.ops.elementwise_add(x, logits)  # [-1,4] + [-1,3]
     except kiln.Error as e:
         print("a layer that does not fit: kiln.Error: %s" % e)
+    try:
+        kiln.optimizer.SGD(0.1).minimize(loss)  # the cell run again
+    except kiln.Error as e:
+        print("minimize twice: kiln.Error: %s" % e)
+    try:
+        kiln.optimizer.SGD(0.1).minimize(kiln.nn.softmax_with_cross_entropy(logits, label))
+    except kiln.Error as e:
+        print("a per-row loss: kiln.Error: %s" % e)

@@ -50,7 +50,7 @@ void CheckScalarLoss(const Program& p, const std::string& loss, const char* who)
   const Dims dims = VarDims(*v);
   if (std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d == 1; })) return;
   ThrowInvalidArgument(who, ": the loss '", loss, "' has shape ", DimsToString(dims),
-                       "; a loss must be one element (reduce it first, e.g. kiln.nn.mean(", loss, "))");
+                       "; a loss must be one element (reduce it first, e.g. with kiln.nn.mean)");
 }
 
 // The parameters the program's optimizer ops update already.
