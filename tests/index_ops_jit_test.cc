@@ -14,6 +14,7 @@
 #include "framework/program_builder.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
+#include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
@@ -21,12 +22,7 @@ namespace {
 
 using jit::JitCompiler;
 
-struct Net {
-  proto::ProgramDesc startup, train;
-  std::vector<std::map<std::string, Tensor>> steps;
-  std::string loss;
-  std::vector<std::string> params;
-};
+using Net = test::TrainNet;
 
 std::string Cast(ProgramBuilder& b, const std::string& x, DataType in, DataType out) {
   return b.Op1("cast", {{"X", {x}}},
@@ -64,7 +60,7 @@ Net IndexOpsNet() {
   const std::string lr = b.Persistable("lr", {1}, 0.1f);
   for (const auto& [p, grad] : params) {
     b.RawOp(OpBuilder("sgd").In("Param", {p}).In("Grad", {grad}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build());
-    n.params.push_back(p);
+    n.compared.push_back(p);
   }
   n.startup = b.startup();
   n.train = b.main();
@@ -78,41 +74,7 @@ Net IndexOpsNet() {
   return n;
 }
 
-struct RunResult {
-  std::vector<float> losses;
-  std::map<std::string, Tensor> params;
-};
-
-RunResult Train(const Net& n, const proto::ProgramDesc& program) {
-  Scope scope;
-  Executor().RunProgram(n.startup, scope);
-  Executor exec;
-  auto plan = exec.Prepare(program, 0, {n.loss});
-  RunResult r;
-  for (const auto& feeds : n.steps) {
-    for (const auto& [name, t] : feeds) FeedTensor(program.blocks(0), scope, name, t);
-    exec.Run(*plan, scope);
-    r.losses.push_back(scope.GetVar(n.loss)->Get().data<float>()[0]);
-  }
-  for (const std::string& p : n.params) r.params[p].CopyFrom(scope.GetVar(p)->Get());
-  return r;
-}
-
-int CountOps(const proto::ProgramDesc& p, const std::string& type) {
-  int count = 0;
-  for (const auto& op : p.blocks(0).ops()) count += op.type() == type;
-  return count;
-}
-
-class IndexOpsJitTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override {
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
-};
+class IndexOpsJitTest : public test::JitTrainTest {};
 
 TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
   const Net n = IndexOpsNet();
@@ -120,31 +82,31 @@ TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
   const std::vector<std::string> types = {"reduce_max", "reduce_max_grad", "reduce_min", "reduce_min_grad",
                                           "less_than",  "where",           "where_grad", "arg_max",
                                           "one_hot",    "gather",          "gather_grad", "cast"};
-  for (const std::string& type : types) EXPECT_GT(CountOps(n.train, type), 0) << type;
-  const RunResult off = Train(n, n.train);
+  for (const std::string& type : types) EXPECT_GT(test::CountOps(n.train, type), 0) << type;
+  const test::TrainRun off = test::TrainSteps(n, n.train);
   BuildJitPassOptions options;
   options.keep_vars = {"x", "idx", n.loss};
   const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
-  EXPECT_GE(CountOps(jitted, "jit_launch"), 1);
-  for (const std::string& type : types) EXPECT_EQ(CountOps(jitted, type), 0) << type << " outside the clusters";
+  EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
+  for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
     JitCompiler::Instance().ClearCache();
     jit::SetLaunchMode(mode);
-    const RunResult on = Train(n, jitted);
+    const test::TrainRun on = test::TrainSteps(n, jitted);
     EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
       EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
     }
-    for (const auto& [name, want] : off.params) {
-      EXPECT_EQ(test::CompareTensors(on.params.at(name), want, 1e-5, 1e-5), "") << name;
+    for (const auto& [name, want] : off.vars) {
+      EXPECT_EQ(test::CompareTensors(on.vars.at(name), want, 1e-5, 1e-5), "") << name;
     }
   }
   // Training moved every parameter away from its start.
   Scope start;
   Executor().RunProgram(n.startup, start);
-  for (const auto& [name, trained] : off.params) {
+  for (const auto& [name, trained] : off.vars) {
     EXPECT_NE(test::CompareTensors(trained, start.GetVar(name)->Get(), 1e-6, 0), "") << name << " did not move";
   }
 }

@@ -20,6 +20,7 @@
 #include "framework/program_builder.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
+#include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
@@ -30,12 +31,7 @@ using jit::JitCompiler;
 const std::vector<std::string> kNewOps = {"log", "sqrt",       "rsqrt",    "abs",
                                           "pow", "leaky_relu", "softplus", "sigmoid_cross_entropy_with_logits"};
 
-struct Net {
-  proto::ProgramDesc startup, train;
-  std::vector<std::map<std::string, Tensor>> steps;
-  std::string loss;
-  std::vector<std::string> compared;  // gradients and parameters, after the last step
-};
+using Net = test::TrainNet;
 
 std::string Fc(ProgramBuilder& b, const std::string& x, int64_t in, int64_t out, const std::string& name) {
   const std::string w = b.Param(name + ".w", {in, out}, Init::XavierUniform(in, out));
@@ -97,36 +93,6 @@ Net FocalNet(bool normalize) {
   return n;
 }
 
-struct RunResult {
-  std::vector<float> losses;
-  std::map<std::string, Tensor> vars;
-};
-
-RunResult Train(const Net& n, const proto::ProgramDesc& program) {
-  Scope scope;
-  Executor().RunProgram(n.startup, scope);
-  Executor exec;
-  // The compared gradients are fetch targets: the executor would otherwise
-  // reuse their buffers once their last reader ran.
-  std::set<std::string> keep(n.compared.begin(), n.compared.end());
-  keep.insert(n.loss);
-  auto plan = exec.Prepare(program, 0, keep);
-  RunResult r;
-  for (const auto& feeds : n.steps) {
-    for (const auto& [name, t] : feeds) FeedTensor(program.blocks(0), scope, name, t);
-    exec.Run(*plan, scope);
-    r.losses.push_back(scope.GetVar(n.loss)->Get().data<float>()[0]);
-  }
-  for (const std::string& v : n.compared) r.vars[v].CopyFrom(scope.GetVar(v)->Get());
-  return r;
-}
-
-int CountOps(const proto::ProgramDesc& p, const std::string& type) {
-  int count = 0;
-  for (const auto& op : p.blocks(0).ops()) count += op.type() == type;
-  return count;
-}
-
 // Every instruction of the compiled clusters that runs a framework kernel
 // (its kernel named after the op) runs none of the new ops, except the loss
 // and its grad with normalize.
@@ -159,26 +125,26 @@ TEST_P(MathOpsJitTest, FocalLossTrainsTheSameWithTheJitOnAndOff) {
   const Net n = FocalNet(normalize);
   // The backward made a grad op of every new op.
   for (const std::string& type : kNewOps) {
-    EXPECT_GE(CountOps(n.train, type), 1) << type;
-    EXPECT_GE(CountOps(n.train, type + "_grad"), 1) << type;
+    EXPECT_GE(test::CountOps(n.train, type), 1) << type;
+    EXPECT_GE(test::CountOps(n.train, type + "_grad"), 1) << type;
   }
-  const RunResult off = Train(n, n.train);
+  const test::TrainRun off = test::TrainSteps(n, n.train);
   for (float l : off.losses) ASSERT_TRUE(std::isfinite(l));
   BuildJitPassOptions options;
   for (const auto& [name, t] : n.steps[0]) options.keep_vars.insert(name);
   options.keep_vars.insert(n.loss);
   options.keep_vars.insert(n.compared.begin(), n.compared.end());
   const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
-  EXPECT_GE(CountOps(jitted, "jit_launch"), 1);
+  EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
   for (const std::string& type : kNewOps) {
-    EXPECT_EQ(CountOps(jitted, type), 0) << type << " outside the clusters";
-    EXPECT_EQ(CountOps(jitted, type + "_grad"), 0) << type << "_grad outside the clusters";
+    EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
+    EXPECT_EQ(test::CountOps(jitted, type + "_grad"), 0) << type << "_grad outside the clusters";
   }
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
     JitCompiler::Instance().ClearCache();
     jit::SetLaunchMode(mode);
-    const RunResult on = Train(n, jitted);
+    const test::TrainRun on = test::TrainSteps(n, jitted);
     EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
     ExpectNewOpsInGeneratedKernels(normalize);
     ASSERT_EQ(on.losses.size(), off.losses.size());

@@ -15,6 +15,7 @@
 #include "framework/program_builder.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
+#include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
@@ -24,13 +25,7 @@ using jit::JitCompiler;
 using test::RandomTensor;
 
 // A training program, its startup and one feed map per step.
-struct Net {
-  std::string name;
-  proto::ProgramDesc startup, train;
-  std::vector<std::map<std::string, Tensor>> steps;
-  std::string loss;
-  std::vector<std::string> state;  // vars compared after the last step
-};
+using Net = test::TrainNet;
 
 std::string Fc(ProgramBuilder& b, const std::string& x, int64_t in, int64_t out, const std::string& name) {
   const std::string w = b.Param(name + ".w", {in, out}, Init::XavierUniform(in, out));
@@ -73,7 +68,7 @@ void FinishTraining(ProgramBuilder& b, Net& n, const std::string& logits, const 
   const std::string lr = b.Persistable("lr", {1}, 0.2f);
   for (const auto& [p, g] : params) {
     b.RawOp(OpBuilder("sgd").In("Param", {p}).In("Grad", {g}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build());
-    n.state.push_back(p);
+    n.compared.push_back(p);
   }
   n.startup = b.startup();
   n.train = b.main();
@@ -98,10 +93,10 @@ Net CnnWithBatchNorm(bool is_test) {
   const std::string f = b.Param("conv.w", {4, 3, 3, 3}, Init::HeUniform(27));
   std::string h =
       b.Op1("conv2d", {{"Input", {x}}, {"Filter", {f}}}, {{"paddings", std::vector<int64_t>{1, 1}}}, "Output");
-  h = b.Op1("relu", {{"X", {BatchNorm(b, h, 4, is_test, "bn0", &n.state)}}});
+  h = b.Op1("relu", {{"X", {BatchNorm(b, h, 4, is_test, "bn0", &n.compared)}}});
   h = b.Op1("reshape2", {{"X", {h}}}, {{"shape", std::vector<int64_t>{0, 144}}});
   h = b.Op1("matmul", {{"X", {h}}, {"Y", {b.Param("fc0.w", {144, 16}, Init::XavierUniform(144, 16))}}});
-  h = b.Op1("relu", {{"X", {BatchNorm(b, h, 16, is_test, "bn1", &n.state)}}});
+  h = b.Op1("relu", {{"X", {BatchNorm(b, h, 16, is_test, "bn1", &n.compared)}}});
   FinishTraining(b, n, Fc(b, h, 16, 5, "head"), labels);
   std::mt19937 rng(11);
   for (int s = 0; s < 6; ++s) {
@@ -161,7 +156,7 @@ Net WithDropout() {
               .Out("SeedOut", {"drop.state"})
               .Attr("dropout_prob", 0.3f)
               .Build());
-  n.state.push_back("drop.state");
+  n.compared.push_back("drop.state");
   FinishTraining(b, n, Fc(b, "drop.out", 32, 5, "head"), labels);
   std::mt19937 rng(13);
   for (int s = 0; s < 6; ++s) {
@@ -170,40 +165,8 @@ Net WithDropout() {
   return n;
 }
 
-struct RunResult {
-  std::vector<float> losses;
-  std::map<std::string, Tensor> state;
-};
-
-RunResult Train(const Net& n, const proto::ProgramDesc& program) {
-  Scope scope;
-  Executor().RunProgram(n.startup, scope);
-  Executor exec;
-  auto plan = exec.Prepare(program, 0, {n.loss});
-  RunResult r;
-  for (const auto& feeds : n.steps) {
-    for (const auto& [name, t] : feeds) FeedTensor(program.blocks(0), scope, name, t);
-    exec.Run(*plan, scope);
-    r.losses.push_back(scope.GetVar(n.loss)->Get().data<float>()[0]);
-  }
-  for (const std::string& v : n.state) r.state[v].CopyFrom(scope.GetVar(v)->Get());
-  return r;
-}
-
-int CountOps(const proto::ProgramDesc& p, const std::string& type) {
-  int count = 0;
-  for (const auto& op : p.blocks(0).ops()) count += op.type() == type;
-  return count;
-}
-
-class ModelOpsJitTest : public ::testing::Test {
+class ModelOpsJitTest : public test::JitTrainTest {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override {
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
 
   // JIT on in both launch modes against JIT off: every loss and every state
   // var agree within `tol` (relative, of max(1, |value|)), the vars in
@@ -211,27 +174,27 @@ class ModelOpsJitTest : public ::testing::Test {
   static void ExpectJitMatches(const Net& n, const std::vector<std::string>& types, double tol,
                                const std::set<std::string>& exact = {}) {
     SCOPED_TRACE(n.name);
-    const RunResult off = Train(n, n.train);
+    const test::TrainRun off = test::TrainSteps(n, n.train);
     std::set<std::string> keep;
     for (const auto& [name, t] : n.steps[0]) keep.insert(name);
     keep.insert(n.loss);
     BuildJitPassOptions options;
     options.keep_vars = keep;
     const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
-    EXPECT_GE(CountOps(jitted, "jit_launch"), 1);
-    for (const std::string& type : types) EXPECT_EQ(CountOps(jitted, type), 0) << type << " outside the clusters";
+    EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
+    for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
       SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
       JitCompiler::Instance().ClearCache();
       jit::SetLaunchMode(mode);
-      const RunResult on = Train(n, jitted);
+      const test::TrainRun on = test::TrainSteps(n, jitted);
       EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
       ASSERT_EQ(on.losses.size(), off.losses.size());
       for (size_t s = 0; s < off.losses.size(); ++s) {
         EXPECT_NEAR(on.losses[s], off.losses[s], tol * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
       }
-      for (const auto& [name, want] : off.state) {
-        const Tensor& got = on.state.at(name);
+      for (const auto& [name, want] : off.vars) {
+        const Tensor& got = on.vars.at(name);
         if (!exact.count(name)) {
           EXPECT_EQ(test::CompareTensors(got, want, tol, tol), "") << name;
           continue;
@@ -255,17 +218,17 @@ TEST_F(ModelOpsJitTest, CnnWithBatchNormMatchesJitOff) {
   first.steps.resize(1);
   ExpectJitMatches(first, {}, 1e-6, {"bn0.mean", "bn0.var", "bn1.mean", "bn1.var"});
   // The running statistics moved away from their start (0.1, 0.9).
-  const RunResult r = Train(n, n.train);
-  EXPECT_NE(test::ValueAt(r.state.at("bn0.mean"), 0), 0.1f);
-  EXPECT_NE(test::ValueAt(r.state.at("bn1.var"), 0), 0.9f);
+  const test::TrainRun r = test::TrainSteps(n, n.train);
+  EXPECT_NE(test::ValueAt(r.vars.at("bn0.mean"), 0), 0.1f);
+  EXPECT_NE(test::ValueAt(r.vars.at("bn1.var"), 0), 0.9f);
 }
 
 TEST_F(ModelOpsJitTest, FrozenBatchNormFineTuningMatchesJitOff) {
   const Net n = CnnWithBatchNorm(/*is_test=*/true);
   ExpectJitMatches(n, {"batch_norm", "batch_norm_grad"}, 1e-6);
-  const RunResult r = Train(n, n.train);
-  EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(r.state.at("bn0.mean"), 0)), 0.1f);
-  EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(r.state.at("bn1.var"), 3)), 0.9f);
+  const test::TrainRun r = test::TrainSteps(n, n.train);
+  EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(r.vars.at("bn0.mean"), 0)), 0.1f);
+  EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(r.vars.at("bn1.var"), 3)), 0.9f);
 }
 
 TEST_F(ModelOpsJitTest, EmbeddingMatchesJitOff) {
@@ -276,10 +239,10 @@ TEST_F(ModelOpsJitTest, DropoutMatchesJitOff) {
   const Net n = WithDropout();
   ExpectJitMatches(n, {"dropout", "dropout_grad"}, 1e-6, {"drop.state"});
   // Six training steps advanced the state six times.
-  const RunResult r = Train(n, n.train);
+  const test::TrainRun r = test::TrainSteps(n, n.train);
   uint64_t want = 5;
   for (int s = 0; s < 6; ++s) want += 0x9E3779B97F4A7C15ULL;
-  EXPECT_EQ(r.state.at("drop.state").data<int64_t>()[0], static_cast<int64_t>(want));
+  EXPECT_EQ(r.vars.at("drop.state").data<int64_t>()[0], static_cast<int64_t>(want));
 }
 
 // The inference form (kiln export) of a forward program with batch_norm and
@@ -319,7 +282,7 @@ TEST_F(ModelOpsJitTest, InferenceFormIsDeterministicAndLeavesStateAlone) {
   BuildJitPassOptions options;
   options.keep_vars = {"x", logits};
   const proto::ProgramDesc jitted = test::ApplyBuildJit(inference, options);
-  EXPECT_EQ(CountOps(jitted, "batch_norm"), 0);
+  EXPECT_EQ(test::CountOps(jitted, "batch_norm"), 0);
   EXPECT_EQ(test::CompareTensors(run(jitted), off, 1e-6, 1e-6), "");
 }
 
