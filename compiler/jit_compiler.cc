@@ -148,6 +148,9 @@ void JitCompiler::CheckSignature(const std::string& key, const JitSubgraph& subg
   try {
     InferConcreteShapes(subgraph, signature);
   } catch (const Error& e) {
+    // An op's shape check (InvalidArgument) is the caller's; anything else
+    // is the compiler's, and the compile fails and falls back as before.
+    if (e.code() != ErrorCode::kInvalidArgument) return;
     std::function<std::string(const std::string&)> cluster_name;
     {
       std::lock_guard<std::mutex> lock(mu_);

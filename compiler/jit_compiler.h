@@ -207,7 +207,8 @@ class JitCompiler {
   // Lowers outside the lock; nullptr (and a stderr line) when it fails.
   std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph);
   // Throws InvalidArgument (shape inference's message, naming the op, and
-  // the cluster) when `signature` does not fit the cluster's ops.
+  // the cluster) when an op of the cluster rejects the shapes of
+  // `signature`; other errors of shape inference are left to the compile.
   void CheckSignature(const std::string& key, const JitSubgraph& subgraph, const ShapeSignature& signature) const;
   // Takes a signature CheckSignature rejected out of the cache and the
   // signatures seen.
