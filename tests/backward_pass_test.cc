@@ -292,6 +292,8 @@ TEST(BackwardPassTest, ATargetGradientThatDoesNotMatchItsTargetIsAnError) {
   EXPECT_NE(e.find("no op writes the loss 'x'"), std::string::npos) << e;
   e = ErrorLeavingProgramUnchanged(&p, BackwardSpec{{}, {}, {}});
   EXPECT_NE(e.find("append_backward: no targets"), std::string::npos) << e;
+  e = ErrorLeavingProgramUnchanged(&p, BackwardSpec{{"a"}, {"", "ga"}, {}});
+  EXPECT_NE(e.find("append_backward: 2 target gradients for 1 targets"), std::string::npos) << e;
 }
 
 // A grad op whose shape inference fails is found after the pass has declared
