@@ -243,6 +243,12 @@ std::map<std::string, std::string> AppendBackwardPass(proto::ProgramDesc* progra
                                                       const OpRegistry& registry) {
   if (program->blocks_size() == 0) ThrowInvalidArgument("append_backward: program has no blocks");
   if (spec.targets.empty()) ThrowInvalidArgument("append_backward: no targets");
+  // target_grads pairs with targets by position: an extra one would be
+  // dropped without a word (a list off by one seeds the wrong target).
+  if (spec.target_grads.size() > spec.targets.size()) {
+    ThrowInvalidArgument("append_backward: ", spec.target_grads.size(), " target gradients for ",
+                         spec.targets.size(), " targets");
+  }
   proto::ProgramDesc trial = *program;  // the program changes only when everything succeeded
   proto::BlockDesc* block = trial.mutable_blocks(0);
   const int last = LastTargetWriter(*block, spec);

@@ -39,8 +39,9 @@ struct BackwardSpec {
 // Returns var -> its gradient var for every var that got one.
 //
 // Throws InvalidArgument when a target is not written by any op, a target
-// gradient does not match its target, or an op on the path to a target has
-// no grad maker. The program is unchanged when it throws.
+// gradient does not match its target (or there are more target gradients
+// than targets), or an op on the path to a target has no grad maker. The
+// program is unchanged when it throws.
 std::map<std::string, std::string> AppendBackwardPass(proto::ProgramDesc* program, const BackwardSpec& spec,
                                                       const OpRegistry& registry = OpRegistry::Global());
 

@@ -242,11 +242,15 @@ void FeedTensor(const proto::BlockDesc& block, Scope& scope, const std::string& 
     ThrowInvalidArgument("feed '", name, "': expected dims ", DimsToString(VarDims(*v)), ", got ",
                          DimsToString(value.dims()));
   }
+  Variable* var = scope.Var(name);
   if (share) {
-    *scope.Var(name)->GetMutable() = value;
+    *var->GetMutable() = value;
   } else {
-    scope.Var(name)->GetMutable()->CopyFrom(value);
+    var->GetMutable()->CopyFrom(value);
   }
+  // A fed value comes from outside: no startup program initialised it
+  // (Variable::origin), so re-running the startup that once did keeps it.
+  var->set_origin(0);
 }
 
 }  // namespace kiln

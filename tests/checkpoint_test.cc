@@ -100,9 +100,12 @@ TEST(CheckpointTest, LoadRestoresTheVarsAndKeepsTheNewestK) {
   Scope fresh;
   Executor().RunProgram(m->model.startup, fresh);
   fresh.GetVar("fc0.w")->GetMutable()->mutable_data<float>()[0] = 42.f;
+  fresh.GetVar("fc0.w")->set_origin(9);  // as the Python front end marks a startup's vars
   const CheckpointManifest man = LoadCheckpoint(dir.str(), m->model.train, &fresh);
   EXPECT_EQ(man.loop.step, 5);
   EXPECT_EQ(Values(fresh, "fc0.w"), saved);
+  // Loaded, no longer the startup program's value (Variable::origin).
+  EXPECT_EQ(fresh.GetVar("fc0.w")->origin(), 0);
 }
 
 TEST(CheckpointTest, AStaleTemporaryIsNeverPickedAndTheNextSaveRemovesIt) {

@@ -1,5 +1,6 @@
 // The kiln command line: `kiln run` per OPS.md, bad input through the CLI
-// (clear message, non-zero exit, no output file), `kiln ops`, `kiln program`.
+// (clear message, non-zero exit, no output file; a missing feed in kiln run
+// and kiln predict), `kiln ops`, `kiln program`.
 #include <gtest/gtest.h>
 
 #include "tests/cli_util.h"
@@ -11,8 +12,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "framework/checkpoint/inference.h"
 #include "framework/data/npy.h"
 #include "framework/file_util.h"
+#include "framework/program_io.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
@@ -114,6 +117,34 @@ TEST_F(CliTest, BadInputsFailCleanly) {
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.name << ": " << r.output;
     EXPECT_FALSE(Exists(out + "/y.npy")) << c.name << " left an output file";
   }
+}
+
+// A feed the program reads but the command line does not give is named, with
+// the flag that gives it, before anything runs: non-zero exit, nothing in --out.
+TEST_F(CliTest, AMissingFeedIsNamedWithTheFlagThatGivesIt) {
+  const std::string out = dir_ + "/out";
+  Result r = Kiln("run --program " + dir_ + "/p.pbtxt --feed w=" + dir_ + "/w.npy --feed lr=" + dir_ +
+                  "/lr.npy --append_backward loss --fetch loss,w --out " + out);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("feed 'x' is missing (the program reads it): give it with --feed x=FILE.npy"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(!fs::exists(out) || fs::is_empty(out)) << "a partial output was left";
+
+  // kiln predict on an inference model of y = x @ w.
+  Scope scope;
+  scope.Var("w")->GetMutable()->CopyFrom(test::FloatTensor({3, 2}, {1, 0, 0, 1, 1, 1}));
+  SaveInferenceModel(dir_ + "/model", LoadProgram(dir_ + "/p.pbtxt"), {"x"}, {"y"}, scope);
+  r = Kiln("predict --model " + dir_ + "/model --out " + dir_ + "/pred");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("feed 'x' is missing (the program reads it): give it with --feed x=FILE.npy"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(!fs::exists(dir_ + "/pred") || fs::is_empty(dir_ + "/pred")) << "a partial output was left";
+  // Given the feed, the same model predicts.
+  r = Kiln("predict --model " + dir_ + "/model --feed x=" + dir_ + "/x.npy --out " + dir_ + "/pred");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(test::CompareTensors(ReadNpy(dir_ + "/pred/y.npy"), test::FloatTensor({2, 2}, {4, 5, 10, 11}), 0, 0), "");
 }
 
 TEST_F(CliTest, CorruptCsvRowIsNamedAndNoMetricsWritten) {

@@ -1,4 +1,4 @@
-// fill_constant, uniform_random, sgd, momentum, adam: values, determinism,
+// fill_constant, fill_any_like, uniform_random, sgd, momentum, adam: values, determinism,
 // one optimizer step against hand formulas, three adam steps against a plain
 // computation, in-place updates and error messages.
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,63 @@ TEST(FillOpsTest, FillConstantBadAttrs) {
               .Build(),
           {});
   });
+  EXPECT_NE(e.find("attribute dtype"), std::string::npos) << e;
+  EXPECT_NE(e.find("got 9"), std::string::npos) << e;
+}
+
+// ---- fill_any_like ------------------------------------------------------------------
+
+proto::OpDesc FillAnyLike(float value, int64_t dtype = -1) {
+  return OpBuilder("fill_any_like").In("X", {"x"}).Out("Out", {"o"}).Attr("value", value).Attr("dtype", dtype).Build();
+}
+
+TEST(FillOpsTest, FillAnyLikeTakesXsDimsAndDtypeButNotItsValues) {
+  // X holds NaN: Out is value everywhere all the same.
+  Tensor t = RunAndGet(FillAnyLike(2.5f), {{"x", FloatTensor({2, 3}, {NAN, 1, 2, 3, 4, 5})}}, "o");
+  EXPECT_EQ(CompareTensors(t, FloatTensor({2, 3}, {2.5f, 2.5f, 2.5f, 2.5f, 2.5f, 2.5f}), 0, 0), "");
+  std::mt19937 rng(1);
+  const Tensor x64 = RandomTensor({3, 1, 2}, DataType::kFP64, rng);
+  // Default value 0; dtype -1 (the default) is X's.
+  t = RunAndGet(OpBuilder("fill_any_like").In("X", {"x"}).Out("Out", {"o"}).Build(), {{"x", x64}}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kFP64);
+  EXPECT_EQ(t.dims(), (Dims{3, 1, 2}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(t.data<double>()[i], 0.0) << i;
+  // dtype 1: INT64 (proto DataType values), value truncated as fill_constant does.
+  t = RunAndGet(FillAnyLike(7.9f, 1), {{"x", x64}}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kINT64);
+  EXPECT_EQ(t.dims(), (Dims{3, 1, 2}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(t.data<int64_t>()[i], 7) << i;
+  t = RunAndGet(FillAnyLike(-1.5f, 0), {{"x", test::Int64Tensor({4}, {1, 2, 3, 4})}}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kFP32);
+  EXPECT_EQ(CompareTensors(t, FloatTensor({4}, {-1.5f, -1.5f, -1.5f, -1.5f}), 0, 0), "");
+  t = RunAndGet(FillAnyLike(3.f), {{"x", test::Int64Tensor({2}, {9, 9})}}, "o");
+  EXPECT_EQ(t.dtype(), DataType::kINT64);
+}
+
+// X's buffer may be gone (the executor released it): only its dims are read,
+// and no gradient flows back through it.
+TEST(FillOpsTest, FillAnyLikeReadsXForItsDimsOnly) {
+  const OpInfo& info = OpRegistry::Global().Get("fill_any_like");
+  EXPECT_EQ(NoNeedBufferVars(info, FillAnyLike(1.f)), std::set<std::string>{"x"});
+  EXPECT_EQ(info.no_grad_inputs, std::vector<std::string>{"X"});
+  proto::ProgramDesc program;
+  proto::BlockDesc* block = program.add_blocks();
+  block->set_idx(0);
+  block->set_parent_idx(-1);
+  *block->add_ops() = FillAnyLike(1.f);
+  Scope scope;
+  Tensor* x = scope.Var("x")->GetMutable();
+  *x = Tensor(DataType::kFP32, {4, 5});
+  x->ReleaseBuffer();
+  Executor().RunProgram(program, scope);
+  const Tensor& o = scope.GetVar("o")->Get();
+  EXPECT_EQ(o.dims(), (Dims{4, 5}));
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(o.data<float>()[i], 1.f) << i;
+}
+
+TEST(FillOpsTest, FillAnyLikeBadDtype) {
+  const std::string e = ErrorOf([] { RunOp(FillAnyLike(1.f, 9), {{"x", FloatTensor({1}, {0})}}); });
+  EXPECT_NE(e.find("fill_any_like"), std::string::npos) << e;
   EXPECT_NE(e.find("attribute dtype"), std::string::npos) << e;
   EXPECT_NE(e.find("got 9"), std::string::npos) << e;
 }

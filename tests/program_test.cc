@@ -157,6 +157,25 @@ TEST(ExecutorTest, FeedChecksDtypeAndDims) {
   EXPECT_ERROR(FeedTensor(p.blocks(0), scope, "nope", test::FloatTensor({1}, {1})), "declares no such variable");
 }
 
+// A fed var holds a value from outside: its origin (the startup program that
+// initialised it) is reset to 0, copied or shared. A program's own writes
+// keep the origin.
+TEST(ExecutorTest, FeedingAVarClearsItsOriginAndRunningKeepsIt) {
+  const proto::ProgramDesc p = ParseProgramText(kSmall);
+  Scope scope;
+  for (bool share : {false, true}) {
+    scope.Var("w")->set_origin(3);
+    FeedTensor(p.blocks(0), scope, "w", test::FloatTensor({3, 2}, {1, 0, 0, 1, 1, 1}), share);
+    EXPECT_EQ(scope.GetVar("w")->origin(), 0) << "share " << share;
+  }
+  FeedTensor(p.blocks(0), scope, "x", test::FloatTensor({1, 3}, {1, 2, 3}));
+  scope.Var("w")->set_origin(3);
+  scope.Var("z")->set_origin(4);
+  Executor().RunProgram(p, scope);
+  EXPECT_EQ(scope.GetVar("w")->origin(), 3);
+  EXPECT_EQ(scope.GetVar("z")->origin(), 4);
+}
+
 TEST(ExecutorTest, UnfedInputIsNamed) {
   const proto::ProgramDesc p = ParseProgramText(kSmall);
   Scope scope;

@@ -70,5 +70,20 @@ TEST(ScopeTest, ChildSeesParentAndErases) {
   EXPECT_THROW(child.GetVar("nope"), Error);
 }
 
+// origin: the program whose initialiser wrote the value (0: unknown); other
+// writes through GetMutable (a training step) leave it.
+TEST(ScopeTest, VariableOriginIsSetOnlyBySetOrigin) {
+  Scope scope;
+  Variable* v = scope.Var("w");
+  EXPECT_EQ(v->origin(), 0);
+  v->set_origin(7);
+  v->GetMutable()->Resize({2});
+  v->GetMutable()->mutable_data<float>()[0] = 1.f;
+  EXPECT_EQ(v->origin(), 7);
+  EXPECT_EQ(scope.FindVar("w")->origin(), 7);
+  v->set_origin(0);
+  EXPECT_EQ(v->origin(), 0);
+}
+
 }  // namespace
 }  // namespace kiln

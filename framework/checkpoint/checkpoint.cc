@@ -249,7 +249,13 @@ CheckpointManifest LoadCheckpoint(const std::string& path, const proto::ProgramD
     }
   }
   // Everything checked: only now does the scope change.
-  for (auto& [name, t] : tensors) *scope->Var(name)->GetMutable() = std::move(t);
+  for (auto& [name, t] : tensors) {
+    Variable* v = scope->Var(name);
+    *v->GetMutable() = std::move(t);
+    // Loaded, not initialised by a startup program (Variable::origin): the
+    // startup that once initialised it must not overwrite it when re-run.
+    v->set_origin(0);
+  }
   return m;
 }
 

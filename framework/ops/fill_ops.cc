@@ -149,6 +149,10 @@ void RegisterFillOps(OpRegistry& r) {
     op.infer_shape = InferFillAnyLike;
     op.reference_kernel = FillConstantKernel;  // InferShape has set Out's dims and dtype
     op.no_need_buffer = {"X"};
+    // Out does not depend on X's values: no gradient flows back through X.
+    // Without this, append_backward refused any target whose path crosses a
+    // fill_any_like (such as a first pass's seed) as "has no gradient".
+    op.no_grad_inputs = {"X"};
     op.jit = JitLowering::kFramework;
     r.Add(std::move(op));
   }
