@@ -290,6 +290,7 @@ void BindExecutor(py::module_& m) {
                                     DimsToString(t.dims()));
              }
              *v->GetMutable() = std::move(t);
+             v->set_origin(0);  // set from outside: a startup program keeps it
            })
       .def("dims",
            [](const Scope& s, const std::string& name) -> py::object {
