@@ -4,8 +4,11 @@
 // the unrolled loop, masked tails, strided and broadcast operands,
 // multi-threaded runs and spilled pointers, against the reference
 // interpreter bit for bit. Every output has guard elements after it that a
-// store beyond its end would change.
+// store beyond its end would change, and a test puts operands against an
+// inaccessible page, which a load beyond their end would touch.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -279,6 +282,61 @@ TEST(EwCodegenBoolTest, SpilledPointersOfBoolOperands) {
     for (int64_t n : {5, 37, 1000}) {
       const EwLayout l = CollapseLayout({3, n}, std::vector<Dims>(kInputs, Dims{3, n}), {{3, n}, {3, n}});
       Check(p, l, in_elems, {EwElem::kBool, EwElem::kF32}, isa, 1, "spilled");
+    }
+  }
+}
+
+// `bytes` bytes that end where an inaccessible page begins.
+class EdgeBuffer {
+ public:
+  explicit EdgeBuffer(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_ = (bytes + page - 1) / page * page + page;
+    base_ = static_cast<uint8_t*>(mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    KILN_CHECK(base_ != MAP_FAILED, "mmap failed");
+    KILN_CHECK(mprotect(base_ + size_ - page, page, PROT_NONE) == 0, "mprotect failed");
+    data_ = base_ + size_ - page - bytes;
+  }
+  ~EdgeBuffer() { munmap(base_, size_); }
+  EdgeBuffer(const EdgeBuffer&) = delete;
+  EdgeBuffer& operator=(const EdgeBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+
+ private:
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Masked tails read and write nothing past an operand's end: a bool input
+// and a bool output that end at an inaccessible page (a load or store
+// beyond them faults), in one row and in rows of a rank-2 space.
+TEST(EwCodegenBoolTest, TailsTouchNothingPastTheEnd) {
+  EwProgram p;
+  const EwValue c = p.Load(0);
+  p.Store(0, p.Select(c, p.Const(2.0f), p.Const(-1.0f)));
+  p.Store(1, p.Eq(c, p.Const(0.0f)));
+  for (Isa isa : Isas()) {
+    for (int64_t n : kSizes) {
+      for (const Dims& dims : {Dims{n}, Dims{3, n}}) {
+        const EwLayout l = CollapseLayout(dims, {dims}, {dims, dims});
+        const int64_t total = Numel(dims);
+        EdgeBuffer in(static_cast<size_t>(total)), out(static_cast<size_t>(total));
+        std::vector<float> f32(static_cast<size_t>(total));
+        for (int64_t i = 0; i < total; ++i) in.data()[i] = static_cast<uint8_t>(i % 3 == 0);
+        EwLayout bl = l;
+        bl.inputs[0].elem = EwElem::kBool;
+        bl.outputs[1].elem = EwElem::kBool;
+        FusedElementwiseKernel k("edge", p, bl, isa);
+        k.Create();
+        const void* ins[] = {in.data()};
+        void* outs[] = {f32.data(), out.data()};
+        k.Run(ins, outs, 1);
+        for (int64_t i = 0; i < total; ++i) {
+          ASSERT_EQ(f32[i], i % 3 == 0 ? 2.0f : -1.0f) << IsaName(isa) << " " << DimsToString(dims) << " [" << i << "]";
+          ASSERT_EQ(out.data()[i], i % 3 == 0 ? 0 : 1) << IsaName(isa) << " " << DimsToString(dims) << " [" << i << "]";
+        }
+      }
     }
   }
 }
