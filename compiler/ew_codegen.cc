@@ -66,8 +66,12 @@ void FusedElementwiseKernel::Run(const std::vector<const float*>& inputs, const 
   KILN_CHECK(inputs.size() == layout_.inputs.size() && outputs.size() == layout_.outputs.size(),
              "jit kernel '", name_, "': got ", inputs.size(), " inputs and ", outputs.size(), " outputs, layout has ",
              layout_.inputs.size(), " and ", layout_.outputs.size());
-  for (const EwOperand& op : layout_.inputs) KILN_CHECK(op.elem == EwElem::kF32, "jit kernel '", name_, "': bf16 input given as floats");
-  for (const EwOperand& op : layout_.outputs) KILN_CHECK(op.elem == EwElem::kF32, "jit kernel '", name_, "': bf16 output given as floats");
+  for (const EwOperand& op : layout_.inputs) {
+    KILN_CHECK(op.elem == EwElem::kF32, "jit kernel '", name_, "': ", EwElemName(op.elem), " input given as floats");
+  }
+  for (const EwOperand& op : layout_.outputs) {
+    KILN_CHECK(op.elem == EwElem::kF32, "jit kernel '", name_, "': ", EwElemName(op.elem), " output given as floats");
+  }
   std::vector<const void*> in(inputs.begin(), inputs.end());
   std::vector<void*> out(outputs.begin(), outputs.end());
   Run(in.data(), out.data(), num_threads);
@@ -109,7 +113,7 @@ void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs
     return;
   }
   // Dim-0 ranges; rank-1 ranges start on multiples of 16 elements (64 bytes
-  // of f32, 32 of bf16) so only the last chunk has a masked tail.
+  // of f32, 32 of bf16, 16 of bool) so only the last chunk has a masked tail.
   std::vector<int64_t> bounds(static_cast<size_t>(chunks) + 1);
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t b = d0 * c / chunks;

@@ -34,7 +34,7 @@ namespace compiler {
 // iteration dim 0 from `begin` to `end` (all of the inner dims); for a rank-1
 // layout that is a range of elements.
 struct EwKernelArgs {
-  const void* const* inputs;  // [layout.inputs.size()] base pointers (float or bf16 by the operand's elem)
+  const void* const* inputs;  // [layout.inputs.size()] base pointers (float, bf16 or bool by the operand's elem)
   void* const* outputs;       // [layout.outputs.size()] base pointers
   int64_t begin;
   int64_t end;
@@ -80,7 +80,8 @@ class FusedElementwiseKernel {
   // in chunk order, with one chunk per thread, so they agree to rounding;
   // deterministic kernels cut those into chunks fixed by the shape
   // (at most kDeterministicChunks), so they are bitwise identical too.
-  // Pointers are to floats, or to uint16 bf16 bits for bf16 operands.
+  // Pointers are to floats, to uint16 bf16 bits for bf16 operands, to
+  // bools (bytes 0/1) for bool ones.
   void Run(const void* const* inputs, void* const* outputs, int num_threads = 0) const;
   // All operands f32.
   void Run(const std::vector<const float*>& inputs, const std::vector<float*>& outputs, int num_threads = 0) const;

@@ -11,11 +11,19 @@ namespace ew_x86 {
 
 constexpr uint32_t kExpMask = 0x7f800000u;
 
+// Shared with the bool operands (ew_codegen_bool.cc), whose tails are bytes.
 template <typename Vmm>
-void EwGenerator<Vmm>::CopyBf16Tail(bool to_frame) {
+void EwGenerator<Vmm>::CopyNarrowTail(bool to_frame, int bytes) {
   auto copy = [&](int i) {
+    if (bytes == 1) {
+      const Address mem = byte[rdx + i];
+      const Address slot = byte[rsp + kFrameNarrow + i];
+      mov(al, to_frame ? mem : slot);
+      mov(to_frame ? slot : mem, al);
+      return;
+    }
     const Address mem = word[rdx + 2 * i];
-    const Address slot = word[rsp + kFrameBf16 + 2 * i];
+    const Address slot = word[rsp + kFrameNarrow + 2 * i];
     mov(ax, to_frame ? mem : slot);
     mov(to_frame ? slot : mem, ax);
   };
@@ -59,9 +67,9 @@ void EwGenerator<Vmm>::LoadBf16(const Vmm& d, const Reg64& p, const EwOperand& o
     const Xbyak::Xmm x(d.getIdx());
     lea(rdx, addr);
     vpxor(x, x, x);
-    vmovdqu(ptr[rsp + kFrameBf16], x);
-    CopyBf16Tail(true);
-    vpmovzxwd(d, ptr[rsp + kFrameBf16]);
+    vmovdqu(ptr[rsp + kFrameNarrow], x);
+    CopyNarrowTail(true, 2);
+    vpmovzxwd(d, ptr[rsp + kFrameNarrow]);
   }
   vpslld(d, d, 16);
 }
@@ -129,12 +137,12 @@ void EwGenerator<Vmm>::StoreBf16(const Vmm& s, const Reg64& p, const EwOperand& 
     return;
   }
   lea(rdx, addr);
-  vmovdqu(ptr[rsp + kFrameBf16], x1);
-  CopyBf16Tail(false);
+  vmovdqu(ptr[rsp + kFrameNarrow], x1);
+  CopyNarrowTail(false, 2);
 }
 
 #define KILN_EW_BF16_INSTANTIATE(Vmm)                                                              \
-  template void EwGenerator<Vmm>::CopyBf16Tail(bool);                                              \
+  template void EwGenerator<Vmm>::CopyNarrowTail(bool, int);                                       \
   template void EwGenerator<Vmm>::LoadBf16(const Vmm&, const Reg64&, const EwOperand&, int, bool); \
   template void EwGenerator<Vmm>::RoundToBf16Bits(const Vmm&);                                     \
   template void EwGenerator<Vmm>::StoreBf16(const Vmm&, const Reg64&, const EwOperand&, int, bool);

@@ -192,6 +192,17 @@ void EwGenerator<Vmm>::SelectNonZero(const Vmm& d, const Vmm& c, const Vmm& a, c
 }
 
 template <typename Vmm>
+void EwGenerator<Vmm>::SelectGtZero(const Vmm& d, const Vmm& a, const Vmm& b) {
+  if constexpr (kAvx512) {
+    vcmpps(k2, a, CI(0), kCmpGtOq);
+    vmovaps(d | k2 | T_z, b);
+  } else {
+    vcmpps(T(0), a, CI(0), kCmpGtOq);
+    vandps(d, T(0), b);
+  }
+}
+
+template <typename Vmm>
 void EwGenerator<Vmm>::Sigmoid(const Vmm& d, const Vmm& x) {
   const Vmm t0 = T(0), t3 = T(3);
   Xor(t3, x, CI(kSignBit));
@@ -295,6 +306,7 @@ void EwGenerator<Vmm>::Fma(const Vmm& d, const Vmm& a, const Vmm& b, const Vmm& 
   template void EwGenerator<Vmm>::Exp(const Vmm&, const Vmm&);          \
   template void EwGenerator<Vmm>::Log(const Vmm&, const Vmm&);          \
   template void EwGenerator<Vmm>::SelectNonZero(const Vmm&, const Vmm&, const Vmm&, const Vmm&); \
+  template void EwGenerator<Vmm>::SelectGtZero(const Vmm&, const Vmm&, const Vmm&); \
   template void EwGenerator<Vmm>::Sigmoid(const Vmm&, const Vmm&);      \
   template void EwGenerator<Vmm>::Tanh(const Vmm&, const Vmm&);         \
   template void EwGenerator<Vmm>::ErfcTail();                           \

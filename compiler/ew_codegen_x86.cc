@@ -285,8 +285,8 @@ template <typename Vmm>
 void EwGenerator<Vmm>::LoadInput(const Vmm& d, int input, int off, bool masked) {
   const Reg64 p = PtrReg(InPtr(input));
   const EwOperand& op = layout_.inputs[input];
-  if (op.elem == EwElem::kBF16) {
-    LoadBf16(d, p, op, off, masked);
+  if (op.elem != EwElem::kF32) {
+    op.elem == EwElem::kBF16 ? LoadBf16(d, p, op, off, masked) : LoadBool(d, p, op, off, masked);
     return;
   }
   if (!InnerContiguous(op)) {
@@ -321,8 +321,8 @@ void EwGenerator<Vmm>::StoreOutput(const Vmm& s, int output, int off, bool maske
   }
   const Reg64 p = PtrReg(OutPtr(output));
   const EwOperand& op = layout_.outputs[output];
-  if (op.elem == EwElem::kBF16) {  // never a reduction (EwLayout::Validate)
-    StoreBf16(s, p, op, off, masked);
+  if (op.elem != EwElem::kF32) {  // never a reduction (EwLayout::Validate)
+    op.elem == EwElem::kBF16 ? StoreBf16(s, p, op, off, masked) : StoreBool(s, p, op, off, masked);
     return;
   }
   const Address addr = At(p, op, off);
@@ -386,15 +386,9 @@ void EwGenerator<Vmm>::Compute(const EwStep& s, int off, bool masked) {
     case EwOp::kLog: Log(d, a); break;
     case EwOp::kFma: Fma(d, a, b, Pool(s.src[2])); break;
     case EwOp::kSelect: SelectNonZero(d, a, b, Pool(s.src[2])); break;
-    case EwOp::kSelectGtZero:
-      if constexpr (kAvx512) {
-        vcmpps(k2, a, CI(0), kCmpGtOq);
-        vmovaps(d | k2 | T_z, b);
-      } else {
-        vcmpps(T(0), a, CI(0), kCmpGtOq);
-        vandps(d, T(0), b);
-      }
-      break;
+    case EwOp::kSelectGtZero: SelectGtZero(d, a, b); break;
+    case EwOp::kLt: case EwOp::kLe: case EwOp::kGt:
+    case EwOp::kGe: case EwOp::kEq: case EwOp::kNe: Compare(in.op, d, a, b); break;
     case EwOp::kStore: break;
   }
 }

@@ -1,7 +1,8 @@
 // Internal to the fused elementwise code generator: the Xbyak generator
 // class, shared by ew_codegen_x86.cc (loops, loads, stores, the instruction
-// selection) and ew_codegen_math.cc (the inline vector math). Only those two
-// files include it (Xbyak is heavy to include).
+// selection), ew_codegen_math.cc (the inline vector math), ew_codegen_bf16.cc
+// and ew_codegen_bool.cc (bf16 and bool operands, the comparisons). Only
+// those files include it (Xbyak is heavy to include).
 //
 // Loop structure (rank r, inner dim n = dims[r-1], W = 16 zmm / 8 ymm lanes):
 //   for each row (odometer over dims 0..r-2, dim 0 in [begin, end)):
@@ -15,7 +16,9 @@
 // are live); rows advance by constant per-level deltas. r8 is the element
 // index in the row: an f32 operand's vector is at row + 4*r8, a bf16 one's at
 // row + 2*r8 (bf16 loads widen with vpmovzxwd + a shift; stores round with
-// vcvtneps2bf16 or the integer sequence of framework/bf16.h, then narrow).
+// vcvtneps2bf16 or the integer sequence of framework/bf16.h, then narrow), a
+// bool one's at row + r8 (loads widen with vpmovzxbd + vcvtdq2ps; stores
+// compare with zero and narrow to 0/1 bytes).
 //
 // Vector registers: T0..T5 scratch (vmm0-5), then one accumulator per
 // inner-reduction output, then the allocator's pool.
@@ -56,7 +59,7 @@ constexpr int kFrameRem = 56;       // rank 1: tail lanes
 constexpr int kFrameArgs = 64;      // the EwKernelArgs pointer
 constexpr int kFrameMask = 96;      // AVX2: current tail mask (32 bytes)
 constexpr int kFrameMaskTab = 128;  // AVX2 rank 1: 8 x ~0 then 8 x 0
-constexpr int kFrameBf16 = 192;     // AVX2: a bf16 tail on its way to or from memory (16 bytes)
+constexpr int kFrameNarrow = 192;   // AVX2: a bf16 or bool tail on its way to or from memory (16 bytes)
 constexpr int kFramePtrs = 224;     // row pointers that did not get a GPR
 
 template <typename Vmm>
@@ -129,7 +132,8 @@ class EwGenerator : public JitKernel {
   void Compute(const EwStep& s, int off, bool masked);
   // The vector of `op` at element offset `off` from r8 in its row.
   Address At(const Reg64& p, const EwOperand& op, int off) const {
-    return op.elem == EwElem::kBF16 ? ptr[p + r8 * 2 + off * 2] : ptr[p + r8 * 4 + off * 4];
+    const int bytes = static_cast<int>(EwElemBytes(op.elem));
+    return ptr[p + r8 * bytes + off * bytes];
   }
   void LoadInput(const Vmm& d, int input, int off, bool masked);
   void LoadBf16(const Vmm& d, const Reg64& p, const EwOperand& op, int off, bool masked);
@@ -137,9 +141,14 @@ class EwGenerator : public JitKernel {
   // T1 = the bf16 bits of s in the low half of each dword (scratch T0, T2).
   void RoundToBf16Bits(const Vmm& s);
   void StoreBf16(const Vmm& s, const Reg64& p, const EwOperand& op, int off, bool masked);
-  // AVX2 tails: copies the tail's bf16 words between [rdx] and the frame's
-  // bf16 slot (rem lanes, from the constant rem or the rank-1 frame).
-  void CopyBf16Tail(bool to_frame);
+  // bool operands (ew_codegen_bool.cc): 0/1 bytes widened to 0.0/1.0, and
+  // stored as value != 0 (NaN true; scratch T0).
+  void LoadBool(const Vmm& d, const Reg64& p, const EwOperand& op, int off, bool masked);
+  void StoreBool(const Vmm& s, const Reg64& p, const EwOperand& op, int off, bool masked);
+  // AVX2 tails: copies the tail's elements of `bytes` bytes (bf16 2, bool 1)
+  // between [rdx] and the frame's narrow slot (rem lanes, from the constant
+  // rem or the rank-1 frame).
+  void CopyNarrowTail(bool to_frame, int bytes);
   void Epilogue();
   void EmitConstTable();
   int UnrollFactor() const;
@@ -189,6 +198,11 @@ class EwGenerator : public JitKernel {
   // kSelect: d = c != 0 ? a : b, NaN counting as nonzero (scratch T0); d may
   // alias any operand.
   void SelectNonZero(const Vmm& d, const Vmm& c, const Vmm& a, const Vmm& b);
+  // kSelectGtZero: d = a > 0 ? b : 0 (scratch T0).
+  void SelectGtZero(const Vmm& d, const Vmm& a, const Vmm& b);
+  // kLt ... kNe (ew_codegen_bool.cc): d = 1.0 where `op` holds, else 0.0;
+  // d may alias a or b.
+  void Compare(EwOp op, const Vmm& d, const Vmm& a, const Vmm& b);
 
   const EwKernelPlan& plan_;
   const EwLayout& layout_;

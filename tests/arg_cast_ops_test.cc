@@ -1,6 +1,8 @@
 // arg_max, arg_min and cast: hand-computed values, every axis against a direct
 // loop, ties and NaN, every dtype pair of cast with its edge values (NaN,
-// infinities, out of range, i64 -> i32 wrap), cast's gradient, and errors.
+// infinities, out of range, i64 -> i32 wrap), cast's gradient, errors, and
+// cast's generated kernels (f32 and bool) and framework kernels (the other
+// dtypes) in JIT clusters.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,9 @@
 #include <limits>
 #include <random>
 
+#include "compiler/isa.h"
 #include "framework/op_registry.h"
+#include "tests/lowering_test_util.h"
 #include "tests/op_test_util.h"
 #include "tests/typed_tensor.h"
 
@@ -253,7 +257,81 @@ TEST(CastTest, BadInputsNameTheOpAndWhatWasExpected) {
             std::string::npos);
   const proto::OpDesc missing = OpBuilder("cast").In("X", {"x"}).Out("Out", {"out"}).Build();
   EXPECT_NE(ErrorOf([&] { RunOp(missing, {{"x", x}}); }).find("in_dtype"), std::string::npos);
-  EXPECT_EQ(OpRegistry::Global().Get("cast").jit, JitLowering::kFramework);
+  EXPECT_EQ(OpRegistry::Global().Get("cast").jit, JitLowering::kElementwise);
+}
+
+// ---- cast in JIT clusters -------------------------------------------------------------------
+
+// Specials among random values: NaN and signed zeros (bool: NaN is true, -0 false),
+// infinities and a denormal.
+Tensor SpecialFloats(const Dims& dims, std::mt19937& rng) {
+  const std::vector<float> specials = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1e-40f, 0.0f};
+  std::uniform_real_distribution<float> dist(-2, 2);
+  std::uniform_int_distribution<size_t> pick(0, 2 * specials.size());
+  std::vector<float> v(static_cast<size_t>(Numel(dims)));
+  for (float& x : v) {
+    const size_t k = pick(rng);
+    x = k < specials.size() ? specials[k] : dist(rng);
+  }
+  return TypedTensor<float>(dims, v);
+}
+
+// Between f32 and bool (either way, or to itself), and a round trip
+// f32 -> bool -> f32 inside one kernel (the bool stays in a register and
+// must be 0/1 there): one generated kernel each, exactly the reference.
+TEST(CastJitTest, F32AndBoolCastsAreGeneratedKernelsOnBothIsas) {
+  std::mt19937 rng(17);
+  const DataType f32 = DataType::kFP32, b = DataType::kBOOL;
+  const std::vector<std::pair<DataType, DataType>> pairs = {{f32, b}, {b, f32}, {f32, f32}, {b, b}};
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (!IsaSupported(isa)) continue;
+    for (const Dims& dims : std::vector<Dims>{{1}, {15}, {16}, {17}, {63}, {64}, {65}, {4099}, {3, 5, 7}}) {
+      for (int form = 0; form <= static_cast<int>(pairs.size()); ++form) {
+        test::LoweringCase c;
+        c.options.isa = isa;
+        c.inputs = {{"x", dims}};
+        if (form < static_cast<int>(pairs.size())) {
+          const auto [in, out] = pairs[form];
+          c.name = std::string("cast ") + DataTypeName(in) + " -> " + DataTypeName(out);
+          c.ops = {Cast(in, out)};
+          c.dtypes = {{"x", in}};
+          c.outputs = {"out"};
+        } else {
+          c.name = "cast f32 -> bool -> f32";
+          c.ops = {Cast(f32, b, "x", "mask"), Cast(b, f32, "mask", "out")};
+          c.outputs = {"out"};
+        }
+        if (c.dtypes.empty() || c.dtypes.at("x") == f32) c.given["x"] = SpecialFloats(dims, rng);
+        SCOPED_TRACE(c.name + " " + DimsToString(dims) + " " + IsaName(isa));
+        const auto obj = test::CheckLoweringNumerics(c, 0, 0, static_cast<unsigned>(Numel(dims)));
+        ASSERT_EQ(obj->program.instructions.size(), 1u) << obj->Listing();
+        EXPECT_EQ(obj->program.instructions[0].kernel->name().rfind("ew_", 0), 0u) << obj->Listing();
+      }
+    }
+  }
+}
+
+// Casts from or to f64, i64 and i32 give no fragments: their framework
+// kernel runs in the cluster.
+TEST(CastJitTest, OtherDtypesRunTheFrameworkKernelInTheCluster) {
+  const Dims dims = {3, 17};
+  const std::vector<std::pair<DataType, DataType>> pairs = {{DataType::kFP32, DataType::kFP64},
+                                                            {DataType::kFP32, DataType::kINT64},
+                                                            {DataType::kINT32, DataType::kFP32},
+                                                            {DataType::kBOOL, DataType::kINT64}};
+  for (const auto& [in, out] : pairs) {
+    test::LoweringCase c;
+    c.name = std::string("cast ") + DataTypeName(in) + " -> " + DataTypeName(out);
+    SCOPED_TRACE(c.name);
+    c.ops = {Cast(in, out)};
+    c.inputs = {{"x", dims}};
+    c.dtypes = {{"x", in}};
+    if (in == DataType::kINT32) c.given["x"] = TypedTensor<int32_t>(dims, std::vector<int32_t>(51, -7));
+    c.outputs = {"out"};
+    const auto obj = test::CheckLoweringNumerics(c, 0, 0);
+    ASSERT_EQ(obj->program.instructions.size(), 1u) << obj->Listing();
+    EXPECT_EQ(obj->program.instructions[0].kernel->name(), "cast") << obj->Listing();
+  }
 }
 
 }  // namespace

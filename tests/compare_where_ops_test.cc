@@ -8,7 +8,9 @@
 #include <functional>
 #include <random>
 
+#include "compiler/isa.h"
 #include "framework/op_registry.h"
+#include "tests/lowering_test_util.h"
 #include "tests/op_test_util.h"
 #include "tests/typed_tensor.h"
 
@@ -115,7 +117,7 @@ TEST(CompareTest, BadInputsNameTheOpAndWhatWasExpected) {
   for (const auto& [type, fn] : Comparisons()) {
     const OpInfo& info = OpRegistry::Global().Get(type);
     EXPECT_FALSE(info.grad_maker) << type;
-    EXPECT_EQ(info.jit, JitLowering::kFramework) << type;
+    EXPECT_EQ(info.jit, JitLowering::kElementwise) << type;
   }
 }
 
@@ -189,7 +191,140 @@ TEST(WhereTest, BadInputsNameTheOpAndWhatWasExpected) {
   EXPECT_NE(ErrorOf([&] { RunOp(WhereGrad(), {{"c", c}, {"x", i}, {"y", i}, {"dout", i}}); })
                 .find("'where_grad': input X: expected dtype f32 or f64, got i32"),
             std::string::npos);
-  EXPECT_EQ(OpRegistry::Global().Get("where").jit, JitLowering::kFramework);
+  EXPECT_EQ(OpRegistry::Global().Get("where").jit, JitLowering::kElementwise);
+  EXPECT_EQ(OpRegistry::Global().Get("where_grad").jit, JitLowering::kElementwise);
+}
+
+// ---- the JIT's generated kernels --------------------------------------------------------
+
+std::vector<Isa> TestedIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (IsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Odd shapes: around the 8 and 16 lanes and the unrolled loop, and rows with tails.
+const std::vector<Dims>& Shapes() {
+  static const auto* shapes = new std::vector<Dims>{{1}, {15}, {16}, {17}, {63}, {64}, {65}, {4099}, {3, 5, 7}, {7, 65}};
+  return *shapes;
+}
+
+// f32 values from a small set with NaN and infinities, so that comparisons see ties.
+Tensor Drawn(const Dims& dims, std::mt19937& rng) {
+  const std::vector<float> set = {-2, -1, -0.0f, 0, 0.5f, 1, 2, INFINITY, -INFINITY, NAN};
+  std::uniform_int_distribution<size_t> pick(0, set.size() - 1);
+  std::vector<float> v(static_cast<size_t>(Numel(dims)));
+  for (float& x : v) x = set[pick(rng)];
+  return TypedTensor<float>(dims, v);
+}
+
+// A one-op cluster: the op's fragment must be the one generated kernel, and
+// match the reference kernel exactly (selects and comparisons round nothing).
+void CheckGenerated(test::LoweringCase c, Isa isa, unsigned seed) {
+  c.options.isa = isa;
+  SCOPED_TRACE(c.name + " " + IsaName(isa));
+  const auto obj = test::CheckLoweringNumerics(c, 0, 0, seed);
+  ASSERT_EQ(obj->program.instructions.size(), 1u) << obj->Listing();
+  EXPECT_EQ(obj->program.instructions[0].kernel->name().rfind("ew_", 0), 0u) << obj->Listing();
+}
+
+TEST(CompareJitTest, GeneratedKernelsMatchTheReferenceOnBothIsas) {
+  const std::vector<Isa> isas = TestedIsas();
+  ASSERT_FALSE(isas.empty()) << "this CPU has neither AVX-512 nor AVX2+FMA";
+  std::mt19937 rng(11);
+  for (Isa isa : isas) {
+    for (const Dims& x : Shapes()) {
+      // Y as X, along the trailing dims, on axis 0, and a single value.
+      const std::vector<std::pair<Dims, int64_t>> ys = {{x, -1}, {{x.back()}, -1}, {{x[0]}, 0}, {{1}, -1}};
+      for (const auto& [type, fn] : Comparisons()) {
+        for (const auto& [y, axis] : ys) {
+          test::LoweringCase c;
+          c.name = type + " " + DimsToString(x) + " vs " + DimsToString(y);
+          c.ops = {Compare(type, axis)};
+          c.inputs = {{"x", x}, {"y", y}};
+          c.outputs = {"out"};
+          c.given = {{"x", Drawn(x, rng)}, {"y", Drawn(y, rng)}};
+          CheckGenerated(c, isa, static_cast<unsigned>(Numel(x)));
+        }
+      }
+      test::LoweringCase b;  // bool X and Y compare as 0 and 1
+      b.name = "less_than bool " + DimsToString(x);
+      b.ops = {Compare("less_than")};
+      b.inputs = {{"x", x}, {"y", x}};
+      b.dtypes = {{"x", DataType::kBOOL}, {"y", DataType::kBOOL}};
+      b.outputs = {"out"};
+      CheckGenerated(b, isa, static_cast<unsigned>(Numel(x)));
+    }
+  }
+}
+
+TEST(WhereJitTest, GeneratedKernelsMatchTheReferenceOnBothIsas) {
+  std::mt19937 rng(12);
+  for (Isa isa : TestedIsas()) {
+    for (const Dims& x : Shapes()) {
+      test::LoweringCase fwd;
+      fwd.name = "where " + DimsToString(x);
+      fwd.ops = {Where()};
+      fwd.inputs = {{"c", x}, {"x", x}, {"y", x}};
+      fwd.dtypes = {{"c", DataType::kBOOL}};
+      fwd.outputs = {"out"};
+      fwd.given = {{"x", Drawn(x, rng)}, {"y", Drawn(x, rng)}};
+      CheckGenerated(fwd, isa, static_cast<unsigned>(Numel(x)));
+      test::LoweringCase bools = fwd;  // bool X and Y
+      bools.name = "where bool " + DimsToString(x);
+      bools.given.clear();
+      bools.dtypes = {{"c", DataType::kBOOL}, {"x", DataType::kBOOL}, {"y", DataType::kBOOL}};
+      CheckGenerated(bools, isa, static_cast<unsigned>(Numel(x)) + 1);
+      // The gradient with both outputs, with X@GRAD alone, and without Out@GRAD (zeros).
+      for (int form = 0; form < 3; ++form) {
+        test::LoweringCase grad;
+        grad.name = "where_grad form " + std::to_string(form) + " " + DimsToString(x);
+        grad.ops = {WhereGrad(form != 2)};
+        grad.inputs = {{"c", x}, {"x", x}, {"y", x}};
+        if (form != 2) grad.inputs.push_back({"dout", x});
+        grad.dtypes = {{"c", DataType::kBOOL}};
+        grad.outputs = {"dx", "dy"};
+        if (form == 1) {
+          (*grad.ops[0].mutable_outputs())[1].set_args(0, kEmptyVarName);
+          grad.outputs = {"dx"};
+        }
+        CheckGenerated(grad, isa, static_cast<unsigned>(Numel(x)) + 2);
+      }
+    }
+  }
+}
+
+// f64 and integer operands, which generated kernels do not hold: the ops
+// give no fragments and run their framework kernels inside the cluster.
+TEST(CompareWhereJitTest, OtherDtypesRunTheFrameworkKernelsInTheCluster) {
+  std::mt19937 rng(13);
+  const Dims x = {5, 17};
+  std::vector<test::LoweringCase> cases(3);
+  cases[0].ops = {Compare("greater_equal")};
+  cases[0].inputs = {{"x", x}, {"y", {17}}};
+  cases[0].dtypes = {{"x", DataType::kFP64}, {"y", DataType::kFP64}};
+  cases[0].outputs = {"out"};
+  cases[1].ops = {Compare("not_equal")};
+  cases[1].inputs = {{"x", x}, {"y", x}};
+  cases[1].given = {{"x", TypedTensor<int64_t>(x, std::vector<int64_t>(85, 3))},
+                    {"y", TypedTensor<int64_t>(x, std::vector<int64_t>(85, 4))}};
+  cases[1].dtypes = {{"x", DataType::kINT64}, {"y", DataType::kINT64}};
+  cases[1].outputs = {"out"};
+  cases[2].ops = {Where(), WhereGrad()};
+  cases[2].inputs = {{"c", x}, {"x", x}, {"y", x}, {"dout", x}};
+  cases[2].dtypes = {{"c", DataType::kBOOL}, {"x", DataType::kFP64}, {"y", DataType::kFP64}, {"dout", DataType::kFP64}};
+  cases[2].outputs = {"out", "dx", "dy"};
+  for (test::LoweringCase& c : cases) {
+    c.name = c.ops[0].type() + " of " + DataTypeName(c.dtypes.at("x"));
+    SCOPED_TRACE(c.name);
+    const auto obj = test::CheckLoweringNumerics(c, 0, 0);
+    ASSERT_EQ(obj->program.instructions.size(), c.ops.size()) << obj->Listing();
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+      EXPECT_EQ(obj->program.instructions[i].kernel->name(), c.ops[i].type()) << obj->Listing();
+    }
+  }
 }
 
 }  // namespace

@@ -202,6 +202,45 @@ TEST(EwProgramTest, LogAndSelectPrintAndEvaluate) {
   EXPECT_EQ(out[4], 2.0);
 }
 
+// The comparisons give 1.0 or 0.0 (IEEE: false with a NaN, except ne); a
+// bool output receives 1 where the value is nonzero or NaN, in both the
+// double and the float interpreter.
+TEST(EwProgramTest, ComparisonsAndBoolStoresPrintAndEvaluate) {
+  EwProgram p;
+  const EwValue x = p.Load(0), y = p.Load(1);
+  const EwValue cmps[] = {p.Lt(x, y), p.Le(x, y), p.Gt(x, y), p.Ge(x, y), p.Eq(x, y), p.Ne(x, y)};
+  for (int k = 0; k < 6; ++k) p.Store(k, cmps[k]);
+  p.Store(6, x);  // a bool output of an f32 value
+  EXPECT_EQ(p.ToString(),
+            "%0 = load in0\n%1 = load in1\n%2 = lt %0, %1\n%3 = le %0, %1\n%4 = gt %0, %1\n%5 = ge %0, %1\n"
+            "%6 = eq %0, %1\n%7 = ne %0, %1\nstore out0, %2\nstore out1, %3\nstore out2, %4\nstore out3, %5\n"
+            "store out4, %6\nstore out5, %7\nstore out6, %0\n");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xs = {1, 2, 2, nan, -0.0f, 0.5f};
+  const std::vector<float> ys = {2, 1, 2, 1, 0.0f, nan};
+  // lt, le, gt, ge, eq, ne per element, then bool(x).
+  const std::vector<std::vector<double>> want = {{1, 1, 0, 0, 0, 1, 1}, {0, 0, 1, 1, 0, 1, 1}, {0, 1, 0, 1, 1, 0, 1},
+                                                 {0, 0, 0, 0, 0, 1, 1}, {0, 1, 0, 1, 1, 0, 0}, {0, 0, 0, 0, 0, 1, 1}};
+  EwLayout l = CollapseLayout({6}, {{6}, {6}}, std::vector<Dims>(7, Dims{6}));
+  l.outputs[6].elem = EwElem::kBool;
+  std::vector<std::vector<double>> out(7, std::vector<double>(6, -1));
+  std::vector<std::vector<float>> outf(7, std::vector<float>(6, -1));
+  std::vector<double*> ptrs;
+  std::vector<float*> ptrsf;
+  for (int k = 0; k < 7; ++k) {
+    ptrs.push_back(out[k].data());
+    ptrsf.push_back(outf[k].data());
+  }
+  RunReference(p, l, {xs.data(), ys.data()}, ptrs);
+  RunReferenceFloat(p, l, {xs.data(), ys.data()}, ptrsf);
+  for (int i = 0; i < 6; ++i) {
+    for (int k = 0; k < 7; ++k) {
+      EXPECT_EQ(out[k][i], want[i][k]) << "out" << k << " of " << xs[i] << ", " << ys[i];
+      EXPECT_EQ(outf[k][i], want[i][k]) << "out" << k << " of " << xs[i] << ", " << ys[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace compiler
 }  // namespace kiln

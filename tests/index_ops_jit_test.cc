@@ -2,7 +2,9 @@
 // cast (f32 -> f64 -> f32) inside JIT clusters: a small training program
 // (forward, append_backward with a mean loss, sgd) runs with the JIT off and
 // on, in both launch modes, gives the same losses and parameters, and none of
-// these ops or their grads is left outside a cluster.
+// these ops or their grads is left outside a cluster. And training through
+// where(h > 0, log(h), h * h) with a bool -> f32 cast, whose comparisons,
+// where, where_grad and cast run in generated kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,6 +76,41 @@ Net IndexOpsNet() {
   return n;
 }
 
+// h = x @ w0 + b0; s = where(h > 0, log(h), h * h) + h * cast(h <= 0, f32);
+// loss = mean(tanh(s @ w1)).
+Net WhereNet() {
+  Net n;
+  ProgramBuilder b(31);
+  const std::string x = b.Data("x", {-1, 6});
+  const std::string w0 = b.Param("w0", {6, 9}, Init::XavierUniform(6, 9));
+  const std::string b0 = b.Param("b0", {9}, Init::Uniform(0.5f));
+  const std::string w1 = b.Param("w1", {9, 3}, Init::XavierUniform(9, 3));
+  const std::string zero = b.Persistable("zero", {1}, 0.0f);
+  std::string h = b.Op1("matmul", {{"X", {x}}, {"Y", {w0}}});
+  h = b.Op1("elementwise_add", {{"X", {h}}, {"Y", {b0}}});
+  const std::string pos = b.Op1("greater_than", {{"X", {h}}, {"Y", {zero}}});
+  const std::string lh = b.Op1("log", {{"X", {h}}});
+  const std::string sq = b.Op1("elementwise_mul", {{"X", {h}}, {"Y", {h}}});
+  std::string s = b.Op1("where", {{"Condition", {pos}}, {"X", {lh}}, {"Y", {sq}}});
+  const std::string neg = Cast(b, b.Op1("less_equal", {{"X", {h}}, {"Y", {zero}}}), DataType::kBOOL, DataType::kFP32);
+  s = b.Op1("elementwise_add", {{"X", {s}}, {"Y", {b.Op1("elementwise_mul", {{"X", {h}}, {"Y", {neg}}})}}});
+  const std::string z = b.Op1("tanh", {{"X", {b.Op1("matmul", {{"X", {s}}, {"Y", {w1}}})}}});
+  n.loss = b.Op1("mean", {{"X", {z}}});
+  const auto params = AppendBackward(&b.main(), n.loss);
+  const std::string lr = b.Persistable("lr", {1}, 0.1f);
+  for (const auto& [p, grad] : params) {
+    b.RawOp(OpBuilder("sgd").In("Param", {p}).In("Grad", {grad}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build());
+    n.compared.push_back(p);
+  }
+  n.startup = b.startup();
+  n.train = b.main();
+  std::mt19937 rng(32);
+  for (int step = 0; step < 6; ++step) {
+    n.steps.push_back({{"x", test::RandomTensor({11, 6}, DataType::kFP32, rng)}});
+  }
+  return n;
+}
+
 class IndexOpsJitTest : public test::JitTrainTest {};
 
 TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
@@ -108,6 +145,45 @@ TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
   Executor().RunProgram(n.startup, start);
   for (const auto& [name, trained] : off.vars) {
     EXPECT_NE(test::CompareTensors(trained, start.GetVar(name)->Get(), 1e-6, 0), "") << name << " did not move";
+  }
+}
+
+// The ops of WhereNet run in generated kernels in both launch modes: no
+// compiled instruction is their framework kernel, and one generated kernel
+// fuses the comparison, where and its gradient.
+TEST_F(IndexOpsJitTest, TrainingThroughWhereIsGeneratedAndMatchesJitOff) {
+  const Net n = WhereNet();
+  const std::vector<std::string> types = {"greater_than", "less_equal", "where", "where_grad", "cast"};
+  for (const std::string& type : types) EXPECT_GT(test::CountOps(n.train, type), 0) << type;
+  const test::TrainRun off = test::TrainSteps(n, n.train);
+  BuildJitPassOptions options;
+  options.keep_vars = {"x", n.loss};
+  const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+  for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
+  for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
+    SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
+    JitCompiler::Instance().ClearCache();
+    jit::SetLaunchMode(mode);
+    const test::TrainRun on = test::TrainSteps(n, jitted);
+    ASSERT_EQ(on.losses.size(), off.losses.size());
+    for (size_t s = 0; s < off.losses.size(); ++s) {
+      EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
+    }
+    for (const auto& [name, want] : off.vars) {
+      EXPECT_EQ(test::CompareTensors(on.vars.at(name), want, 1e-5, 1e-5), "") << name;
+    }
+    std::set<std::string> fused;
+    const auto objects = JitCompiler::Instance().CachedObjects();
+    ASSERT_FALSE(objects.empty());
+    for (const auto& obj : objects) {
+      for (const auto& ins : obj->program.instructions) {
+        const std::string name = ins.kernel->name();
+        for (const std::string& type : types) EXPECT_NE(name, type) << "a framework kernel\n" << obj->Listing();
+        if (name.rfind("ew_", 0) != 0) continue;
+        for (const std::string& op : ins.kernel->fused_ops()) fused.insert(op);
+      }
+    }
+    for (const std::string& type : types) EXPECT_EQ(fused.count(type), 1u) << type << " not in a generated kernel";
   }
 }
 

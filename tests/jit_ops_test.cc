@@ -831,12 +831,12 @@ TEST(JitOpsTest, EveryLowerableOpIsCovered) {
   for (const UnaryCase& u : UnaryCases()) covered.insert({u.op.type(), u.op.type() + "_grad"});
   covered.insert("dropout_grad");  // DropoutGradTest.JitMatchesReferenceOnBothIsas (dropout_op_test.cc)
   covered.insert({"reduce_sum", "reduce_sum_grad", "reduce_mean", "reduce_mean_grad"});  // ReduceSumAndMean...
-  // MathOpsJitTest.GeneratedKernelsMatchTheReferenceOnBothIsas (math_ops_test.cc).
-  for (const std::string t : {"log", "sqrt", "rsqrt", "abs", "pow", "leaky_relu", "softplus"}) {
+  // MathOpsJitTest, SigmoidCeJitTest, WhereJitTest, CompareJitTest and CastJitTest, in the ops' own tests.
+  for (const std::string t : {"log", "sqrt", "rsqrt", "abs", "pow", "leaky_relu", "softplus", "where",
+                              "sigmoid_cross_entropy_with_logits"}) {
     covered.insert({t, t + "_grad"});
   }
-  // SigmoidCeJitTest.MatchesTheReferenceOnBothIsas (sigmoid_ce_op_test.cc).
-  covered.insert({"sigmoid_cross_entropy_with_logits", "sigmoid_cross_entropy_with_logits_grad"});
+  covered.insert({"less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal", "cast"});
   std::set<std::string> lowerable;
   for (const std::string& t : OpRegistry::Global().Types()) {
     const JitLowering j = OpRegistry::Global().Get(t).jit;

@@ -22,6 +22,15 @@ jit::CompileOptions LoweringCase::DefaultOptions() {
   return o;
 }
 
+namespace {
+
+DataType InputDtype(const LoweringCase& c, const std::string& name) {
+  const auto it = c.dtypes.find(name);
+  return it == c.dtypes.end() ? DataType::kFP32 : it->second;
+}
+
+}  // namespace
+
 JitSubgraph MakeSubgraph(const LoweringCase& c) {
   JitSubgraph sg;
   sg.block.set_idx(0);
@@ -29,7 +38,7 @@ JitSubgraph MakeSubgraph(const LoweringCase& c) {
   for (const auto& [name, dims] : c.inputs) {
     proto::VarDesc* v = sg.block.add_vars();
     v->set_name(name);
-    v->set_dtype(proto::FP32);
+    v->set_dtype(ToProto(InputDtype(c, name)));
     for (int64_t d : dims) v->add_dims(d);
     sg.inputs.push_back(name);
   }
@@ -41,7 +50,7 @@ JitSubgraph MakeSubgraph(const LoweringCase& c) {
 
 jit::ShapeSignature SignatureOf(const LoweringCase& c) {
   jit::ShapeSignature sig;
-  for (const auto& [name, dims] : c.inputs) sig.inputs.push_back({DataType::kFP32, dims});
+  for (const auto& [name, dims] : c.inputs) sig.inputs.push_back({InputDtype(c, name), dims});
   return sig;
 }
 
@@ -73,7 +82,7 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
   std::map<std::string, Tensor> inputs;
   for (const auto& [name, dims] : c.inputs) {
     const auto given = c.given.find(name);
-    inputs[name] = given != c.given.end() ? given->second : RandomTensor(dims, DataType::kFP32, rng, -2.0, 2.0);
+    inputs[name] = given != c.given.end() ? given->second : RandomTensor(dims, InputDtype(c, name), rng, -2.0, 2.0);
   }
   std::unique_ptr<Scope> reference = RunOps(c.ops, inputs, /*use_onednn=*/false);
   auto obj = LowerCase(c);
@@ -90,8 +99,13 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
       t.CopyFrom(bound[obj->output_alias[o]]);
     } else {
       t = Tensor(obj->output_dtypes[o], obj->output_dims[o]);
-      float* p = t.mutable_data<float>();
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
+      // An element the program does not write shows: NaN, or 0xab bytes.
+      if (t.dtype() == DataType::kFP32) {
+        float* p = t.mutable_data<float>();
+        for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
+      } else if (t.numel() > 0) {
+        std::memset(t.raw_mutable_data(), 0xab, t.bytes());
+      }
     }
     out_ptrs.push_back(t.raw_data());
     outs.push_back(std::move(t));
@@ -100,6 +114,7 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
   for (size_t o = 0; o < outs.size(); ++o) {
     const std::string& name = obj->output_names[o];
     const auto own = c.output_atol.find(name);
+    EXPECT_EQ(outs[o].dtype(), reference->GetVar(name)->Get().dtype()) << c.name << " output " << name;
     EXPECT_EQ(CompareTensors(outs[o], reference->GetVar(name)->Get(), own != c.output_atol.end() ? own->second : atol,
                              rtol),
               "")

@@ -20,9 +20,10 @@ namespace kiln::test {
 struct LoweringCase {
   std::string name;  // the golden file's name
   std::vector<proto::OpDesc> ops;
-  // Vars (f32) read before any op writes them, with their dims, in order of
-  // first read.
+  // Vars read before any op writes them, with their dims, in order of first
+  // read; f32 unless `dtypes` says otherwise.
   std::vector<std::pair<std::string, Dims>> inputs;
+  std::map<std::string, DataType> dtypes;
   std::vector<std::string> outputs;    // needed after the cluster
   std::vector<std::string> donatable;  // inputs that die in the cluster
   // Input values to use instead of random ones (CheckLoweringNumerics).
@@ -37,7 +38,7 @@ struct LoweringCase {
 
 // The subgraph build_jit_pass would make of the case.
 JitSubgraph MakeSubgraph(const LoweringCase& c);
-// Its inputs' dtypes (f32) and dims.
+// Its inputs' dtypes and dims.
 jit::ShapeSignature SignatureOf(const LoweringCase& c);
 std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c);
 
@@ -47,8 +48,10 @@ std::string LoweringGolden(const LoweringCase& c);
 // EXPECTs the golden text to equal tests/golden/lowering/<name>.golden.
 void CheckLoweringGolden(const LoweringCase& c);
 // Runs the compiled program (zero-copy, as jit_launch binds it) and the ops
-// on the reference kernels on the same random inputs; EXPECTs every output
-// to agree within atol + rtol*|ref|. Returns the compiled object.
+// on the reference kernels on the same random inputs (bool ones 0 or 1;
+// other dtypes than f32, f64 and bool must be given); EXPECTs every output
+// to have the reference's dtype and to agree within atol + rtol*|ref|.
+// Returns the compiled object.
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol = 1e-5,
                                                            double rtol = 1e-5, unsigned seed = 1);
 

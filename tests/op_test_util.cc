@@ -14,6 +14,9 @@ Tensor RandomTensor(const Dims& dims, DataType dtype, std::mt19937& rng, double 
   if (dtype == DataType::kFP64) {
     double* p = t.mutable_data<double>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  } else if (dtype == DataType::kBOOL) {
+    bool* p = t.mutable_data<bool>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng) >= (lo + hi) / 2;
   } else {
     float* p = t.mutable_data<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(dist(rng));
@@ -61,6 +64,8 @@ double ValueAt(const Tensor& t, int64_t i) {
     case DataType::kFP32: return t.data<float>()[i];
     case DataType::kFP64: return t.data<double>()[i];
     case DataType::kINT64: return static_cast<double>(t.data<int64_t>()[i]);
+    // The byte itself: a bool that is neither 0 nor 1 shows.
+    case DataType::kBOOL: return static_cast<const uint8_t*>(t.raw_data())[i];
     default: KILN_CHECK(false, "ValueAt: unsupported dtype");
   }
   return 0;

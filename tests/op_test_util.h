@@ -17,12 +17,13 @@
 namespace kiln::test {
 
 // A tensor of `dtype` (FP32 or FP64) with values uniform in [lo, hi).
+// FP32 or FP64 uniform in [lo, hi); BOOL true for a draw in the upper half.
 Tensor RandomTensor(const Dims& dims, DataType dtype, std::mt19937& rng, double lo = -1.0, double hi = 1.0);
 Tensor Int64Tensor(const Dims& dims, const std::vector<int64_t>& values);
 Tensor FloatTensor(const Dims& dims, const std::vector<float>& values);
 // Converts FP32 <-> FP64 (other dtypes copied as they are).
 Tensor CastTo(const Tensor& t, DataType dtype);
-// Element i as double (FP32, FP64, INT64).
+// Element i as double (FP32, FP64, INT64; BOOL's byte).
 double ValueAt(const Tensor& t, int64_t i);
 
 // Runs `ops` in order over a fresh scope holding `inputs`; returns the scope.

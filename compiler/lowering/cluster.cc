@@ -58,6 +58,7 @@ Cluster::Cluster(const JitSubgraph& subgraph, const ShapeSignature& signature, c
     op_of_node_[n] = i;
   }
   auto dims_of = [this](const std::string& v) { return dims(v); };
+  auto dtype_of = [this](const std::string& v) { return FromProto(var(v).dtype()); };
   for (int i = 0; i < num_ops(); ++i) {
     OpFacts& f = ops_[i];
     const proto::OpDesc& desc = block_.ops(i);
@@ -66,11 +67,13 @@ Cluster::Cluster(const JitSubgraph& subgraph, const ShapeSignature& signature, c
     f.shape_only = NoNeedBufferVars(*f.info, desc);
     const std::vector<std::string> ins = InputVars(desc), outs = OutputVars(desc);
     f.writes.insert(outs.begin(), outs.end());
-    bool all_f32 = true;
-    for (const auto& a : ins) all_f32 = all_f32 && IsF32(a);
-    for (const auto& a : outs) all_f32 = all_f32 && IsF32(a);
-    if (options.fuse_elementwise && f.info->elementwise && all_f32) {
-      f.fragments = f.info->elementwise(EwOpView(desc, f.attrs, dims_of));
+    // Only ops whose every arg is f32 or bool are asked: generated kernels
+    // hold no other dtype.
+    bool ew_dtypes = true;
+    for (const auto& a : ins) ew_dtypes = ew_dtypes && IsEwDtype(dtype_of(a));
+    for (const auto& a : outs) ew_dtypes = ew_dtypes && IsEwDtype(dtype_of(a));
+    if (options.fuse_elementwise && f.info->elementwise && ew_dtypes) {
+      f.fragments = f.info->elementwise(EwOpView(desc, f.attrs, dims_of, dtype_of));
     }
     for (const auto& fr : f.fragments) {
       for (const auto& r : fr.reads) f.reads.insert(r.var);

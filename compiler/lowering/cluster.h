@@ -88,7 +88,7 @@ class Cluster {
 
   // ---- What ops compute ------------------------------------------------------
   // The op's elementwise fragments (its registry entry's meaning) when every
-  // arg is f32 and elementwise fusion is on; else none.
+  // arg is f32 or bool and elementwise fusion is on; else none.
   const std::vector<EwFragment>& fragments(int i) const { return ops_[i].fragments; }
   // Vars op `i` reads as data: its fragments' reads, else its input args
   // without the shape-only ones. And the vars it writes.

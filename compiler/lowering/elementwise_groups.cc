@@ -6,6 +6,17 @@
 #include "compiler/ew_runtime_kernel.h"
 
 namespace kiln::jit {
+namespace {
+
+// A bool var is bytes in memory and 0.0/1.0 in the program.
+EwElem ElemOf(const Cluster& c, const std::string& var) {
+  const proto::DataType d = c.var(var).dtype();
+  KILN_CHECK(d == proto::FP32 || d == proto::BOOL, "elementwise group: var '", var, "' has dtype ",
+             DataTypeName(FromProto(d)), "; Cluster asks for fragments only when every arg is f32 or bool");
+  return d == proto::BOOL ? EwElem::kBool : EwElem::kF32;
+}
+
+}  // namespace
 
 EwGroupUnit::EwGroupUnit(const std::string& step, Dims iter) : Unit(step, {}, {}, {}), iter_(std::move(iter)) {}
 
@@ -93,8 +104,9 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
   for (const auto& i : inputs) in_dims.push_back(i.dims);
   for (const auto& o : outputs) out_dims.push_back(o.dims);
   EwLayout layout = CollapseLayout(iter_, in_dims, out_dims);
+  for (size_t k = 0; k < inputs.size(); ++k) layout.inputs[k].elem = ElemOf(c, inputs[k].var);
   for (size_t o = 0; o < outputs.size(); ++o) {
-    if (out_bf16[o]) layout.outputs[o].elem = EwElem::kBF16;
+    layout.outputs[o].elem = out_bf16[o] ? EwElem::kBF16 : ElemOf(c, outputs[o].var);
   }
   const Isa isa = c.options().isa;
   auto kernel = std::make_shared<compiler::FusedElementwiseKernel>(ctx.KernelName("ew"), program, layout, isa);

@@ -37,23 +37,32 @@ struct EwFragment {
   std::vector<EwAccess> reads;
   std::vector<EwAccess> writes;
   // Emits the fragment into `p`: in[k] is the value of reads[k]; returns one
-  // value per write, in order.
+  // value per write, in order. A bool var's value is 0.0 or 1.0 (loads give
+  // that), and a fragment writing one must give it that too: the group's
+  // later fragments read it from the register, not from its stored bytes.
   std::function<std::vector<EwValue>(EwProgram& p, const std::vector<EwValue>& in)> emit;
 };
 
+// The dtypes whose values generated kernels load and store: f32, and bool
+// as 0.0/1.0 in a float lane (EwElem::kBool). An op whose vars hold other
+// dtypes (f64, i64, i32) gives no fragments and runs its framework kernel.
+inline bool IsEwDtype(DataType d) { return d == DataType::kFP32 || d == DataType::kBOOL; }
+
 // What an elementwise lowering sees of its op: single-arg slots, the
-// concrete dims of its vars and its attributes (defaults filled).
+// concrete dims and dtypes of its vars and its attributes (defaults filled).
 class EwOpView {
  public:
   using VarDims = std::function<Dims(const std::string& var)>;
-  EwOpView(const proto::OpDesc& op, const AttrMap& attrs, VarDims dims)
-      : op_(op), attrs_(attrs), dims_(std::move(dims)) {}
+  using VarDtype = std::function<DataType(const std::string& var)>;
+  EwOpView(const proto::OpDesc& op, const AttrMap& attrs, VarDims dims, VarDtype dtypes)
+      : op_(op), attrs_(attrs), dims_(std::move(dims)), dtypes_(std::move(dtypes)) {}
 
   const proto::OpDesc& op() const { return op_; }
   // The single arg of a slot; "" when the slot is absent or its arg @EMPTY@.
   std::string In(std::string_view slot) const;
   std::string Out(std::string_view slot) const;
   Dims DimsOf(const std::string& var) const { return dims_(var); }
+  DataType DtypeOf(const std::string& var) const { return dtypes_(var); }
   // The var with all its dims.
   EwAccess Full(const std::string& var) const { return {var, DimsOf(var)}; }
   // A [1] var (learning rate, beta powers) read at every point of a space of `rank` dims.
@@ -72,10 +81,12 @@ class EwOpView {
   const proto::OpDesc& op_;
   const AttrMap& attrs_;
   VarDims dims_;
+  VarDtype dtypes_;
 };
 
 // The fragments of one op instance; none when this instance is not lowered
-// (a slot it needs is absent or @EMPTY@).
+// (a slot it needs is absent or @EMPTY@, a dtype generated kernels do not
+// hold, an attribute the fragments do not cover).
 using EwLoweringFn = std::function<std::vector<EwFragment>(const EwOpView& op)>;
 
 }  // namespace kiln

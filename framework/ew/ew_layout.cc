@@ -6,6 +6,15 @@
 
 namespace kiln {
 
+const char* EwElemName(EwElem e) {
+  switch (e) {
+    case EwElem::kF32: return "f32";
+    case EwElem::kBF16: return "bf16";
+    case EwElem::kBool: return "bool";
+  }
+  return "?";
+}
+
 int64_t EwLayout::numel() const {
   int64_t n = 1;
   for (int d = 0; d < rank; ++d) n *= dims[d];
@@ -43,7 +52,7 @@ std::string StridesToString(const EwLayout& layout, const EwOperand& op) {
   os << "[";
   for (int d = 0; d < layout.rank; ++d) os << (d ? "," : "") << op.strides[d];
   os << "]";
-  if (op.elem == EwElem::kBF16) os << ":bf16";
+  if (op.elem != EwElem::kF32) os << ":" << EwElemName(op.elem);
   return os.str();
 }
 
@@ -82,7 +91,8 @@ void EwLayout::Validate() const {
   for (size_t k = 0; k < outputs.size(); ++k) {
     check(outputs[k], "out", k);
     if (outputs[k].elem != EwElem::kF32 && IsReduction(static_cast<int>(k))) {
-      ThrowInvalidArgument("ew layout: out", k, " is a reduction and bf16; sums are kept in f32: ", ToString());
+      ThrowInvalidArgument("ew layout: out", k, " is a reduction and ", EwElemName(outputs[k].elem),
+                           "; sums are kept in f32: ", ToString());
     }
   }
 }

@@ -22,11 +22,16 @@ constexpr int kEwMaxRank = 4;
 //
 // Element type: kF32 operands hold floats; a kBF16 operand holds bf16 (the
 // top halves of floats, framework/bf16.h): its loads widen exactly and its
-// stores round to nearest even. The program computes in f32 either way, and
-// a reduction output is always kF32 (its sums are kept in f32).
-enum class EwElem : uint8_t { kF32, kBF16 };
-// Bytes per element: 4, 2.
-inline int64_t EwElemBytes(EwElem e) { return e == EwElem::kBF16 ? 2 : 4; }
+// stores round to nearest even. A kBool operand holds one byte per element
+// (a C++ bool, 0 or 1): its loads give 0.0 or 1.0 (any nonzero byte a
+// nonzero float), and its stores write 1 where the value is nonzero or NaN
+// (C++'s float-to-bool conversion), else 0. The program computes in f32
+// either way, and a reduction output is always kF32 (its sums are kept in f32).
+enum class EwElem : uint8_t { kF32, kBF16, kBool };
+// Bytes per element: 4, 2, 1.
+inline int64_t EwElemBytes(EwElem e) { return e == EwElem::kF32 ? 4 : e == EwElem::kBF16 ? 2 : 1; }
+// "f32", "bf16", "bool".
+const char* EwElemName(EwElem e);
 
 struct EwOperand {
   std::array<int64_t, kEwMaxRank> strides{};
@@ -53,7 +58,7 @@ struct EwLayout {
   int64_t InputExtent(int input) const;
   int64_t OutputExtent(int output) const;
   // "dims=[64,512] in0=[512,1] in1=[0,1] out0=[0,1]+ out1=[512,1]:bf16"; "+"
-  // marks reductions, ":bf16" bf16 operands.
+  // marks reductions, ":bf16" and ":bool" the operands that are not f32.
   std::string ToString() const;
   // Throws kiln::Error (InvalidArgument) naming the bad field.
   void Validate() const;

@@ -30,6 +30,12 @@ const char* EwOpName(EwOp op) {
     case EwOp::kFma: return "fma";
     case EwOp::kSelectGtZero: return "select_gt0";
     case EwOp::kSelect: return "select";
+    case EwOp::kLt: return "lt";
+    case EwOp::kLe: return "le";
+    case EwOp::kGt: return "gt";
+    case EwOp::kGe: return "ge";
+    case EwOp::kEq: return "eq";
+    case EwOp::kNe: return "ne";
     case EwOp::kStore: return "store";
   }
   return "?";
@@ -55,7 +61,13 @@ int EwOpArity(EwOp op) {
     case EwOp::kDiv:
     case EwOp::kMax:
     case EwOp::kMin:
-    case EwOp::kSelectGtZero: return 2;
+    case EwOp::kSelectGtZero:
+    case EwOp::kLt:
+    case EwOp::kLe:
+    case EwOp::kGt:
+    case EwOp::kGe:
+    case EwOp::kEq:
+    case EwOp::kNe: return 2;
     case EwOp::kFma:
     case EwOp::kSelect: return 3;
   }

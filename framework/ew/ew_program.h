@@ -23,6 +23,9 @@ namespace kiln {
 //   select(c, a, b) = c != 0 ? a : b   (as C's ternary on a float: a NaN c
 //               picks a; compare two values with select(x - y, ...), which is
 //               0 exactly when x == y)
+//   lt(a, b) = a < b ? 1 : 0, likewise le, gt, ge, eq, ne (the comparisons
+//               give 1.0 or 0.0 in a float lane; IEEE: with a NaN operand
+//               all are 0 except ne, which is 1)
 //   fma(a, b, c) = a*b + c, rounded once
 //   sigmoid(x) = 1 / (1 + exp(-x));  erfc(x) = 1 - erf(x), accurate for large x
 //   log(x) = natural logarithm: NaN for x < 0 and NaN, -inf at +-0, +inf at +inf
@@ -50,6 +53,12 @@ enum class EwOp : uint8_t {
   kFma,
   kSelectGtZero,
   kSelect,  // args: c, a, b
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
   kStore,  // operand = output index, args[0] = value
 };
 const char* EwOpName(EwOp op);
@@ -90,6 +99,12 @@ class EwProgram {
   EwValue Log(EwValue a) { return Unary(EwOp::kLog, a); }
   EwValue Fma(EwValue a, EwValue b, EwValue c) { return Ternary(EwOp::kFma, a, b, c); }
   EwValue Select(EwValue c, EwValue a, EwValue b) { return Ternary(EwOp::kSelect, c, a, b); }
+  EwValue Lt(EwValue a, EwValue b) { return Binary(EwOp::kLt, a, b); }
+  EwValue Le(EwValue a, EwValue b) { return Binary(EwOp::kLe, a, b); }
+  EwValue Gt(EwValue a, EwValue b) { return Binary(EwOp::kGt, a, b); }
+  EwValue Ge(EwValue a, EwValue b) { return Binary(EwOp::kGe, a, b); }
+  EwValue Eq(EwValue a, EwValue b) { return Binary(EwOp::kEq, a, b); }
+  EwValue Ne(EwValue a, EwValue b) { return Binary(EwOp::kNe, a, b); }
   void Store(int output, EwValue value);
 
   // Composites expanded into primitives, written so that they stay accurate

@@ -38,6 +38,13 @@ T Eval(const EwInstr& in, const std::vector<T>& v) {
     case EwOp::kFma: return std::fma(a, b, v[in.args[2]]);
     case EwOp::kSelectGtZero: return a > T(0) ? b : T(0);
     case EwOp::kSelect: return a != T(0) ? b : v[in.args[2]];  // NaN != 0
+    // C++'s comparisons are IEEE's: false with a NaN, except !=.
+    case EwOp::kLt: return a < b ? T(1) : T(0);
+    case EwOp::kLe: return a <= b ? T(1) : T(0);
+    case EwOp::kGt: return a > b ? T(1) : T(0);
+    case EwOp::kGe: return a >= b ? T(1) : T(0);
+    case EwOp::kEq: return a == b ? T(1) : T(0);
+    case EwOp::kNe: return a != b ? T(1) : T(0);
     case EwOp::kLoad:
     case EwOp::kStore: break;
   }
@@ -86,6 +93,8 @@ void Interpret(const EwProgram& program, const EwLayout& layout, const std::vect
           outputs[in.operand][off] += v[in.args[0]];
         } else if (op.elem == EwElem::kBF16) {
           outputs[in.operand][off] = T(RoundThroughBf16(static_cast<float>(v[in.args[0]])));
+        } else if (op.elem == EwElem::kBool) {
+          outputs[in.operand][off] = v[in.args[0]] != T(0) ? T(1) : T(0);  // NaN is true
         } else {
           outputs[in.operand][off] = v[in.args[0]];
         }

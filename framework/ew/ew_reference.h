@@ -14,7 +14,9 @@ namespace kiln {
 // summed from zero in double); output k must hold OutputExtent(k) elements.
 // bf16 operands (EwElem::kBF16) are given widened: a bf16 input's array holds
 // its values as floats, and a bf16 output receives its values rounded to bf16
-// (FloatToBf16Bits of the float value), widened again.
+// (FloatToBf16Bits of the float value), widened again. bool operands
+// (EwElem::kBool) likewise: an input's array holds 0.0 or 1.0, an output
+// receives 1.0 where the value is nonzero or NaN, else 0.0.
 void RunReference(const EwProgram& program, const EwLayout& layout, const std::vector<const float*>& inputs,
                   const std::vector<double*>& outputs);
 // The same in float arithmetic, one rounding per instruction (fma rounds once;

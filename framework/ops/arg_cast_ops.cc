@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "framework/ew/ew_fragment.h"
 #include "framework/op_registry.h"
 #include "framework/ops/dtype_dispatch.h"
 #include "framework/ops/kernel_util_a.h"
@@ -179,6 +180,26 @@ std::vector<proto::OpDesc> CastGradMaker(const proto::OpDesc& op) {
               .Build()};
 }
 
+// The JIT's form between f32 and bool (either way, or to itself): the
+// identity on the value, except that f32 -> bool makes it 0.0/1.0 (ne 0, NaN
+// true as in Convert) before a later fragment of the group reads it. None
+// for the other dtypes (f64, i64, i32), which generated kernels do not hold.
+std::vector<EwFragment> EwCast(const EwOpView& v) {
+  const std::string x = v.In("X"), out = v.Out("Out");
+  if (x.empty() || out.empty()) return {};
+  const DataType from = v.DtypeOf(x), to = v.DtypeOf(out);
+  if (!IsEwDtype(from) || !IsEwDtype(to)) return {};
+  EwFragment f;
+  f.iter = v.DimsOf(x);
+  f.reads = {v.Full(x)};
+  f.writes = {v.Full(out)};
+  const bool to_bool = from == DataType::kFP32 && to == DataType::kBOOL;
+  f.emit = [to_bool](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{to_bool ? p.Ne(in[0], p.Const(0.0f)) : in[0]};
+  };
+  return {f};
+}
+
 // ---- registration ------------------------------------------------------------------------
 
 void AddArg(OpRegistry& r, const std::string& type, bool max) {
@@ -211,15 +232,17 @@ void AddCast(OpRegistry& r) {
       "0, INT64 = 1, INT32 = 2, FP64 = 3, BOOL = 4), any pair. Float to integer truncates toward zero, NaN gives 0 "
       "and values beyond the integer range saturate; i64 to i32 keeps the low 32 bits; to bool is X != 0 (NaN is "
       "true); bool gives 0 or 1. Gradient between float dtypes: X@GRAD = Out@GRAD cast back (a cast op); none "
-      "into or out of integer and bool dtypes. JIT: framework (its kernel runs inside the cluster; the generated "
-      "kernels compute in f32 only)";
+      "into or out of integer and bool dtypes. JIT: a generated kernel between f32 and bool (either way, or to "
+      "itself); casts from or to f64, i64 and i32 run the framework kernel inside the cluster (the generated "
+      "kernels hold f32 and bool only)";
   op.inputs = {ops_a::Required("X")};
   op.outputs = {ops_a::Required("Out")};
   op.attrs = {{"in_dtype", AttrKind::kInt, std::nullopt}, {"out_dtype", AttrKind::kInt, std::nullopt}};
   op.infer_shape = InferCast;
   op.reference_kernel = CastKernel;
   op.grad_maker = CastGradMaker;
-  op.jit = JitLowering::kFramework;
+  op.jit = JitLowering::kElementwise;
+  op.elementwise = EwCast;
   r.Add(std::move(op));
 }
 
