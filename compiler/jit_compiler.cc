@@ -101,17 +101,23 @@ std::vector<std::string> JitCompiler::Keys() const {
   return keys;
 }
 
-std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck, const JitSubgraph& subgraph,
-                                                              const Future& mine, bool* give_up) {
+std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck, const Future& mine,
+                                                              bool* give_up) {
   *give_up = false;
   if (const Future* f = cache_.Find(ck)) {
     ++stats_.hits;
     return *f;
   }
+  if (auto it = in_flight_.find(ck); it != in_flight_.end()) {
+    ++stats_.hits;
+    return it->second;
+  }
   auto& seen = signatures_seen_[ck.key];
   // Past the limit the cluster compiles no more, but the signatures it has in
   // the cache keep running compiled: under shape churn the common shapes stay
-  // fast, and the cache and the seen set stay bounded.
+  // fast, and the cache and the seen set stay bounded. (Claims in flight are
+  // not counted: callers racing with new signatures may pass the limit by
+  // their number.)
   if (static_cast<int>(seen.size()) >= options_.recompile_limit) {
     *give_up = true;
     if (given_up_.insert(ck.key).second) {
@@ -123,6 +129,13 @@ std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck,
     }
     return std::nullopt;
   }
+  in_flight_.emplace(ck, mine);
+  return std::nullopt;
+}
+
+void JitCompiler::CommitLocked(const CacheKey& ck, const JitSubgraph& subgraph, const Future& mine) {
+  in_flight_.erase(ck);
+  auto& seen = signatures_seen_[ck.key];
   auto last = last_signature_.find(ck.key);
   if (options_.verbose >= 1 && last != last_signature_.end()) {
     const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
@@ -133,14 +146,11 @@ std::optional<JitCompiler::Future> JitCompiler::LookupLocked(const CacheKey& ck,
   last_signature_[ck.key] = ck.signature;
   seen.insert(ck.signature.Hash());
   stats_.evictions += static_cast<int64_t>(cache_.Insert(ck, mine));
-  return std::nullopt;
 }
 
 void JitCompiler::ForgetSignature(const CacheKey& ck) {
   std::lock_guard<std::mutex> lock(mu_);
-  cache_.Erase(ck);
-  auto seen = signatures_seen_.find(ck.key);
-  if (seen != signatures_seen_.end()) seen->second.erase(ck.signature.Hash());
+  in_flight_.erase(ck);
 }
 
 void JitCompiler::CheckSignature(const std::string& key, const JitSubgraph& subgraph,
@@ -215,7 +225,7 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
     }
     ck = CacheKey{key, signature, options_.compile};
     bool give_up = false;
-    hit = LookupLocked(ck, *subgraph, mine, &give_up);
+    hit = LookupLocked(ck, mine, &give_up);
     if (give_up) {
       ++stats_.fallback_calls;
       return nullptr;
@@ -231,16 +241,19 @@ std::shared_ptr<const CompiledObject> JitCompiler::Compile(const std::string& ke
     return obj;
   }
   // A signature the cluster's shape inference rejects (a feed of the wrong
-  // batch) is the caller's error: raised here, naming the op, and taken
-  // back from the cache and the signatures seen, so it never counts toward
-  // the recompile limit. Threads waiting on it run the framework ops, which
-  // raise the same error.
+  // batch) is the caller's error: raised here, naming the op, before it is
+  // counted toward the recompile limit or cached. Threads waiting on it run
+  // the framework ops, which raise the same error.
   try {
     CheckSignature(key, *subgraph, signature);
   } catch (...) {
     ForgetSignature(ck);
     promise.set_value(nullptr);
     throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CommitLocked(ck, *subgraph, mine);
   }
   std::shared_ptr<const CompiledObject> result = Build(ck, *subgraph);
   // Registered before the waiters wake: a waiter may look the object up by

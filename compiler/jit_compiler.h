@@ -199,19 +199,21 @@ class JitCompiler {
   };
   using Future = std::shared_future<std::shared_ptr<const CompiledObject>>;
 
-  // Under mu_: a cached future for `ck` (a hit), or nullopt after reserving
-  // the entry this caller must fill (a miss); `give_up` set for a miss of a
+  // Under mu_: a cached future for `ck`, or the future of a compile of it
+  // in flight (a hit), or nullopt after claiming it in `in_flight_` for this
+  // caller to check and fill (a miss); `give_up` set for a miss of a
   // cluster that has reached its recompile limit.
-  std::optional<Future> LookupLocked(const CacheKey& ck, const JitSubgraph& subgraph, const Future& mine,
-                                     bool* give_up);
+  std::optional<Future> LookupLocked(const CacheKey& ck, const Future& mine, bool* give_up);
+  // Under mu_, once the claimed signature passed CheckSignature: counts it
+  // toward the recompile limit and caches its future (in flight no more).
+  void CommitLocked(const CacheKey& ck, const JitSubgraph& subgraph, const Future& mine);
   // Lowers outside the lock; nullptr (and a stderr line) when it fails.
   std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph);
   // Throws InvalidArgument (shape inference's message, naming the op, and
   // the cluster) when an op of the cluster rejects the shapes of
   // `signature`; other errors of shape inference are left to the compile.
   void CheckSignature(const std::string& key, const JitSubgraph& subgraph, const ShapeSignature& signature) const;
-  // Takes a signature CheckSignature rejected out of the cache and the
-  // signatures seen.
+  // Drops the claim of a signature CheckSignature rejected.
   void ForgetSignature(const CacheKey& ck);
   // Counts the compile and registers the object for FindById; returns the
   // on_compile hook to call (empty when none or the compile failed).
@@ -222,6 +224,10 @@ class JitCompiler {
   JitCompilerOptions options_;
   std::map<std::string, JitSubgraph> subgraphs_;
   LruCache<CacheKey, Future, CacheKeyHash> cache_;
+  // Signatures claimed by a caller that checks their shapes before they are
+  // counted or cached: a rejected one never evicts an object nor counts
+  // toward the limit; a caller asking for it meanwhile waits on its future.
+  std::unordered_map<CacheKey, Future, CacheKeyHash> in_flight_;
   // key -> hashes of the signatures it compiled: at most recompile_limit
   // each, a few bytes apiece (the hash is 64 bits: a collision would only
   // count two signatures as one).

@@ -6,6 +6,7 @@
 
 #include "framework/op_desc.h"
 #include "framework/operator.h"
+#include "framework/suggest.h"
 #include "framework/validate.h"
 
 namespace kiln {
@@ -81,8 +82,8 @@ Path FindPath(const proto::BlockDesc& block, const BackwardSpec& spec, int last,
     }
     if (!any_input) continue;
     if (!info.grad_maker) {
-      ThrowInvalidArgument("append_backward: ", OpLabel(op, i), " lies on the path to '", spec.targets[0],
-                           "' but has no gradient");
+      ThrowInvalidArgument("append_backward: ", OpLabel(op, i), " lies on the path to ", QuotedNames(spec.targets),
+                           " but has no gradient");
     }
     p.on_path[i] = true;
   }

@@ -6,11 +6,13 @@
 // reading a value a failed earlier run left in the scope).
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "framework/proto/framework.pb.h"
+#include "framework/scope.h"
 
 namespace kiln {
 
@@ -24,5 +26,30 @@ void CheckFeeds(const proto::BlockDesc& block, const std::set<std::string>& fed,
 // The same over RequiredFeeds' result.
 void CheckFeeds(const std::vector<std::string>& required, const std::set<std::string>& fed,
                 const std::string& flag = "");
+
+// Shape inference over the whole block with the fed vars at their run-time
+// dims (`fed`; the others as declared): throws InvalidArgument naming the
+// op by its place in the program when the feeds do not fit each other (x of
+// 16 rows, labels of 32), before anything runs or compiles. With the JIT on,
+// only the cluster that reads both would see the mismatch, after the
+// clusters before it compiled for the bad feed.
+void CheckFeedShapes(const proto::BlockDesc& block, const std::map<std::string, Dims>& fed);
+
+// The non-persistable vars one run feeds: cleared from the scope when the
+// run ends, whether it succeeded or raised, so that a feed of a failed run
+// never stands in for a missing one.
+class FedVars {
+ public:
+  explicit FedVars(Scope& scope) : scope_(scope) {}
+  FedVars(const FedVars&) = delete;
+  FedVars& operator=(const FedVars&) = delete;
+  ~FedVars();
+  void Add(const std::string& name) { names_.insert(name); }
+  const std::set<std::string>& names() const { return names_; }
+
+ private:
+  Scope& scope_;
+  std::set<std::string> names_;
+};
 
 }  // namespace kiln

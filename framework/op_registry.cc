@@ -48,6 +48,11 @@ std::vector<std::string> OpRegistry::Types() const {
   return out;
 }
 
+bool IsParameterUpdate(const proto::OpDesc& op, const OpRegistry& registry) {
+  const OpInfo* info = registry.Find(op.type());
+  return info != nullptr && info->jit == JitLowering::kOptimizer;
+}
+
 void RegisterAllOps(OpRegistry& r) {
   RegisterElementwiseOps(r);
   RegisterActivationOps(r);

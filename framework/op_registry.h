@@ -31,6 +31,10 @@ class OpRegistry {
   std::map<std::string, std::unique_ptr<OpInfo>, std::less<>> ops_;
 };
 
+// True for an op that updates parameters in place (sgd, momentum, adam: the
+// ops whose JIT lowering is kOptimizer); `Param` names what it updates.
+bool IsParameterUpdate(const proto::OpDesc& op, const OpRegistry& registry = OpRegistry::Global());
+
 // Registers every built-in op with its reference kernel, then attaches the
 // oneDNN kernels.
 void RegisterAllOps(OpRegistry& registry);

@@ -78,7 +78,7 @@ const Tensor& ExecContext::Input(std::string_view slot, size_t i) const {
     Fail("input ", slot, " ('", s->args[i], "') is shape-only: its buffer was released because only ops reading its ",
          "dims were expected to follow, but this kernel reads its data (a missing no_need_buffer entry?)");
   }
-  if (!t.initialized()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed");
+  if (!t.initialized()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed (a parameter: run its startup program or load a checkpoint first)");
   return t;
 }
 
@@ -95,7 +95,7 @@ const Tensor& ExecContext::InputMeta(std::string_view slot, size_t i) const {
     Fail("input ", slot, "[", i, "] is missing");
   }
   const Tensor& t = s->vars[i]->Get();
-  if (!t.has_shape()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed");
+  if (!t.has_shape()) Fail("input ", slot, " ('", s->args[i], "') holds no data: it is read before any op writes it and was not fed (a parameter: run its startup program or load a checkpoint first)");
   return t;
 }
 

@@ -16,6 +16,16 @@ proto::ProgramDesc EmptyProgram() {
   return p;
 }
 
+void TruncateBlock(proto::ProgramDesc* program, int vars, int ops) {
+  proto::BlockDesc* b = program->mutable_blocks(0);
+  if (vars < 0 || ops < 0 || vars > b->vars_size() || ops > b->ops_size()) {
+    ThrowInvalidArgument("truncate: the program has ", b->vars_size(), " vars and ", b->ops_size(),
+                         " ops, fewer than the mark (", vars, ", ", ops, ")");
+  }
+  b->mutable_vars()->DeleteSubrange(vars, b->vars_size() - vars);
+  b->mutable_ops()->DeleteSubrange(ops, b->ops_size() - ops);
+}
+
 ProgramBuilder::ProgramBuilder(uint64_t seed)
     : seed_(seed), owned_main_(EmptyProgram()), owned_startup_(EmptyProgram()), main_(&owned_main_),
       startup_(&owned_startup_) {}
@@ -45,6 +55,23 @@ void ProgramBuilder::CheckNewPersistable(const std::string& name) const {
       ThrowInvalidArgument("ProgramBuilder: variable '", name, "' declared twice");
     }
   }
+}
+
+bool ProgramBuilder::DeclareShared(const std::string& name, const Dims& dims, DataType dtype, bool trainable) {
+  if (FindVarDesc(main_->blocks(0), name) != nullptr) {
+    ThrowInvalidArgument("'", name, "' is declared twice in this program");
+  }
+  const proto::VarDesc* shared = FindVarDesc(startup_->blocks(0), name);
+  if (shared == nullptr) return false;
+  if (VarDims(*shared) != dims || FromProto(shared->dtype()) != dtype) {
+    ThrowInvalidArgument("'", name, "' ", DataTypeName(dtype), DimsToString(dims), " clashes with '", name, "' ",
+                         DataTypeName(FromProto(shared->dtype())), DimsToString(VarDims(*shared)),
+                         " that the startup program already initialises: pick another name");
+  }
+  proto::VarDesc* v = main_->mutable_blocks(0)->add_vars();
+  *v = *shared;
+  v->set_stop_gradient(!trainable);
+  return true;
 }
 
 std::string ProgramBuilder::Data(const std::string& name, const Dims& dims, DataType dtype, bool stop_gradient) {

@@ -37,6 +37,11 @@ using SlotArgsList = std::vector<std::pair<std::string, std::vector<std::string>
 // An empty program: one block, idx 0, parent -1.
 proto::ProgramDesc EmptyProgram();
 
+// Drops the vars and ops of block 0 past the first `vars` and `ops` (what a
+// layer that raised had added). Throws InvalidArgument when the block has
+// fewer.
+void TruncateBlock(proto::ProgramDesc* program, int vars, int ops);
+
 class ProgramBuilder {
  public:
   // Builds a main and a startup program of its own.
@@ -58,6 +63,13 @@ class ProgramBuilder {
   // statistics, RNG state), filled with `value` by the startup program.
   std::string Persistable(const std::string& name, const Dims& dims, float value,
                           DataType dtype = DataType::kFP32);
+
+  // A persistable var the startup program initialises already (a parameter
+  // shared with another program built alike under unique_name.guard()):
+  // declares it in main, with stop_gradient = !trainable, and returns true;
+  // false when startup does not declare it. Throws InvalidArgument naming
+  // both when main declares it already or startup's dims or dtype differ.
+  bool DeclareShared(const std::string& name, const Dims& dims, DataType dtype, bool trainable);
 
   // Appends an op to the main program. `outputs` lists output slot names; each
   // gets one fresh var named "<prefix>.<slot>_<n>" declared from shape

@@ -18,10 +18,9 @@ class Variable {
   const std::string& name() const { return name_; }
   Tensor* GetMutable() { return &tensor_; }
   const Tensor& Get() const { return tensor_; }
-  // Which program's initialiser (a startup program's fill_constant or
-  // uniform_random) last wrote the value, as the front end numbers programs;
-  // 0 when unknown (fed, loaded, set from outside). A startup program keeps
-  // what another program initialised (python/src/executor_binding.cc).
+  // The program that last wrote the value (an id its runner gives each
+  // program; framework/var_origin.h); 0 when it came from outside (fed,
+  // loaded, set).
   int64_t origin() const { return origin_; }
   void set_origin(int64_t program_id) { origin_ = program_id; }
 

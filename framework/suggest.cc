@@ -50,4 +50,11 @@ std::string DidYouMean(std::string_view name, const std::vector<std::string>& va
   return out + "?";
 }
 
+std::string QuotedNames(const std::vector<std::string>& names, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > max) out += " and " + std::to_string(names.size() - max) + " more";
+  return out;
+}
+
 }  // namespace kiln

@@ -22,4 +22,8 @@ std::vector<std::string> ClosestNames(std::string_view name, const std::vector<s
 std::string DidYouMean(std::string_view name, const std::vector<std::string>& valid, std::string_view prefix = "'",
                        std::string_view suffix = "'");
 
+// "'a', 'b', 'c' and 2 more": the first `max` names quoted, for messages
+// that list what they refer to.
+std::string QuotedNames(const std::vector<std::string>& names, size_t max = 3);
+
 }  // namespace kiln

@@ -279,7 +279,7 @@ void RunCompiled(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compi
       for (const auto& a : slot.args()) {
         if (a != var) continue;
         ThrowInvalidArgument(OpLabel(sg.block.ops(i), i), ": input ", slot.name(), " ('", var,
-                             "') holds no data: it is read before any op writes it and was not fed", cluster);
+                             "') holds no data: it is read before any op writes it and was not fed (a parameter: run its startup program or load a checkpoint first)", cluster);
       }
     }
   }

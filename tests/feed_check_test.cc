@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,40 @@ TEST(FeedCheckTest, TheListFormChecksTheGivenNamesInOrder) {
   EXPECT_EQ(ErrorOf([&] { CheckFeeds(required, {"y"}, "--feed"); }),
             "feed 'x' is missing (the program reads it): give it with --feed x=FILE.npy");
   EXPECT_EQ(ErrorOf([&] { CheckFeeds(std::vector<std::string>{}, {}); }), "(no error)");
+}
+
+// CheckFeedShapes: the feeds must fit each other through the whole program;
+// the op that sees they do not is named by its place in the program.
+TEST(FeedCheckTest, FeedsThatDoNotFitEachOtherAreNamedByTheOpThatSeesIt) {
+  const Model m = BuildMlp(MlpConfig{}, TrainConfig{});
+  const proto::BlockDesc& block = m.train.blocks(0);
+  const Dims x = {16, m.sample_dims[0]};
+  EXPECT_EQ(ErrorOf([&] { CheckFeedShapes(block, {{m.features, x}, {m.labels, {16, 1}}}); }), "(no error)");
+  const std::string e = ErrorOf([&] { CheckFeedShapes(block, {{m.features, x}, {m.labels, {32, 1}}}); });
+  int loss_op = -1;
+  for (int i = 0; i < block.ops_size() && loss_op < 0; ++i) {
+    if (block.ops(i).type() == "softmax_with_cross_entropy") loss_op = i;
+  }
+  EXPECT_EQ(e.rfind("op #" + std::to_string(loss_op) + " 'softmax_with_cross_entropy': input Label", 0), 0u) << e;
+  EXPECT_NE(e.find("got [32,1]"), std::string::npos) << e;
+  // Dims the declaration already refuses are FeedTensor's to name; a block
+  // whose ops all accept the dims passes.
+  EXPECT_EQ(ErrorOf([&] { CheckFeedShapes(m.startup.blocks(0), {}); }), "(no error)");
+}
+
+TEST(FeedCheckTest, FedVarsAreClearedWhenTheRunEndsEvenByAnError) {
+  Scope scope;
+  scope.Var("x")->GetMutable()->CopyFrom(test::FloatTensor({2}, {1, 2}));
+  scope.Var("kept")->GetMutable()->CopyFrom(test::FloatTensor({1}, {3}));
+  try {
+    FedVars fed(scope);
+    fed.Add("x");
+    EXPECT_EQ(fed.names(), std::set<std::string>{"x"});
+    throw std::runtime_error("the run failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(scope.FindVar("x")->Get().initialized());
+  EXPECT_TRUE(scope.FindVar("kept")->Get().initialized());
 }
 
 }  // namespace

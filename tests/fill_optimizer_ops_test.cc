@@ -29,6 +29,30 @@ using test::ValueAt;
 
 // ---- fill_constant ------------------------------------------------------------------
 
+// str_value holds the value at full precision: 16777217 and 0.1 survive in
+// i64 and f64, where the float attribute would round them.
+TEST(FillOpsTest, FillConstantStrValueIsExact) {
+  auto fill = [](int64_t dtype, const std::string& str) {
+    return RunAndGet(OpBuilder("fill_constant")
+                         .Out("Out", {"o"})
+                         .Attr("shape", std::vector<int64_t>{2})
+                         .Attr("value", 9.0f)
+                         .Attr("dtype", dtype)
+                         .Attr("str_value", str)
+                         .Build(),
+                     {}, "o");
+  };
+  EXPECT_EQ(fill(1, "16777217").data<int64_t>()[1], 16777217);
+  EXPECT_EQ(fill(3, "0.1").data<double>()[0], 0.1);
+  EXPECT_EQ(fill(0, "0.1").data<float>()[0], 0.1f);
+  EXPECT_EQ(fill(2, "-7").data<int32_t>()[0], -7);
+  for (const auto& [dtype, bad] : std::vector<std::pair<int64_t, std::string>>{{1, "1.5"}, {3, "x"}, {2, "3000000000"}}) {
+    EXPECT_NE(ErrorOf([&, dtype = dtype, bad = bad] { fill(dtype, bad); }).find("attribute str_value: '" + bad + "'"),
+              std::string::npos)
+        << bad;
+  }
+}
+
 TEST(FillOpsTest, FillConstantFillsEveryDtype) {
   const std::vector<int64_t> shape = {2, 3};
   Tensor t =

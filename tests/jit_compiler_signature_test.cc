@@ -5,7 +5,10 @@
 // the cache.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compiler/jit_compiler.h"
@@ -109,6 +112,81 @@ TEST(JitCompilerSignatureTest, AFailedCompileIsAnsweredFromTheCache) {
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.fallback_calls, 1);
   EXPECT_TRUE(compiler.CachedObjects().empty());
+}
+
+// test_reject: Out = X; its shape inference rejects rows != 4, after
+// waiting (while g_reject_wait is set) until another caller found the
+// signature in flight (a hit), so that caller waits on the rejected compile.
+std::atomic<bool> g_reject_wait{false};
+JitCompiler* g_reject_compiler = nullptr;
+
+void RegisterRejectOp() {
+  if (OpRegistry::Global().Find("test_reject") != nullptr) return;
+  OpInfo info;
+  info.type = "test_reject";
+  info.doc = "test op: Out = X; shape inference rejects rows other than 4";
+  info.inputs = {{"X"}};
+  info.outputs = {{"Out"}};
+  info.infer_shape = [](InferShapeContext& ctx) {
+    const Dims x = ctx.InputDims("X");
+    if (x[0] != 4 && g_reject_wait.exchange(false)) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (g_reject_compiler->stats().hits < 1 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    if (x[0] != 4) ctx.Fail("input X: expected 4 rows, got ", x[0]);
+    ctx.SetOutput("Out", x, ctx.InputDtype("X"));
+  };
+  info.reference_kernel = [](ExecContext& ctx) { ctx.Output("Out")->CopyFrom(ctx.Input("X")); };
+  OpRegistry::GlobalForRegistration().Add(std::move(info));
+}
+
+std::string RejectRelu(JitCompiler& compiler) {
+  test::LoweringCase c;
+  c.ops = {OpBuilder("test_reject").In("X", {"x"}).Out("Out", {"y"}).Build(),
+           OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
+  c.inputs = {{"x", {4, 8}}};
+  c.outputs = {"r"};
+  return compiler.AddSubgraph(test::MakeSubgraph(c));
+}
+
+// Two callers of one bad signature: the one that checks it raises, the one
+// that waited on it gets no object (it runs the framework ops, which raise
+// the same error); neither counts toward the limit.
+TEST(JitCompilerSignatureTest, ACallerWaitingOnARejectedSignatureGetsNoObject) {
+  RegisterRejectOp();
+  JitCompiler compiler(Options(/*recompile_limit=*/1));
+  g_reject_compiler = &compiler;
+  const std::string key = RejectRelu(compiler);
+  g_reject_wait = true;
+  std::string checker_error;
+  std::thread checker([&] { checker_error = test::ErrorOf([&] { compiler.Compile(key, Sig({{3, 8}})); }); });
+  while (g_reject_wait) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the checker is in
+  std::shared_ptr<const jit::CompiledObject> waited = compiler.Compile(key, Sig({{3, 8}}));
+  checker.join();
+  EXPECT_EQ(waited, nullptr);
+  EXPECT_NE(checker_error.find("expected 4 rows, got 3"), std::string::npos) << checker_error;
+  const jit::JitStats s = compiler.stats();
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.compiles, 0);
+  EXPECT_EQ(s.failures, 0);
+  EXPECT_NE(compiler.Compile(key, Sig({{4, 8}})), nullptr) << "the limit of one is still whole";
+}
+
+// A rejected signature never takes a cache slot: with room for one object,
+// the compiled one stays.
+TEST(JitCompilerSignatureTest, ARejectedSignatureNeverEvictsACompiledOne) {
+  jit::JitCompilerOptions o = Options();
+  o.cache_capacity = 1;
+  JitCompiler compiler(o);
+  const std::string key = AddRelu(compiler);
+  const auto good = compiler.Compile(key, Sig({{4, 8}, {8}}));
+  ASSERT_NE(good, nullptr);
+  EXPECT_NE(test::ErrorOf([&] { compiler.Compile(key, Sig({{4, 8}, {2, 4, 8}})); }), "");
+  EXPECT_EQ(compiler.CachedObjects(), std::vector<std::shared_ptr<const jit::CompiledObject>>{good});
+  EXPECT_EQ(compiler.stats().evictions, 0);
+  EXPECT_EQ(compiler.Compile(key, Sig({{4, 8}, {8}})), good);
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ TEST_F(JitLaunchOpTest, AnInputWithoutDataIsNamedAsTheClustersOpThatReadsIt) {
     jit::SetLaunchMode(mode);
     const std::string e = ErrorOfRun(jitted, false);
     EXPECT_EQ(e.rfind("op #1 'matmul': input Y ('w') holds no data: it is read before any op writes it and was not "
-                      "fed [op numbers count the ops of JIT cluster " + key + "]", 0),
+                      "fed (a parameter: run its startup program or load a checkpoint first) [op numbers count the "
+                      "ops of JIT cluster " + key + "]", 0),
               0u)
         << e;
     EXPECT_EQ(e.find("jit_launch"), std::string::npos) << e;

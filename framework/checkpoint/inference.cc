@@ -130,8 +130,7 @@ proto::ProgramDesc ForTestProgram(const proto::ProgramDesc& program) {
       const proto::OpDesc& op = block.ops(i);
       const bool training = HasOpRole(op, kOpRoleBackward) || HasOpRole(op, kOpRoleOptimize) ||
                             HasOpRole(op, kOpRoleLRSched) || HasOpRole(op, kOpRoleRecompute);
-      const OpInfo* info = OpRegistry::Global().Find(op.type());
-      if (!training && info != nullptr && info->jit == JitLowering::kOptimizer) {
+      if (!training && IsParameterUpdate(op)) {
         ThrowInvalidArgument("clone(for_test): ", OpLabel(op, i), " updates parameters but has no op_role '",
                              kOpRoleOptimize, "' (a program built before kiln marked op roles), so its backward part ",
                              "cannot be told apart: build the program again");

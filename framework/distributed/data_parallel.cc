@@ -26,8 +26,7 @@ std::vector<Grad> GradsOfUpdates(const proto::BlockDesc& block) {
   std::set<std::string> seen;
   for (int i = 0; i < block.ops_size(); ++i) {
     const proto::OpDesc& op = block.ops(i);
-    const OpInfo* info = OpRegistry::Global().Find(op.type());
-    const bool update = info != nullptr && info->jit == JitLowering::kOptimizer;
+    const bool update = IsParameterUpdate(op);
     for (const std::string& g : update ? InputArgs(op, "Grad") : std::vector<std::string>{}) {
       if (seen.count(g) || !last_write.count(g)) continue;
       const proto::VarDesc* v = FindVarDesc(block, g);

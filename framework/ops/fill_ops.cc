@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,7 +48,40 @@ const std::vector<DataType>& RandomDtypes() {
   return d;
 }
 
-void InferFillConstant(InferShapeContext& ctx) { ctx.SetOutput("Out", ShapeAttr(ctx), DtypeAttr(ctx, FillDtypes())); }
+// Attr str_value (Paddle's), when not empty: the value at full precision,
+// an integer literal for integer dtypes (a float attr holds only 24 bits:
+// 16777217 or 0.1 in f64 would change). nullopt when empty.
+struct ExactValue {
+  double f = 0;
+  int64_t i = 0;
+};
+template <typename Ctx>
+std::optional<ExactValue> StrValue(const Ctx& ctx, DataType dtype) {
+  const std::string& s = ctx.template Attr<std::string>("str_value");
+  if (s.empty()) return std::nullopt;
+  ExactValue v;
+  size_t used = 0;
+  try {
+    if (dtype == DataType::kINT64 || dtype == DataType::kINT32) {
+      v.i = std::stoll(s, &used);
+      v.f = static_cast<double>(v.i);
+    } else {
+      v.f = std::stod(s, &used);
+    }
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || (dtype == DataType::kINT32 && (v.i < INT32_MIN || v.i > INT32_MAX))) {
+    ctx.Fail("attribute str_value: '", s, "' is not a ", DataTypeName(dtype), " value");
+  }
+  return v;
+}
+
+void InferFillConstant(InferShapeContext& ctx) {
+  const DataType dtype = DtypeAttr(ctx, FillDtypes());
+  StrValue(ctx, dtype);  // checked here, before anything runs
+  ctx.SetOutput("Out", ShapeAttr(ctx), dtype);
+}
 
 template <typename T>
 void Fill(Tensor* out, T value) {
@@ -55,26 +89,34 @@ void Fill(Tensor* out, T value) {
   std::fill(p, p + out->numel(), value);
 }
 
-void FillConstantKernel(ExecContext& ctx) {
-  Tensor* out = ctx.Output("Out");
-  const float value = ctx.Attr<float>("value");
-  // InferShape has set Out's dtype from attr dtype.
+// InferShape has set Out's dims and dtype.
+void FillWith(ExecContext& ctx, Tensor* out, float value, const std::optional<ExactValue>& exact) {
   switch (out->dtype()) {
     case DataType::kFP32:
-      Fill<float>(out, value);
+      Fill<float>(out, exact ? static_cast<float>(exact->f) : value);
       break;
     case DataType::kFP64:
-      Fill<double>(out, value);
+      Fill<double>(out, exact ? exact->f : value);
       break;
     case DataType::kINT64:
-      Fill<int64_t>(out, static_cast<int64_t>(value));
+      Fill<int64_t>(out, exact ? exact->i : static_cast<int64_t>(value));
       break;
     case DataType::kINT32:
-      Fill<int32_t>(out, static_cast<int32_t>(value));
+      Fill<int32_t>(out, exact ? static_cast<int32_t>(exact->i) : static_cast<int32_t>(value));
       break;
     default:
       ctx.Fail("output Out: unsupported dtype ", DataTypeName(out->dtype()));
   }
+}
+
+void FillConstantKernel(ExecContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  FillWith(ctx, out, ctx.Attr<float>("value"), StrValue(ctx, out->dtype()));
+}
+
+void FillAnyLikeKernel(ExecContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  FillWith(ctx, out, ctx.Attr<float>("value"), std::nullopt);
 }
 
 // dtype -1: X's.
@@ -129,11 +171,13 @@ void RegisterFillOps(OpRegistry& r) {
   {
     OpInfo op;
     op.type = "fill_constant";
-    op.doc = "Out = a tensor of attr shape and dtype filled with value";
+    op.doc = "Out = a tensor of attr shape and dtype filled with value, or with str_value when it is not empty (the "
+             "value at full precision: an integer literal for INT64/INT32, a decimal for FP32/FP64)";
     op.outputs = {ops_a::Required("Out")};
     op.attrs = {{"shape", AttrKind::kInts, std::nullopt},
                 {"value", AttrKind::kFloat, Attribute(0.0f)},
-                {"dtype", AttrKind::kInt, Attribute(int64_t{0})}};
+                {"dtype", AttrKind::kInt, Attribute(int64_t{0})},
+                {"str_value", AttrKind::kString, Attribute(std::string())}};
     op.infer_shape = InferFillConstant;
     op.reference_kernel = FillConstantKernel;
     op.jit = JitLowering::kFramework;
@@ -147,7 +191,7 @@ void RegisterFillOps(OpRegistry& r) {
     op.outputs = {ops_a::Required("Out")};
     op.attrs = {{"value", AttrKind::kFloat, Attribute(0.0f)}, {"dtype", AttrKind::kInt, Attribute(int64_t{-1})}};
     op.infer_shape = InferFillAnyLike;
-    op.reference_kernel = FillConstantKernel;  // InferShape has set Out's dims and dtype
+    op.reference_kernel = FillAnyLikeKernel;
     op.no_need_buffer = {"X"};
     // Out does not depend on X's values: no gradient flows back through X.
     // Without this, append_backward refused any target whose path crosses a

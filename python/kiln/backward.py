@@ -10,14 +10,7 @@ named ``<var>@GRAD``; a second backward pass over the same vars writes
 
 from . import _kiln
 from .framework import Variable, atomic
-
-
-def _name(v, who):
-    if isinstance(v, Variable):
-        return v.name
-    if isinstance(v, str):
-        return v
-    raise TypeError("%s: expected a kiln Variable, got %r" % (who, type(v).__name__))
+from .ops import _var_name as _name
 
 
 def _list(v):

@@ -9,6 +9,8 @@ switches both for the code inside it.
 import contextlib
 import functools
 import math
+import numbers
+import operator
 
 from . import _kiln
 from . import unique_name as _names
@@ -125,20 +127,36 @@ def _ops():
 
 
 def _is_scalar(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A Python or numpy number (numpy registers its scalars as numbers.Real), not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 def _scalar(v, default=0.0):
     return float(v) if _is_scalar(v) else default
 
 
+# A number compared with an integer var: the same test against an integer
+# (x < 1.5 is x < 2, x <= 1.5 is x <= 1), since the constant takes x's dtype.
+_INT_BOUND = {"less_than": math.ceil, "greater_equal": math.ceil, "less_equal": math.floor,
+              "greater_than": math.floor}
+
+
 def _compare(op_type, x, other):
     if _is_scalar(other):
-        other = _ops().fill_constant(shape=[1], value=float(other), dtype=_DTYPE_CODES[x.dtype])
+        dtype = x.dtype
+        if dtype == "bool":
+            raise _kiln.Error("comparing the bool var %s with a number: cast it first "
+                              "(kiln.nn.cast(%s, 'float32'))" % (x.name, x.name))
+        if dtype in ("int64", "int32"):
+            value = repr(int(_INT_BOUND[op_type](other)))
+        else:
+            value = repr(float(other))  # full precision (str_value), not a float32 attribute
+        other = _ops().fill_constant(shape=[1], str_value=value, dtype=DTYPE_CODES[dtype])
     return getattr(_ops(), op_type)(x, other)
 
 
-_DTYPE_CODES = {"float32": 0, "int64": 1, "int32": 2, "float64": 3, "bool": 4}
+# proto DataType codes of numpy's dtype names (attributes such as cast's).
+DTYPE_CODES = {"float32": 0, "int64": 1, "int32": 2, "float64": 3, "bool": 4}
 _END = 2 ** 62  # an end past any dim (the slice op clamps it)
 
 
@@ -163,7 +181,8 @@ def _slice(x, index):
             axes.append(axis)
             starts.append(0 if i.start is None else int(i.start))
             ends.append(_END if i.stop is None else int(i.stop))
-        elif isinstance(i, int) and not isinstance(i, bool):
+        elif _is_index(i):
+            i = operator.index(i)
             d = x.shape[axis]
             if d >= 0 and not -d <= i < d:
                 raise IndexError("x[...]: index %d is out of range for dim %d (%d) of %s" % (i, axis, d, x.name))
@@ -176,6 +195,16 @@ def _slice(x, index):
     if not axes:
         return x
     return _ops().slice(x, axes=axes, starts=starts, ends=ends, decrease_axis=drop)
+
+
+def _is_index(i):
+    if isinstance(i, bool):
+        return False
+    try:
+        operator.index(i)
+        return True
+    except TypeError:
+        return False
 
 
 def _binary(op_type, x, other, scale, bias):
@@ -193,6 +222,18 @@ class Program:
 
     def __init__(self, _native=None):
         self._p = _native if _native is not None else _kiln.Program()
+
+    @property
+    def is_startup(self):
+        """A startup program never overwrites what the scope holds from
+        another program or from outside (it keeps it and warns). Programs
+        used as startup programs (program_guard's second argument, the
+        default startup program) are marked; set it on one you loaded."""
+        return self._p.is_startup
+
+    @is_startup.setter
+    def is_startup(self, on):
+        self._p.is_startup = bool(on)
 
     @property
     def random_seed(self):
@@ -252,6 +293,7 @@ class Program:
 
 _main = Program()
 _startup = Program()
+_startup.is_startup = True
 
 
 def default_main_program():
@@ -273,6 +315,7 @@ def program_guard(main_program, startup_program=None):
     saved = (_main, _startup)
     _main = main_program
     if startup_program is not None:
+        startup_program.is_startup = True
         _startup = startup_program
     try:
         yield
@@ -308,6 +351,16 @@ def fresh_name(program, key):
     while True:
         name = _names.generate(key)
         if not program._p.declares_prefix(name):
+            return name
+
+
+def fresh_state_name(programs, key):
+    """A name for optimizer state (the learning rate) that no guard reuses,
+    that none of `programs` declares and the global scope does not hold."""
+    from .executor import global_scope
+    while True:
+        name = _names.generate_unshared(key)
+        if not any(p._p.declares_prefix(name) for p in programs) and global_scope().dims(name) is None:
             return name
 
 

@@ -3,8 +3,15 @@ dump's files for a program, checkpoints of parameters and optimizer state,
 and inference models (what `kiln predict --model` runs)."""
 
 from . import _kiln
+from . import unique_name
 from .executor import global_scope
 from .framework import Program, Variable
+
+
+def _loaded(native):
+    """A loaded program: later layers' names stay clear of its names."""
+    unique_name.reserve(native.var_names())
+    return Program(native)
 
 
 def save_program(program, path):
@@ -15,7 +22,7 @@ def save_program(program, path):
 
 def load_program(path):
     """A program read from `path` and validated."""
-    return Program(_kiln.Program.load(str(path)))
+    return _loaded(_kiln.Program.load(str(path)))
 
 
 def dump(program, out_dir, feed_shapes, fetch_list=None):
@@ -61,5 +68,5 @@ def load_inference_model(dirname, executor, scope=None):
     """Reads a model saved by save_inference_model or kiln export and loads
     its parameters. Returns [program, feed names, fetch Variables]."""
     native, feeds, fetches = _kiln.load_inference_model(str(dirname), _scope(executor, scope))
-    program = Program(native)
+    program = _loaded(native)
     return [program, feeds, [Variable(program, f) for f in fetches]]

@@ -13,8 +13,8 @@ for the bare op.
 
 from . import _kiln
 from . import ops as _ops
-from .framework import (Variable, atomic, create_parameter, create_persistable, default_main_program,
-                        default_startup_program, dtype_name, fresh_name)
+from .framework import (DTYPE_CODES, Variable, atomic, create_parameter, create_persistable,
+                        default_main_program, default_startup_program, dtype_name, fresh_name)
 from .ops import *  # noqa: F401,F403  (one function per registered op)
 
 _ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid", "exp", "softmax", "leaky_relu", "softplus", "abs", "sqrt",
@@ -213,9 +213,32 @@ def mean(x, name=None):
 
 
 @atomic
-def flatten(x, name=None):
-    """x [N, ...] as [N, prod(...)] (reshape2 with shape [0, -1])."""
-    return _ops.reshape2(x, shape=[0, -1], name=name)
+def flatten(x, axis=1, name=None):
+    """x as 2-D [prod(dims before axis), prod(dims from axis)] (Paddle's
+    layer; reshape2). The dims on one side of axis must be known."""
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise TypeError("flatten: axis must be an int, got %r" % (axis,))
+    shape = x.shape
+    if not 0 <= axis <= len(shape):
+        raise _kiln.Error("flatten: axis %d is out of range for %s of rank %d" % (axis, x.name, len(shape)))
+
+    def known(dims):
+        n = 1
+        for d in dims:
+            if d < 0:
+                return None
+            n *= d
+        return n
+    tail, head = known(shape[axis:]), known(shape[:axis])
+    if tail is not None:
+        new_shape = [-1, tail]
+    elif head is not None:
+        new_shape = [head, -1]
+    else:
+        raise _kiln.Error("flatten: %s %s has unknown dims on both sides of axis %d" % (x.name, list(shape), axis))
+    if axis == 0:
+        new_shape = [1, -1]
+    return _ops.reshape2(x, shape=new_shape, name=name)
 
 
 # ---- Paddle's layer signatures where the bare op's defaults differ ----------
@@ -344,14 +367,11 @@ def gelu(x, approximate=False, name=None):
     return _ops.gelu(x, approximate=bool(approximate), name=name)
 
 
-_DTYPE_CODES = {"float32": 0, "int64": 1, "int32": 2, "float64": 3, "bool": 4}
-
-
 def _dtype_code(dtype, who):
     name = dtype_name(dtype)
-    if name not in _DTYPE_CODES:
-        raise _kiln.Error("%s: unsupported dtype '%s': expected one of %s" % (who, name, ", ".join(_DTYPE_CODES)))
-    return _DTYPE_CODES[name]
+    if name not in DTYPE_CODES:
+        raise _kiln.Error("%s: unsupported dtype '%s': expected one of %s" % (who, name, ", ".join(DTYPE_CODES)))
+    return DTYPE_CODES[name]
 
 
 @atomic
@@ -386,4 +406,5 @@ def uniform_random(shape, dtype="float32", min=-1.0, max=1.0, seed=0, name=None)
                                min=float(min), max=float(max), seed=int(seed), name=name)
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("Variable", "atomic", "dtype_name", "fresh_name")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("Variable", "atomic", "dtype_name", "fresh_name",
+                                                                   "DTYPE_CODES")]

@@ -6,7 +6,7 @@ parameters are updated by one optimizer each (a second ``minimize`` of the
 same parameters is refused)."""
 
 from . import _kiln
-from .framework import Variable, atomic, default_startup_program, fresh_name
+from .framework import Variable, atomic, default_startup_program, fresh_state_name
 
 
 class Optimizer:
@@ -29,8 +29,9 @@ class Optimizer:
         params = None
         if parameter_list is not None:
             params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
+        startup.is_startup = True
         lr, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, self._settings, params,
-                                   fresh_name(program, "learning_rate"))
+                                   fresh_state_name((program, startup), "learning_rate"))
         self.learning_rate_var = Variable(program, lr)
         return self.learning_rate_var, [(Variable(program, p), Variable(program, g)) for p, g in pairs]
 

@@ -16,6 +16,7 @@ that a shared name keeps its shape.
 """
 
 import contextlib
+import re
 
 
 class UniqueNameGenerator:
@@ -50,14 +51,45 @@ def switch(new_generator=None):
 @contextlib.contextmanager
 def guard(new_generator=None):
     """Names inside the block come from a fresh generator (or `new_generator`;
-    a string makes a fresh one whose names start with it)."""
+    a string makes a fresh one whose names start with it). After the block,
+    the outer generator counts on past the names made in it: a program built
+    later outside any guard never takes them by accident."""
     if isinstance(new_generator, str):
         new_generator = UniqueNameGenerator(new_generator)
     old = switch(new_generator)
     try:
         yield
     finally:
-        switch(old)
+        inner = switch(old)
+        if inner.prefix == old.prefix:
+            for key, n in inner.ids.items():
+                old.ids[key] = max(old.ids.get(key, 0), n)
+
+
+# Names that must never repeat, guard or not: optimizer state such as the
+# learning rate. Two programs built alike under guards share their
+# parameters on purpose, never their learning rates.
+_unshared = UniqueNameGenerator()
+
+
+def generate_unshared(key):
+    """The next "<key>_<n>" of a counter that guard() does not reset."""
+    return _unshared(key)
+
+
+_NUMBERED = re.compile(r"^(.*)_(\d+)$")
+
+
+def reserve(names):
+    """Counts on past "<key>_<n>" names (the part before the first '.'), such
+    as a loaded program's: later layers never take them."""
+    for name in names:
+        m = _NUMBERED.match(name.split(".", 1)[0])
+        if m is None:
+            continue
+        key, n = m.group(1), int(m.group(2))
+        for gen in (_generator, _unshared):
+            gen.ids[key] = max(gen.ids.get(key, 0), n + 1)
 
 
 def _snapshot():

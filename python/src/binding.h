@@ -33,12 +33,18 @@ class Program {
   int64_t version() const { return version_; }
   uint64_t random_seed() const { return random_seed_; }
   void set_random_seed(uint64_t seed) { random_seed_ = seed; }
+  // A startup program: its runs keep what the scope holds from elsewhere
+  // (framework/var_origin.h). The front end marks the programs it uses as
+  // startup programs (program_guard, create_parameter, minimize).
+  bool is_startup() const { return is_startup_; }
+  void set_is_startup(bool on) { is_startup_ = on; }
 
  private:
   proto::ProgramDesc desc_;
   int64_t id_;
   int64_t version_ = 0;
   uint64_t random_seed_ = 1;
+  bool is_startup_ = false;
 };
 
 // 'float32' | 'float64' | 'int64' | 'int32' | 'bool' (numpy's names);

@@ -19,6 +19,8 @@
 #include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/feed_check.h"
+#include "framework/suggest.h"
+#include "framework/var_origin.h"
 #include "framework/flags.h"
 #include "framework/op_desc.h"
 #include "python/src/binding.h"
@@ -31,86 +33,14 @@ namespace py = pybind11;
 namespace kiln::python {
 namespace {
 
-// The non-persistable vars one run feeds; cleared from the scope when the
-// run ends, whether it succeeded or raised.
-class FedVars {
- public:
-  explicit FedVars(Scope& scope) : scope_(scope) {}
-  FedVars(const FedVars&) = delete;
-  FedVars& operator=(const FedVars&) = delete;
-  ~FedVars() {
-    for (const auto& name : names_) {
-      if (Variable* v = scope_.FindVar(name)) v->GetMutable()->Clear();
-    }
-  }
-  void Add(const std::string& name) { names_.insert(name); }
-  const std::set<std::string>& names() const { return names_; }
-
- private:
-  Scope& scope_;
-  std::set<std::string> names_;
-};
-
-// The ops of a program that initialise a persistable var (the first op to
-// touch it writes it without reading it: a startup program's fill_constant
-// and uniform_random), split by what the scope holds: `skipped_ops` would
-// overwrite a value another program initialised, or one that was loaded or
-// set; `ran` are the others, (op index, var).
-struct Initialisers {
-  std::vector<int> skipped_ops;
-  std::vector<std::pair<int, std::string>> ran;
-};
-
-std::vector<std::pair<int, std::string>> InitialiserOps(const proto::BlockDesc& block) {
-  std::set<std::string> touched;
-  std::vector<std::pair<int, std::string>> out;
-  for (int i = 0; i < block.ops_size(); ++i) {
-    const std::vector<std::string> ins = AllInputArgs(block.ops(i)), outs = AllOutputArgs(block.ops(i));
-    for (const auto& o : outs) {
-      const proto::VarDesc* v = FindVarDesc(block, o);
-      if (v == nullptr || !v->persistable() || touched.count(o)) continue;
-      if (std::find(ins.begin(), ins.end(), o) == ins.end()) out.emplace_back(i, o);
-    }
-    touched.insert(ins.begin(), ins.end());
-    touched.insert(outs.begin(), outs.end());
-  }
-  return out;
-}
-
-// Running a startup program never overwrites what another program trained:
-// its initialisers of vars the scope holds from elsewhere are skipped, with
-// a warning naming them. Running the same startup program again does
-// initialise them again (as in Paddle).
-Initialisers KeptByScope(const std::vector<std::pair<int, std::string>>& initialisers, int64_t program_id,
-                         const Scope& scope) {
-  Initialisers out;
-  std::map<int, bool> skip;  // op -> every var it initialises is kept
-  std::vector<std::string> kept;
-  for (const auto& [op, name] : initialisers) {
-    const Variable* v = scope.FindVar(name);
-    const bool keep = v != nullptr && v->Get().initialized() && v->origin() != program_id;
-    auto it = skip.emplace(op, true).first;
-    it->second = it->second && keep;
-    if (keep) kept.push_back(name);
-    out.ran.emplace_back(op, name);
-  }
-  for (const auto& [op, keep] : skip) {
-    if (keep) out.skipped_ops.push_back(op);
-  }
-  out.ran.erase(std::remove_if(out.ran.begin(), out.ran.end(),
-                               [&skip](const auto& r) { return skip.at(r.first); }),
-                out.ran.end());
-  if (!kept.empty()) {
-    std::string names;
-    for (size_t i = 0; i < kept.size() && i < 4; ++i) names += (i ? ", '" : "'") + kept[i] + "'";
-    if (kept.size() > 4) names += " and " + std::to_string(kept.size() - 4) + " more";
-    const std::string msg = "kiln: this run keeps " + names +
-                            " as the scope holds them: another program initialised, trained or loaded them, and a "
-                            "startup program never overwrites that. To initialise them again, erase them "
-                            "(scope.erase(name)) or run in a fresh kiln.Scope()";
-    if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
-  }
-  return out;
+// A startup program kept what the scope holds (framework/var_origin.h): a
+// warning pointing at the caller's line (stacklevel 2: past executor.py).
+void WarnKept(const std::vector<std::string>& kept) {
+  const std::string msg = "kiln: the startup program keeps " + QuotedNames(kept, 4) +
+                          ": the scope holds them from another program (trained, or initialised by it) or from "
+                          "outside (loaded, fed, set), and a startup program never overwrites those. To initialise "
+                          "them again, erase them (scope.erase(name)) or run in a fresh kiln.Scope()";
+  if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 2) != 0) throw py::error_already_set();
 }
 
 Scope& GlobalScope() {
@@ -148,6 +78,7 @@ class Executor {
     // Fed vars belong to this run: let go of them however it ends (a feed
     // left from a failed run must not stand in for a missing one).
     FedVars fed(scope);
+    std::map<std::string, Dims> fed_dims;
     for (const auto& [k, value] : feed) {
       const std::string name = k.cast<std::string>();
       const proto::VarDesc* v = &RequireVarDesc(block, name, "feed");
@@ -157,18 +88,29 @@ class Executor {
       Tensor t = TensorFromPython(value, FromProto(v->dtype()), !v->persistable(), "feed '" + name + "'", &how);
       if (!v->persistable()) fed.Add(name);
       FeedTensor(block, scope, name, t, /*share=*/true);  // checks dims
+      fed_dims[name] = t.dims();
       ++(how == Binding::kShared ? stats_.feeds_shared : stats_.feeds_copied);
     }
-    const Facts& facts = FactsOf(program);
+    Facts& facts = FactsOf(program);
     CheckFeeds(facts.required_feeds, fed.names());
-    const Initialisers skip = KeptByScope(facts.initialisers, program.id(), scope);
-    Prepared& prepared = Prepare(program, fed.names(), fetch, skip.skipped_ops);
+    if (facts.fitting_feeds.insert(fed_dims).second) {
+      try {
+        CheckFeedShapes(block, fed_dims);
+      } catch (...) {
+        facts.fitting_feeds.erase(fed_dims);
+        throw;
+      }
+    }
+    KeptVars kept;
+    if (program.is_startup()) kept = KeptByScope(block, facts.initialisers, program.id(), scope);
+    if (!kept.kept.empty()) WarnKept(kept.kept);
+    Prepared& prepared = Prepare(program, fed.names(), fetch, kept.skipped_ops);
     {
       py::gil_scoped_release release;
       kiln::Executor exec(ExecutorOptionsFromFlags());
       exec.Run(*prepared.plan, scope);
     }
-    for (const auto& [op, var] : skip.ran) scope.Var(var)->set_origin(program.id());
+    MarkWritten(scope, facts.persistable_writes, kept.kept, program.id());
     py::list out;
     std::map<std::string, py::array> fetched;  // a name fetched twice is one array
     for (const auto& f : fetch) {
@@ -189,12 +131,15 @@ class Executor {
   using Key = std::tuple<int64_t, int64_t, std::set<std::string>, std::vector<std::string>, int64_t, bool,
                          std::vector<int>>;
 
-  // What a run checks before it starts, per program version.
+  // What a run checks before it starts and records after it, per program
+  // version; `fitting_feeds` are the feed dims that passed CheckFeedShapes.
   struct Facts {
     std::vector<std::string> required_feeds;
-    std::vector<std::pair<int, std::string>> initialisers;
+    std::vector<Initialiser> initialisers;
+    std::vector<std::string> persistable_writes;
+    std::set<std::map<std::string, Dims>> fitting_feeds;
   };
-  const Facts& FactsOf(const Program& program) {
+  Facts& FactsOf(const Program& program) {
     const std::pair<int64_t, int64_t> key{program.id(), program.version()};
     for (auto it = facts_.begin(); it != facts_.end(); ++it) {
       if (it->first != key) continue;
@@ -202,7 +147,7 @@ class Executor {
       return facts_.front().second;
     }
     const proto::BlockDesc& block = program.desc().blocks(0);
-    facts_.emplace_front(key, Facts{RequiredFeeds(block), InitialiserOps(block)});
+    facts_.emplace_front(key, Facts{RequiredFeeds(block), InitialiserOps(block), PersistableWrites(block), {}});
     if (facts_.size() > kCacheSize) facts_.pop_back();
     return facts_.front().second;
   }

@@ -134,17 +134,6 @@ bool DeclaresPrefix(const Program& p, const std::string& name) {
   return false;
 }
 
-// Drops the vars and ops added after a mark (a layer that raised).
-void Rollback(Program& p, int vars, int ops) {
-  proto::BlockDesc* b = p.mutable_desc().mutable_blocks(0);
-  if (vars > b->vars_size() || ops > b->ops_size() || vars < 0 || ops < 0) {
-    ThrowInvalidArgument("rollback: the program has ", b->vars_size(), " vars and ", b->ops_size(),
-                         " ops, fewer than the mark (", vars, ", ", ops, ")");
-  }
-  b->mutable_vars()->DeleteSubrange(vars, b->vars_size() - vars);
-  b->mutable_ops()->DeleteSubrange(ops, b->ops_size() - ops);
-}
-
 py::object VarInfo(const Program& p, const std::string& name) {
   const proto::VarDesc* v = FindVarDesc(p.desc().blocks(0), name);
   if (v == nullptr) return py::none();
@@ -185,28 +174,12 @@ Init InitFromPython(const std::string& kind, const py::dict& args) {
   ThrowInvalidArgument("unknown initializer '", kind, "': expected constant, xavier_uniform, he_uniform or uniform");
 }
 
-// A persistable var of `main` whose initialiser `startup` may already hold:
-// two programs built alike under kiln.unique_name.guard() share their
-// parameters through one startup program. Returns true when `startup` holds
-// it (then `main` declares it and nothing is initialised again). A second
-// declaration in `main` itself, or a startup declaration of other dims or
-// dtype, is an error naming both.
-bool DeclareShared(Program& main, const Program& startup, const std::string& name, const Dims& shape, DataType dtype,
-                   bool trainable) {
-  if (FindVarDesc(main.desc().blocks(0), name) != nullptr) {
-    ThrowInvalidArgument("'", name, "' is declared twice in this program");
-  }
-  const proto::VarDesc* shared = FindVarDesc(startup.desc().blocks(0), name);
-  if (shared == nullptr) return false;
-  if (VarDims(*shared) != shape || FromProto(shared->dtype()) != dtype) {
-    ThrowInvalidArgument("'", name, "' ", DataTypeName(dtype), DimsToString(shape), " clashes with '", name, "' ",
-                         DataTypeName(FromProto(shared->dtype())), DimsToString(VarDims(*shared)),
-                         " that the startup program already initialises: pick another name");
-  }
-  proto::VarDesc* v = main.mutable_desc().mutable_blocks(0)->add_vars();
-  *v = *shared;
-  v->set_stop_gradient(!trainable);
-  return true;
+// A copy (a test clone: the forward part only, framework/checkpoint/inference.h).
+Program Clone(const Program& p, bool for_test) {
+  Program c(for_test ? ForTestProgram(p.desc()) : p.desc());
+  c.set_random_seed(p.random_seed());
+  c.set_is_startup(p.is_startup() && !for_test);
+  return c;
 }
 
 }  // namespace
@@ -227,6 +200,7 @@ void BindProgram(py::module_& m) {
       .def_property_readonly("id", &Program::id)
       .def_property_readonly("version", &Program::version)
       .def_property("random_seed", &Program::random_seed, &Program::set_random_seed)
+      .def_property("is_startup", &Program::is_startup, &Program::set_is_startup)
       .def("to_string", [](const Program& p) { return ProgramToText(p.desc()); })
       .def("num_ops", [](const Program& p) { return p.desc().blocks(0).ops_size(); })
       .def("var", &VarInfo, py::arg("name"))
@@ -237,15 +211,7 @@ void BindProgram(py::module_& m) {
       })
       .def("ops", &OpList)
       .def("validate", [](const Program& p) { ValidateProgram(p.desc()); })
-      .def(
-          "clone",
-          [](const Program& p, bool for_test) {
-            Program c(p.desc());
-            c.set_random_seed(p.random_seed());
-            if (for_test) c.mutable_desc() = ForTestProgram(c.desc());
-            return c;
-          },
-          py::arg("for_test") = false)
+      .def("clone", &Clone, py::arg("for_test") = false)
       .def("declare_data",
            [](Program& p, const std::string& name, const Dims& shape, const std::string& dtype, bool stop_gradient) {
              proto::ProgramDesc scratch = EmptyProgram();
@@ -262,15 +228,15 @@ void BindProgram(py::module_& m) {
            [](Program& main, Program& startup, const std::string& name, const Dims& shape, const std::string& init,
               const py::dict& init_args) {
              const Init how = InitFromPython(init, init_args);
-             if (DeclareShared(main, startup, name, shape, DataType::kFP32, /*trainable=*/true)) return name;
              ProgramBuilder b(&main.mutable_desc(), &startup.mutable_desc(), startup.random_seed());
+             if (b.DeclareShared(name, shape, DataType::kFP32, /*trainable=*/true)) return name;
              return b.Param(name, shape, how);
            })
       .def("create_persistable",
            [](Program& main, Program& startup, const std::string& name, const Dims& shape, float value,
               const std::string& dtype) {
-             if (DeclareShared(main, startup, name, shape, DataTypeFromName(dtype), /*trainable=*/false)) return name;
              ProgramBuilder b(&main.mutable_desc(), &startup.mutable_desc(), startup.random_seed());
+             if (b.DeclareShared(name, shape, DataTypeFromName(dtype), /*trainable=*/false)) return name;
              return b.Persistable(name, shape, value, DataTypeFromName(dtype));
            })
       .def("declares_prefix", &DeclaresPrefix, py::arg("name"))
@@ -278,7 +244,9 @@ void BindProgram(py::module_& m) {
            [](const Program& p) {
              return std::make_pair(p.desc().blocks(0).vars_size(), p.desc().blocks(0).ops_size());
            })
-      .def("rollback", &Rollback, py::arg("vars"), py::arg("ops"))
+      .def(
+          "rollback", [](Program& p, int vars, int ops) { TruncateBlock(&p.mutable_desc(), vars, ops); },
+          py::arg("vars"), py::arg("ops"))
       .def("append_op", &AppendOp, py::arg("type"), py::arg("inputs"), py::arg("outputs"), py::arg("attrs"),
            py::arg("base"))
       .def("prune_for_inference",

@@ -133,7 +133,15 @@ class TwoModelsTest(unittest.TestCase):
         self.assertTrue(any("keeps 'shared_fc.w'" in str(w.message) for w in caught), [str(w.message) for w in caught])
         got, = exe.run(other, feed={"x": xs}, fetch_list=[out])
         np.testing.assert_allclose(got, xs @ trained + kiln.global_scope().get("shared_fc.b"), rtol=1e-5)
-        # Running the same startup program again is a deliberate reset.
+        # Nor does the same startup program run again once the values were
+        # trained: a deliberate reset erases them first.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exe.run(startup)
+        np.testing.assert_array_equal(kiln.global_scope().get("shared_fc.w"), trained)
+        self.assertEqual(len(caught), 1)
+        self.assertIn("test_silent_errors.py", caught[0].filename)  # points at the caller's line
+        kiln.global_scope().erase("shared_fc.w")
         exe.run(startup)
         self.assertFalse(np.array_equal(kiln.global_scope().get("shared_fc.w"), trained))
 
@@ -145,6 +153,117 @@ class TwoModelsTest(unittest.TestCase):
         with kiln.unique_name.guard("inner_"):
             self.assertEqual(kiln.unique_name.generate("blk"), "inner_blk_0")
         self.assertNotIn(kiln.unique_name.generate("blk"), (a, b, "blk_0"))
+
+
+class NamesAndScopesTest(unittest.TestCase):
+    """Close variants of the two-models scripts, found in review."""
+
+    def test_a_program_that_is_not_a_startup_program_always_runs_all_its_ops(self):
+        # A DQN-style sync (a copy into the target's weights) and a reset.
+        main, startup = kiln.Program(), kiln.Program()
+        with kiln.program_guard(main, startup):
+            x = kiln.data("x", [-1, 4])
+            online = kiln.nn.fc(x, 2, name="online")
+            target = kiln.nn.fc(x, 2, name="target")
+        sync = kiln.Program()
+        with kiln.program_guard(sync, kiln.Program()):
+            w = kiln.create_parameter("online.w", [4, 2], "constant", value=0.0)
+            kiln.ops.scale(w, outputs={"Out": kiln.create_parameter("target.w", [4, 2], "constant", value=0.0)})
+        exe = kiln.Executor()
+        exe.run(startup)
+        self.assertFalse(np.array_equal(kiln.global_scope().get("online.w"), kiln.global_scope().get("target.w")))
+        exe.run(sync)
+        np.testing.assert_array_equal(kiln.global_scope().get("online.w"), kiln.global_scope().get("target.w"))
+        del online, target
+
+    def test_a_kept_var_of_other_dims_is_an_error_naming_both(self):
+        exe = kiln.Executor()
+        programs = []
+        for size in (1, 3):
+            main, startup = kiln.Program(), kiln.Program()
+            with kiln.program_guard(main, startup), kiln.unique_name.guard("kept_"):
+                x = kiln.data("x", [-1, 4])
+                kiln.nn.fc(x, size)
+            programs.append(startup)
+        exe.run(programs[0])
+        with self.assertRaises(kiln.Error) as e:
+            exe.run(programs[1])
+        self.assertIn("'kept_fc_0.w' is declared f32[4,3] but the scope holds it as f32[4,1]", str(e.exception))
+
+    def test_learning_rates_are_never_shared_even_under_guards(self):
+        made = []
+        for lr in (0.5, 0.001):
+            main, startup = kiln.Program(), kiln.Program()
+            with kiln.program_guard(main, startup), kiln.unique_name.guard("lr_"):
+                x = kiln.data("x", [-1, 4])
+                loss = kiln.nn.mean(kiln.nn.fc(x, 1))
+                lr_var, _ = kiln.optimizer.SGD(lr).minimize(loss)
+            made.append((startup, lr_var, lr))
+        self.assertNotEqual(made[0][1].name, made[1][1].name)
+        # Two programs built alike under guards, one startup program: the
+        # parameters are shared, each minimize gets its own learning rate.
+        startup = kiln.Program()
+        for _ in range(2):
+            with kiln.program_guard(kiln.Program(), startup), kiln.unique_name.guard("twin_"):
+                x = kiln.data("x", [-1, 4])
+                kiln.optimizer.SGD(0.1).minimize(kiln.nn.mean(kiln.nn.fc(x, 1)))
+        scope = kiln.Scope()
+        exe = kiln.Executor()
+        for start, lr_var, lr in made:
+            exe.run(start, scope=scope)
+        for start, lr_var, lr in made:
+            self.assertEqual(scope.get(lr_var.name)[0], np.float32(lr))
+
+    def test_the_default_startup_program_run_again_keeps_what_was_trained(self):
+        # A notebook: a model in the default programs, trained; a cell adds
+        # a layer and runs the (same, grown) default startup program again.
+        main, startup = kiln.Program(), kiln.Program()
+        with kiln.program_guard(main, startup):
+            x = kiln.data("x", [-1, 4])
+            y = kiln.data("y", [-1, 1])
+            loss = kiln.nn.reduce_mean((kiln.nn.fc(x, 1) - y) ** 2)
+            kiln.optimizer.SGD(0.1).minimize(loss)
+        exe = kiln.Executor()
+        scope = kiln.Scope()
+        exe.run(startup, scope=scope)
+        xs, ys = regression_data()
+        for _ in range(20):
+            trained, = exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)
+        with kiln.program_guard(main, startup):
+            extra = kiln.nn.fc(x, 2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exe.run(startup, scope=scope)
+        self.assertEqual(len(caught), 1)
+        again, = exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)
+        self.assertLess(again[0], trained[0] * 1.01)  # one more step from where it was
+        self.assertIsNotNone(scope.dims(extra.name.split(".")[0] + ".w"))
+
+    def test_names_of_a_loaded_program_are_not_generated_again(self):
+        main, startup = kiln.Program(), kiln.Program()
+        with kiln.program_guard(main, startup), kiln.unique_name.guard():
+            x = kiln.data("x", [-1, 4])
+            kiln.nn.fc(x, 3)  # fc_0
+        head = kiln.Program()
+        with tempfile.TemporaryDirectory() as d, kiln.unique_name.guard():  # a fresh process's counts
+            kiln.save_program(main, os.path.join(d, "p.pbtxt"))
+            loaded = kiln.load_program(os.path.join(d, "p.pbtxt"))
+            with kiln.program_guard(head, kiln.Program()):
+                x = kiln.data("x", [-1, 4])
+                kiln.nn.fc(x, 3)
+        self.assertTrue(loaded.has_var("fc_0.w"))
+        self.assertFalse(head.has_var("fc_0.w"), [v.name for v in head.list_vars()])
+
+    def test_names_made_under_a_guard_are_not_made_again_outside_it(self):
+        a, b = kiln.Program(), kiln.Program()
+        with kiln.program_guard(a, kiln.Program()):
+            with kiln.unique_name.guard():
+                kiln.nn.fc(kiln.data("x", [-1, 4]), 3)
+        with kiln.program_guard(b, kiln.Program()):
+            kiln.nn.fc(kiln.data("x", [-1, 4]), 3)
+        names_a = {p.name for p in a.all_parameters()}
+        names_b = {p.name for p in b.all_parameters()}
+        self.assertFalse(names_a & names_b, (names_a, names_b))
 
 
 class LayerSemanticsTest(unittest.TestCase):
@@ -303,13 +422,14 @@ class FeedsBelongToOneRunTest(unittest.TestCase):
             scope = kiln.Scope()
             exe.run(startup, scope=scope)
             x16, _ = classifier_data(16)
-            _, y32 = classifier_data(32)
+            x32, y32 = classifier_data(32)
             with self.assertRaises(kiln.Error) as e:
                 exe.run(test, feed={"x": x16, "label": y32}, fetch_list=[loss], scope=scope)
             self.assertIn("softmax_with_cross_entropy", str(e.exception))
             self.assertNotIn("jit_launch", str(e.exception))
+            # 32 rows of x: the stale 32 labels would fit.
             with self.assertRaises(kiln.Error) as e:
-                exe.run(test, feed={"x": x16}, fetch_list=[loss], scope=scope)
+                exe.run(test, feed={"x": x32}, fetch_list=[loss], scope=scope)
             self.assertIn("feed 'label' is missing (the program reads it)", str(e.exception))
 
     def test_a_parameter_that_holds_no_data_is_named_by_its_op_not_jit_launch(self):
@@ -358,6 +478,34 @@ class BadFeedsCostNothingTest(unittest.TestCase):
         self.assertEqual(after["fallback_calls"], before["fallback_calls"])
 
 
+    def test_bad_feeds_cost_nothing_when_the_mismatch_is_in_a_later_cluster(self):
+        # The loss kept out of the JIT: a forward cluster that compiles for
+        # any batch, then the loss that sees x and label disagree.
+        main, startup, test, loss = classifier()
+        saved = kiln.get_flags(["jit_deny_ops"])
+        kiln.set_flags({"jit_deny_ops": "softmax_with_cross_entropy"})
+        try:
+            exe = kiln.Executor(use_jit=True)
+            scope = kiln.Scope()
+            exe.run(startup, scope=scope)
+            limit = kiln.get_flags(["jit_recompile_limit"])["jit_recompile_limit"]
+            before = kiln.jit_stats()
+            for n in range(2, limit + 4):
+                x, _ = classifier_data(n)
+                _, y = classifier_data(n + 1)
+                with self.assertRaises(kiln.Error) as e:
+                    exe.run(main, feed={"x": x, "label": y}, fetch_list=[loss], scope=scope)
+                self.assertIn("softmax_with_cross_entropy", str(e.exception))
+            self.assertEqual(kiln.jit_stats()["compiles"], before["compiles"], "nothing compiled for bad feeds")
+            x, y = classifier_data(24)
+            exe.run(main, feed={"x": x, "label": y}, fetch_list=[loss], scope=scope)
+            after = kiln.jit_stats()
+            self.assertGreater(after["compiles"], before["compiles"])
+            self.assertEqual(after["fallback_calls"], before["fallback_calls"])
+        finally:
+            kiln.set_flags(saved)
+
+
 class LayersAreAtomicTest(unittest.TestCase):
     """fc(x, 3, act=<unknown>) left its matmul, add and parameters in the
     program, and the corrected call became fc_1 (shifting checkpoint names)."""
@@ -399,6 +547,36 @@ class OperatorsTest(unittest.TestCase):
                 np.testing.assert_array_equal(g, w)
             else:
                 np.testing.assert_allclose(g, w, rtol=2e-6)
+
+    def test_comparisons_with_numbers_are_exact_for_every_dtype(self):
+        main, startup = kiln.Program(), kiln.Program()
+        with kiln.program_guard(main, startup):
+            i = kiln.data("i", [5], dtype=np.int64)
+            f = kiln.data("f", [3], dtype=np.float64)
+            outs = [i < 1.5, i <= 1.5, i > -0.5, i >= 0.5, i < 16777217, f < 0.1, f >= 0.1, f > np.float32(0.05)]
+            with self.assertRaises(kiln.Error) as e:
+                kiln.nn.cast(i, "bool") < 1
+            self.assertIn("cast it first", str(e.exception))
+        iv = np.array([0, 1, 2, -1, 16777216], "int64")
+        fv = np.array([0.1, 0.05, 0.2])
+        got = kiln.Executor().run(main, feed={"i": iv, "f": fv}, fetch_list=outs)
+        want = [iv < 1.5, iv <= 1.5, iv > -0.5, iv >= 0.5, iv < 16777217, fv < 0.1, fv >= 0.1, fv > np.float32(0.05)]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+    def test_flatten_takes_paddles_axis_and_indices_take_numpy_ints(self):
+        main, startup = kiln.Program(), kiln.Program()
+        with kiln.program_guard(main, startup):
+            x = kiln.data("x", [-1, 3, 4, 5])
+            outs = [kiln.nn.flatten(x), kiln.nn.flatten(x, 2), kiln.nn.flatten(x, axis=0), x[np.int64(1)]]
+            with self.assertRaises(TypeError):
+                kiln.nn.flatten(x, 2.0)
+        xs = np.arange(120, dtype="float32").reshape(2, 3, 4, 5)
+        got = kiln.Executor().run(main, feed={"x": xs}, fetch_list=outs)
+        np.testing.assert_array_equal(got[0], xs.reshape(2, 60))
+        np.testing.assert_array_equal(got[1], xs.reshape(6, 20))
+        np.testing.assert_array_equal(got[2], xs.reshape(1, 120))
+        np.testing.assert_array_equal(got[3], xs[1])
 
     def test_unsupported_indexing_is_an_error(self):
         main, startup = kiln.Program(), kiln.Program()
