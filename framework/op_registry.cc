@@ -72,6 +72,9 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterCompareWhereOps(r);
   RegisterMathOps(r);
   RegisterSigmoidCrossEntropyOps(r);
+  RegisterUnaryMathOps(r);
+  RegisterTrigOps(r);
+  RegisterOnnxActivationOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -29,6 +29,10 @@ void RegisterGatherOneHotOps(OpRegistry& r);    // gather (+grad), one_hot
 void RegisterCompareWhereOps(OpRegistry& r);    // less_than ... not_equal, where (+grad)
 void RegisterMathOps(OpRegistry& r);         // log, sqrt, rsqrt, abs, pow, leaky_relu, softplus (+grads)
 void RegisterSigmoidCrossEntropyOps(OpRegistry& r);  // sigmoid_cross_entropy_with_logits (+grad)
+// The ops ONNX models need (issue 28):
+void RegisterUnaryMathOps(OpRegistry& r);       // erf, floor, ceil, round, sign, reciprocal, softsign (+grads)
+void RegisterTrigOps(OpRegistry& r);            // sin ... atanh (+grads)
+void RegisterOnnxActivationOps(OpRegistry& r);  // elu, selu, celu, hard_sigmoid, hard_swish, thresholded_relu (+grads)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
