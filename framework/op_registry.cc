@@ -75,6 +75,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterUnaryMathOps(r);
   RegisterTrigOps(r);
   RegisterOnnxActivationOps(r);
+  RegisterLogicalOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -33,6 +33,7 @@ void RegisterSigmoidCrossEntropyOps(OpRegistry& r);  // sigmoid_cross_entropy_wi
 void RegisterUnaryMathOps(OpRegistry& r);       // erf, floor, ceil, round, sign, reciprocal, softsign (+grads)
 void RegisterTrigOps(OpRegistry& r);            // sin ... atanh (+grads)
 void RegisterOnnxActivationOps(OpRegistry& r);  // elu, selu, celu, hard_sigmoid, hard_swish, thresholded_relu (+grads)
+void RegisterLogicalOps(OpRegistry& r);         // logical_and/or/xor/not, isnan, isinf
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
