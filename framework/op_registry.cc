@@ -76,6 +76,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterTrigOps(r);
   RegisterOnnxActivationOps(r);
   RegisterLogicalOps(r);
+  RegisterBinaryOps(r);
+  RegisterElementwisePowOps(r);
   AttachOneDnnKernels(r);
 }
 

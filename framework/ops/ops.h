@@ -34,6 +34,8 @@ void RegisterUnaryMathOps(OpRegistry& r);       // erf, floor, ceil, round, sign
 void RegisterTrigOps(OpRegistry& r);            // sin ... atanh (+grads)
 void RegisterOnnxActivationOps(OpRegistry& r);  // elu, selu, celu, hard_sigmoid, hard_swish, thresholded_relu (+grads)
 void RegisterLogicalOps(OpRegistry& r);         // logical_and/or/xor/not, isnan, isinf
+void RegisterBinaryOps(OpRegistry& r);          // elementwise_max, elementwise_min (+grads), elementwise_mod
+void RegisterElementwisePowOps(OpRegistry& r);  // elementwise_pow (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
