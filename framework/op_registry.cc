@@ -78,6 +78,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterLogicalOps(r);
   RegisterBinaryOps(r);
   RegisterElementwisePowOps(r);
+  RegisterTileExpandOps(r);
+  RegisterPadOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -36,6 +36,8 @@ void RegisterOnnxActivationOps(OpRegistry& r);  // elu, selu, celu, hard_sigmoid
 void RegisterLogicalOps(OpRegistry& r);         // logical_and/or/xor/not, isnan, isinf
 void RegisterBinaryOps(OpRegistry& r);          // elementwise_max, elementwise_min (+grads), elementwise_mod
 void RegisterElementwisePowOps(OpRegistry& r);  // elementwise_pow (+grad)
+void RegisterTileExpandOps(OpRegistry& r);      // tile, expand_v2 (+grads)
+void RegisterPadOps(OpRegistry& r);             // pad (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
