@@ -80,6 +80,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterElementwisePowOps(r);
   RegisterTileExpandOps(r);
   RegisterPadOps(r);
+  RegisterCumsumOps(r);
+  RegisterReduceNormOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -38,6 +38,8 @@ void RegisterBinaryOps(OpRegistry& r);          // elementwise_max, elementwise_
 void RegisterElementwisePowOps(OpRegistry& r);  // elementwise_pow (+grad)
 void RegisterTileExpandOps(OpRegistry& r);      // tile, expand_v2 (+grads)
 void RegisterPadOps(OpRegistry& r);             // pad (+grad)
+void RegisterCumsumOps(OpRegistry& r);          // cumsum (+grad)
+void RegisterReduceNormOps(OpRegistry& r);      // reduce_prod, reduce_l1, reduce_l2, logsumexp (+grads)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 

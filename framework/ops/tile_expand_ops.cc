@@ -178,28 +178,12 @@ void ExpandGradKernel(ExecContext& ctx) {
 // The JIT's forms over Out's dims: X read along its broadcast dims (the
 // forward), Out@GRAD summed into X@GRAD along them (the grad). None for an
 // empty Out.
-class EwExpandView {
- public:
-  explicit EwExpandView(const EwOpView& v) : v_(v) {}
-  template <typename T>
-  const T& Attr(const std::string& name) const {
-    return v_.Attr<T>(name);
-  }
-  template <typename... Args>
-  [[noreturn]] void Fail(const Args&... args) const {
-    ThrowInvalidArgument("op '", v_.op().type(), "': ", args...);
-  }
-
- private:
-  const EwOpView& v_;
-};
-
 std::vector<EwFragment> EwExpand(const EwOpView& v, bool grad) {
   const std::string x = v.In("X");
   const std::string src = grad ? v.In(GradVarName("Out")) : x;
   const std::string dst = grad ? v.Out(GradVarName("X")) : v.Out("Out");
   if (x.empty() || src.empty() || dst.empty()) return {};
-  const TileDims t = ExpandShapes(EwExpandView(v), v.DimsOf(x));
+  const TileDims t = ExpandShapes(ops::EwOpContext(v), v.DimsOf(x));
   if (Numel(t.out) == 0) return {};
   EwFragment f;
   f.iter = t.out;
