@@ -82,6 +82,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterPadOps(r);
   RegisterCumsumOps(r);
   RegisterReduceNormOps(r);
+  RegisterInstanceNormOps(r);
+  RegisterPreluOps(r);
   AttachOneDnnKernels(r);
 }
 

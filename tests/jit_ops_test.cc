@@ -848,6 +848,7 @@ TEST(JitOpsTest, EveryLowerableOpIsCovered) {
   for (const std::string t : {"elementwise_max", "elementwise_min", "elementwise_pow"}) covered.insert({t, t + "_grad"});
   covered.insert({"expand_v2", "expand_v2_grad"});  // TileExpandOpsJitTest
   covered.insert({"reduce_l1", "reduce_l1_grad", "reduce_l2_grad", "logsumexp_grad"});  // ReduceNormOpsJitTest
+  covered.insert({"prelu", "prelu_grad"});  // PreluOpJitTest
   std::set<std::string> lowerable;
   for (const std::string& t : OpRegistry::Global().Types()) {
     const JitLowering j = OpRegistry::Global().Get(t).jit;

@@ -40,6 +40,8 @@ void RegisterTileExpandOps(OpRegistry& r);      // tile, expand_v2 (+grads)
 void RegisterPadOps(OpRegistry& r);             // pad (+grad)
 void RegisterCumsumOps(OpRegistry& r);          // cumsum (+grad)
 void RegisterReduceNormOps(OpRegistry& r);      // reduce_prod, reduce_l1, reduce_l2, logsumexp (+grads)
+void RegisterInstanceNormOps(OpRegistry& r);    // instance_norm (+grad)
+void RegisterPreluOps(OpRegistry& r);           // prelu (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
