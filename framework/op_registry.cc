@@ -77,6 +77,18 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterCompareWhereOps(r);
   RegisterMathOps(r);
   RegisterSigmoidCrossEntropyOps(r);
+  RegisterUnaryMathOps(r);
+  RegisterTrigOps(r);
+  RegisterOnnxActivationOps(r);
+  RegisterLogicalOps(r);
+  RegisterBinaryOps(r);
+  RegisterElementwisePowOps(r);
+  RegisterTileExpandOps(r);
+  RegisterPadOps(r);
+  RegisterCumsumOps(r);
+  RegisterReduceNormOps(r);
+  RegisterInstanceNormOps(r);
+  RegisterPreluOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -837,6 +837,18 @@ TEST(JitOpsTest, EveryLowerableOpIsCovered) {
     covered.insert({t, t + "_grad"});
   }
   covered.insert({"less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal", "cast"});
+  // UnaryMathOpsJitTest, OnnxActivationOpsJitTest, TrigOpsJitTest and LogicalOpsJitTest (issue 28's ops).
+  for (const std::string t : {"erf", "floor", "ceil", "round", "sign", "reciprocal", "softsign", "elu", "selu", "celu",
+                              "hard_sigmoid", "hard_swish", "thresholded_relu"}) {
+    covered.insert({t, t + "_grad"});
+  }
+  for (const std::string t : {"tan", "asin", "acos", "atan", "asinh", "acosh", "atanh"}) covered.insert(t + "_grad");
+  covered.insert({"logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf"});
+  // BinaryOpsJitTest and ElementwisePowOpJitTest.
+  for (const std::string t : {"elementwise_max", "elementwise_min", "elementwise_pow"}) covered.insert({t, t + "_grad"});
+  covered.insert({"expand_v2", "expand_v2_grad"});  // TileExpandOpsJitTest
+  covered.insert({"reduce_l1", "reduce_l1_grad", "reduce_l2_grad", "logsumexp_grad"});  // ReduceNormOpsJitTest
+  covered.insert({"prelu", "prelu_grad"});  // PreluOpJitTest
   std::set<std::string> lowerable;
   for (const std::string& t : OpRegistry::Global().Types()) {
     const JitLowering j = OpRegistry::Global().Get(t).jit;

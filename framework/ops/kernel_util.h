@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <string>
 #include <string_view>
 
 #include "framework/operator.h"
@@ -26,6 +27,26 @@ inline void CheckSameDtype(const InferShapeContext& ctx, std::string_view slot, 
              DataTypeName(dtype));
   }
 }
+
+// An elementwise lowering's op view seen as the contexts shape helpers take
+// (Attr, OpName, Fail), so the JIT computes an op's dims with the code its
+// shape inference runs.
+class EwOpContext {
+ public:
+  explicit EwOpContext(const EwOpView& v) : v_(v) {}
+  template <typename T>
+  const T& Attr(const std::string& name) const {
+    return v_.Attr<T>(name);
+  }
+  std::string OpName() const { return "op '" + v_.op().type() + "'"; }
+  template <typename... Args>
+  [[noreturn]] void Fail(const Args&... args) const {
+    ThrowInvalidArgument(OpName(), ": ", args...);
+  }
+
+ private:
+  const EwOpView& v_;
+};
 
 // Allocates t's buffer (dtype T) and fills it with zeros.
 template <typename T>

@@ -29,6 +29,19 @@ void RegisterGatherOneHotOps(OpRegistry& r);    // gather (+grad), one_hot
 void RegisterCompareWhereOps(OpRegistry& r);    // less_than ... not_equal, where (+grad)
 void RegisterMathOps(OpRegistry& r);         // log, sqrt, rsqrt, abs, pow, leaky_relu, softplus (+grads)
 void RegisterSigmoidCrossEntropyOps(OpRegistry& r);  // sigmoid_cross_entropy_with_logits (+grad)
+// The ops ONNX models need (issue 28):
+void RegisterUnaryMathOps(OpRegistry& r);       // erf, floor, ceil, round, sign, reciprocal, softsign (+grads)
+void RegisterTrigOps(OpRegistry& r);            // sin ... atanh (+grads)
+void RegisterOnnxActivationOps(OpRegistry& r);  // elu, selu, celu, hard_sigmoid, hard_swish, thresholded_relu (+grads)
+void RegisterLogicalOps(OpRegistry& r);         // logical_and/or/xor/not, isnan, isinf
+void RegisterBinaryOps(OpRegistry& r);          // elementwise_max, elementwise_min (+grads), elementwise_mod
+void RegisterElementwisePowOps(OpRegistry& r);  // elementwise_pow (+grad)
+void RegisterTileExpandOps(OpRegistry& r);      // tile, expand_v2 (+grads)
+void RegisterPadOps(OpRegistry& r);             // pad (+grad)
+void RegisterCumsumOps(OpRegistry& r);          // cumsum (+grad)
+void RegisterReduceNormOps(OpRegistry& r);      // reduce_prod, reduce_l1, reduce_l2, logsumexp (+grads)
+void RegisterInstanceNormOps(OpRegistry& r);    // instance_norm (+grad)
+void RegisterPreluOps(OpRegistry& r);           // prelu (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 

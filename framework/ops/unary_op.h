@@ -10,7 +10,11 @@
 //   EwValue Ew(EwProgram&, EwValue x) const;  // the same as EwProgram, for the JIT
 //   EwValue EwGrad(EwProgram&, EwValue v, EwValue dout) const;
 // and optionally `static void CheckAttrs(const InferShapeContext&)`, which
-// shape inference of the op and its grad calls to refuse bad attribute values.
+// shape inference of the op and its grad calls to refuse bad attribute values,
+// and `static constexpr bool kIntegers = true` when the forward also takes i64
+// and i32 X (Fwd<int64_t>, Fwd<int32_t>; the grad stays f32/f64).
+// An Act without Ew (EwGrad) has no elementwise form: the op (its grad) is
+// JitLowering::kFramework, so its framework kernel runs inside clusters.
 #pragma once
 
 #include <string>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "framework/op_registry.h"
+#include "framework/ops/dtype_dispatch.h"
 #include "framework/ops/kernel_util_a.h"
 
 namespace kiln::unary_op {
@@ -34,25 +39,52 @@ void CheckAttrs(const InferShapeContext& ctx) {
   if constexpr (HasCheckAttrs<Act>::value) Act::CheckAttrs(ctx);
 }
 
+template <typename Act, typename = void>
+struct HasEw : std::false_type {};
+template <typename Act>
+struct HasEw<Act, std::void_t<decltype(std::declval<const Act&>().Ew(std::declval<EwProgram&>(), EwValue{}))>>
+    : std::true_type {};
+
+template <typename Act, typename = void>
+struct HasEwGrad : std::false_type {};
+template <typename Act>
+struct HasEwGrad<Act, std::void_t<decltype(std::declval<const Act&>().EwGrad(std::declval<EwProgram&>(), EwValue{},
+                                                                              EwValue{}))>> : std::true_type {};
+
+template <typename Act, typename = void>
+struct TakesIntegers : std::false_type {};
+template <typename Act>
+struct TakesIntegers<Act, std::void_t<decltype(Act::kIntegers)>> : std::bool_constant<Act::kIntegers> {};
+
 template <typename Act>
 void ActivationKernel(ExecContext& ctx) {
   const Tensor& x = ctx.Input("X");
   Tensor* out = ctx.Output("Out");
   const Act act(ctx);
-  ops_a::DispatchFloat(ctx, x.dtype(), "input X", [&](auto tag) {
+  auto body = [&](auto tag) {
     using T = decltype(tag);
     // Out may be X's buffer (in place): element i is read before it is written.
     T* o = out->mutable_data<T>();
     const T* xp = x.data<T>();
     const int64_t n = x.numel();
     for (int64_t i = 0; i < n; ++i) o[i] = act.template Fwd<T>(xp[i]);
-  });
+  };
+  if constexpr (TakesIntegers<Act>::value) {
+    ops::DispatchNumeric(ctx, x.dtype(), "input X", body);
+  } else {
+    ops_a::DispatchFloat(ctx, x.dtype(), "input X", body);
+  }
 }
 
 template <typename Act>
 void InferActivation(InferShapeContext& ctx) {
   CheckAttrs<Act>(ctx);
-  const DataType dtype = ops_a::CheckFloatInput(ctx, "X");
+  DataType dtype;
+  if constexpr (TakesIntegers<Act>::value) {
+    dtype = ops::CheckInputDtype(ctx, "X", {DataType::kFP32, DataType::kFP64, DataType::kINT64, DataType::kINT32});
+  } else {
+    dtype = ops_a::CheckFloatInput(ctx, "X");
+  }
   ctx.SetOutput("Out", ctx.InputDims("X"), dtype);
 }
 
@@ -136,9 +168,9 @@ std::vector<EwFragment> EwBackward(const EwOpView& v) {
 }
 
 // Registers `type` and `type`_grad (documented as `grad_doc`, or "gradient
-// of `type`" when empty): reference kernels for f32 and f64, shape
-// inference, the grad maker, X -> Out in place, and the JIT's elementwise
-// lowering of both.
+// of `type`" when empty): reference kernels for f32 and f64 (and i64, i32
+// for kIntegers), shape inference, the grad maker, X -> Out in place, and
+// the JIT's elementwise lowering of each that has one (else kFramework).
 template <typename Act>
 void RegisterUnaryOp(OpRegistry& r, const std::string& type, const std::string& doc, std::vector<AttrDef> attrs,
                      const std::string& grad_doc = "") {
@@ -157,8 +189,11 @@ void RegisterUnaryOp(OpRegistry& r, const std::string& type, const std::string& 
     return std::vector<proto::OpDesc>{MakeGradOp(op, fwd_inputs, fwd_outputs, {"Out"}, {"X"})};
   };
   fwd.inplace = {{"X", "Out"}};
-  fwd.jit = JitLowering::kElementwise;
-  fwd.elementwise = EwForward<Act>;
+  fwd.jit = JitLowering::kFramework;
+  if constexpr (HasEw<Act>::value) {
+    fwd.jit = JitLowering::kElementwise;
+    fwd.elementwise = EwForward<Act>;
+  }
   r.Add(std::move(fwd));
 
   OpInfo grad;
@@ -170,8 +205,11 @@ void RegisterUnaryOp(OpRegistry& r, const std::string& type, const std::string& 
   grad.attrs = std::move(attrs);
   grad.infer_shape = InferActivationGrad<Act>;
   grad.reference_kernel = ActivationGradKernel<Act>;
-  grad.jit = JitLowering::kElementwise;
-  grad.elementwise = EwBackward<Act>;
+  grad.jit = JitLowering::kFramework;
+  if constexpr (HasEwGrad<Act>::value) {
+    grad.jit = JitLowering::kElementwise;
+    grad.elementwise = EwBackward<Act>;
+  }
   r.Add(std::move(grad));
 }
 
