@@ -33,6 +33,9 @@ enum class VarRole {
   kConstant,   // read only
 };
 
+// kInitializer: a float initializer, a parameter unless an op reads it as
+// state or as a constant operand; never folded. Other initializers are
+// kConstant, as Constant nodes and folded results are.
 struct Value {
   enum class Kind { kRuntime, kConstant, kInitializer };
   Kind kind = Kind::kRuntime;

@@ -163,7 +163,11 @@ void DefineGraphValues(const onnx::GraphProto& g, const OnnxImportOptions& optio
   std::set<std::string> initializers;
   for (const auto& init : g.initializer()) {
     auto t = std::make_shared<const Tensor>(TensorFromProto(init, source + ": initializer '" + init.name() + "'"));
-    ic.SetValue(init.name(), Value{Value::Kind::kInitializer, "", t, t->dims(), t->dtype()});
+    // Float initializers are parameters (never folded away); the others
+    // (shapes, axes, indices) are constants like a Constant node's.
+    const bool param = t->dtype() == DataType::kFP32 || t->dtype() == DataType::kFP64;
+    ic.SetValue(init.name(), Value{param ? Value::Kind::kInitializer : Value::Kind::kConstant, "", t, t->dims(),
+                                   t->dtype()});
     initializers.insert(init.name());
   }
   if (g.sparse_initializer_size() > 0) ThrowUnimplemented(source, ": sparse initializers (kiln tensors are dense)");

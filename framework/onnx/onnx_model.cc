@@ -75,8 +75,12 @@ void ResolveExternal(TensorProto* t, const std::string& model_dir, const std::st
   std::error_code ec;
   const int64_t size = static_cast<int64_t>(fs::file_size(file, ec));
   if (ec) ThrowNotFound(what, ": cannot read external data '", location, "' (", ec.message(), ")");
+  if (offset > size) {
+    ThrowInvalidArgument(what, ": external data '", location, "' has ", size, " bytes; offset ", offset,
+                         " is past its end");
+  }
   if (length < 0) length = size - offset;
-  if (offset > size || length < 0 || length > size - offset) {
+  if (length > size - offset) {
     ThrowInvalidArgument(what, ": external data '", location, "' has ", size, " bytes; offset ", offset, " length ",
                          length, " reaches past its end");
   }
