@@ -171,6 +171,27 @@ TEST(OnnxImportTest, ConstantSubgraphsFold) {
   EXPECT_EQ(test::CompareTensors(scope.GetVar(w)->Get(), test::FloatTensor({4}, {0, 0, 2, 0}), 0, 0), "");
 }
 
+// OneHot with indices known at import: negative ones count from the end,
+// out-of-range ones give a row of zeros (kiln's one_hot, run at import).
+TEST(OnnxImportTest, OneHotOfKnownIndices) {
+  OnnxModelBuilder m(11);
+  m.Input("x", {3, 3});
+  m.Ints("idx", {3}, {-1, 0, 5}).Ints("depth", {}, {3}).Floats("values", {2}, {0, 1});
+  m.Node("OneHot", {"idx", "depth", "values"}, {"oh"});
+  m.Node("Add", {"x", "oh"}, {"y"});
+  m.Output("y", {3, 3});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  ASSERT_EQ(im.main.blocks(0).ops_size(), 2);
+  EXPECT_EQ(im.main.blocks(0).ops(0).type(), "one_hot");
+  Scope scope;
+  Executor exec;
+  exec.RunProgram(im.startup, scope);
+  FeedTensor(im.main.blocks(0), scope, "x", test::FloatTensor({3, 3}, {0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  exec.RunProgram(im.main, scope);
+  EXPECT_EQ(test::CompareTensors(scope.GetVar("y")->Get(), test::FloatTensor({3, 3}, {0, 0, 1, 1, 0, 0, 0, 0, 0}), 0, 0),
+            "");
+}
+
 TEST(OnnxImportTest, InputShapesAndBoundInputs) {
   OnnxModelBuilder m(14);
   m.Input("x", {-1, 6}).Input("shape", {2}, onnx::TensorProto::INT64);

@@ -1,5 +1,5 @@
-// Layout ONNX ops: Reshape, Flatten, Squeeze, Unsqueeze (reshape2),
-// Transpose, Concat, Split, Slice, Gather, Identity.
+// Layout and indexing ONNX ops: Reshape, Flatten, Squeeze, Unsqueeze
+// (reshape2), Transpose, Concat, Split, Slice, Gather, OneHot, Identity.
 #include <algorithm>
 #include <numeric>
 
@@ -206,6 +206,42 @@ void ConvertGather(NodeContext& ctx) {
   ReshapeTo(ctx, g, ctx.VarDims(g), to, src, ctx.Out(0));
 }
 
+// one_hot of the indices with a trailing 1 dim; ONNX's negative indices
+// count from the end and out-of-range ones give a row of zeros, so the
+// indices must be known at import (made non-negative; out-of-range ones
+// stay out of range, which allow_out_of_range turns into zeros). kiln's
+// one_hot writes f32 zeros and ones along the last axis.
+void ConvertOneHot(NodeContext& ctx) {
+  const int64_t rank = static_cast<int64_t>(ctx.InputDims(0).size());
+  const int64_t axis = ctx.Int("axis", -1);
+  if (axis != -1 && axis != rank) ctx.Refuse("axis ", axis, ": kiln's one_hot adds the last axis");
+  const double depth_value = ctx.ConstantScalar(1, "depth");
+  const int64_t depth = static_cast<int64_t>(depth_value);
+  if (depth < 1 || static_cast<double>(depth) != depth_value) ctx.Refuse("depth ", depth_value, ": expected >= 1");
+  const Tensor& values = ctx.RequireConstant(2, "values");
+  if (values.dtype() != DataType::kFP32 || values.numel() != 2 || values.data<float>()[0] != 0 ||
+      values.data<float>()[1] != 1) {
+    ctx.Refuse("values must be float [0, 1]: kiln's one_hot writes f32 zeros and ones");
+  }
+  if (ctx.Constant(0) == nullptr) {
+    ctx.Refuse("indices computed at run time may be negative, which ONNX counts from the end and kiln's one_hot "
+               "refuses; kiln imports OneHot with indices known at import");
+  }
+  const Dims idx = ctx.InputDims(0);
+  const std::vector<int64_t> raw = ctx.ConstantInts(0, "indices");
+  Tensor fixed(DataType::kINT64, idx);
+  fixed.Resize([&] {
+    Dims d = idx;
+    d.push_back(1);
+    return d;
+  }());
+  for (size_t k = 0; k < raw.size(); ++k) {
+    fixed.mutable_data<int64_t>()[k] = raw[k] < 0 && raw[k] >= -depth ? raw[k] + depth : raw[k];
+  }
+  ctx.Op1("one_hot", {{"X", {ctx.ConstantVar("indices", fixed)}}},
+          {{"depth", depth}, {"allow_out_of_range", true}}, ctx.Out(0));
+}
+
 void ConvertIdentity(NodeContext& ctx) { ctx.Alias(0, ctx.Input(0)); }
 
 }  // namespace
@@ -220,6 +256,7 @@ void AddShapeConverters(std::vector<Converter>* t) {
   t->push_back(MakeConverter("Split", 2, ConvertSplit));
   t->push_back(MakeConverter("Slice", 1, ConvertSlice));
   t->push_back(MakeConverter("Gather", 1, ConvertGather));
+  t->push_back(MakeConverter("OneHot", 9, ConvertOneHot));
   t->push_back(MakeConverter("Identity", 1, ConvertIdentity));
 }
 
