@@ -78,7 +78,9 @@ Tensor RangeOf(NodeContext& ctx, DataType dtype) {
   const double delta = ctx.ConstantScalar(2, "delta");
   if (delta == 0) ctx.Refuse("delta is 0");
   const double n = std::ceil((limit - start) / delta);
-  if (!(n < static_cast<double>(kMaxTensorElements))) ctx.Refuse("it would have ", n, " elements");
+  if (!(n <= static_cast<double>(kMaxFoldedElements))) {
+    ctx.Refuse("it would make a constant of ", n, " elements (at most ", kMaxFoldedElements, " are folded)");
+  }
   const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
   Tensor t(dtype, {count});
   if (count == 0) return t;
@@ -115,6 +117,15 @@ void ConvertRange(NodeContext& ctx) {
 // attribute, when the value is a float exactly (fill_constant's value is).
 void ConvertConstantOfShape(NodeContext& ctx) {
   const std::vector<int64_t> shape = ctx.ConstantInts(0, "the shape");
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) ctx.Refuse("the shape ", DimsToString(shape), " has a negative dim");
+    if (d > 0 && numel > kMaxFoldedElements / d) {
+      ctx.Refuse("the shape ", DimsToString(shape), " would make a constant of more than ", kMaxFoldedElements,
+                 " elements");
+    }
+    numel *= d;
+  }
   Tensor value = Floats({1}, {0.0f});
   if (const onnx::AttributeProto* a = ctx.Attr("value"); a != nullptr && a->has_t()) {
     try {

@@ -24,6 +24,9 @@ int32_t OnnxDtype(DataType dtype);
 // The most elements one tensor may hold (2^31): a larger claim in a model is
 // refused before any allocation.
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
+// The most elements a constant made at import may hold (2^24: 64 MiB of
+// f32): ConstantOfShape and Range beyond it are refused rather than filled.
+inline constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
 
 // The values of `t`. External data must have been resolved into raw_data
 // (onnx_model.h). Throws kiln::Error starting with `what` (e.g. "model.onnx:
