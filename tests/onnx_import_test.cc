@@ -221,6 +221,22 @@ TEST(OnnxImportTest, InputShapesAndBoundInputs) {
             std::string::npos);
 }
 
+// A model exported at batch 2 imported at batch 5: ONNX's shape inference
+// runs with the dims kiln used, not the ones the file recorded.
+TEST(OnnxImportTest, InputShapesOverrideTheModels) {
+  OnnxModelBuilder m(14);
+  m.Input("x", {2, 6}).Floats("w", {6, 3}, Values(18, 0.5f));
+  m.Node("MatMul", {"x", "w"}, {"h"});
+  m.Node("Relu", {"h"}, {"y"});
+  m.Output("y", {2, 3});
+  OnnxImportOptions options;
+  options.input_shapes["x"] = {5, 6};
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes(), options);
+  EXPECT_EQ(VarDims(*FindVarDesc(im.main.blocks(0), "y")), (Dims{5, 3}));
+  options.input_shapes["x"] = {-1, 6};
+  EXPECT_EQ(VarDims(*FindVarDesc(ImportOnnxModelFromBytes(m.Bytes(), options).main.blocks(0), "h")), (Dims{-1, 3}));
+}
+
 struct RefusalCase {
   std::string what;
   OnnxModelBuilder model;

@@ -61,11 +61,6 @@ const Value* ImportContext::Find(const std::string& onnx_name) const {
 
 void ImportContext::SetValue(const std::string& onnx_name, Value value) { values_[onnx_name] = std::move(value); }
 
-const OnnxValueInfo* ImportContext::Info(const std::string& onnx_name) const {
-  auto it = info_.find(onnx_name);
-  return it == info_.end() ? nullptr : &it->second;
-}
-
 std::string ImportContext::NewVarName(const std::string& hint) {
   const std::string base = SanitizeName(hint);
   std::string name = base;

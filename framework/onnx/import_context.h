@@ -45,12 +45,6 @@ struct Value {
   DataType dtype = DataType::kFP32;
 };
 
-// What ONNX shape inference says of a value: element type, dims (-1 unknown).
-struct OnnxValueInfo {
-  int32_t elem_type = 0;
-  std::optional<Dims> dims;
-};
-
 class ImportContext {
  public:
   ImportContext(std::string source, int64_t opset);
@@ -90,11 +84,9 @@ class ImportContext {
   void Emit(const proto::OpDesc& op);
   const proto::VarDesc* FindVar(const std::string& var) const;
 
-  // ONNX names read by some node or graph output, and ONNX's shape inference.
+  // ONNX names read by some node or graph output.
   void SetUsed(std::set<std::string> used) { used_ = std::move(used); }
   bool IsUsed(const std::string& onnx_name) const { return used_.count(onnx_name) > 0; }
-  void SetValueInfo(std::map<std::string, OnnxValueInfo> info) { info_ = std::move(info); }
-  const OnnxValueInfo* Info(const std::string& onnx_name) const;
 
  private:
   std::string source_;
@@ -107,7 +99,6 @@ class ImportContext {
   std::vector<std::string> parameters_, state_;
   std::string NewFilledVar(const std::string& hint, const Tensor& value);
   std::set<std::string> used_;
-  std::map<std::string, OnnxValueInfo> info_;
 };
 
 // One node as its converter sees it. Inputs and outputs are counted as in the

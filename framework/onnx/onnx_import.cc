@@ -29,27 +29,6 @@ int64_t DefaultOpset(const onnx::ModelProto& model, const std::string& source) {
   ThrowInvalidArgument(source, ": the model imports no opset of the default ONNX domain");
 }
 
-// Element type and dims (-1: symbolic or unknown) of a ValueInfo.
-OnnxValueInfo InfoOf(const onnx::ValueInfoProto& v) {
-  OnnxValueInfo info;
-  if (!v.type().has_tensor_type()) return info;
-  const auto& t = v.type().tensor_type();
-  info.elem_type = t.elem_type();
-  if (!t.has_shape()) return info;
-  Dims dims;
-  for (const auto& d : t.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
-  info.dims = dims;
-  return info;
-}
-
-std::map<std::string, OnnxValueInfo> CollectValueInfo(const onnx::GraphProto& g) {
-  std::map<std::string, OnnxValueInfo> out;
-  for (const auto* list : {&g.input(), &g.value_info(), &g.output()}) {
-    for (const auto& v : *list) out[v.name()] = InfoOf(v);
-  }
-  return out;
-}
-
 std::set<std::string> CollectUses(const onnx::GraphProto& g) {
   std::set<std::string> used;
   for (const auto& n : g.node()) used.insert(n.input().begin(), n.input().end());
@@ -68,7 +47,7 @@ Dims InputDims(const onnx::ValueInfoProto& input, const OnnxImportOptions& optio
     }
     return it->second;
   }
-  const OnnxValueInfo info = InfoOf(input);
+  const OnnxValueInfo info = ValueInfoOf(input);
   if (!info.dims) {
     ThrowInvalidArgument(source, ": graph input '", input.name(), "' has no shape in the model; give it (input_shapes)");
   }
@@ -78,20 +57,26 @@ Dims InputDims(const onnx::ValueInfoProto& input, const OnnxImportOptions& optio
   return *info.dims;
 }
 
+// A zero-size result is refused (no kiln var holds one).
+void CheckZeroSize(NodeContext& ctx, ImportContext& ic) {
+  for (size_t i = 0; i < ctx.OutputCount(); ++i) {
+    const Value* v = ctx.HasOutput(i) ? ic.Find(ctx.node().output(static_cast<int>(i))) : nullptr;
+    if (v != nullptr && v->kind == Value::Kind::kRuntime && Numel(v->dims) == 0) {
+      ctx.Refuse("output ", i, " would be the zero-size ", DimsToString(v->dims), ", and no kiln var holds one");
+    }
+  }
+}
+
 // Refuses what kiln computed for a node when ONNX's shape inference says
-// otherwise (a converter that is wrong must not import quietly), and a
-// zero-size result (no kiln var holds one).
-void CheckOutputs(NodeContext& ctx, ImportContext& ic) {
+// otherwise: a converter that is wrong must not import quietly.
+void CheckAgainstOnnx(NodeContext& ctx, ImportContext& ic, const std::map<std::string, OnnxValueInfo>& infos) {
   for (size_t i = 0; i < ctx.OutputCount(); ++i) {
     if (!ctx.HasOutput(i)) continue;
     const std::string& name = ctx.node().output(static_cast<int>(i));
     const Value* v = ic.Find(name);
-    if (v == nullptr) continue;
-    if (v->kind == Value::Kind::kRuntime && Numel(v->dims) == 0) {
-      ctx.Refuse("output ", i, " would be the zero-size ", DimsToString(v->dims), ", and no kiln var holds one");
-    }
-    const OnnxValueInfo* info = ic.Info(name);
-    if (info == nullptr) continue;
+    auto found = infos.find(name);
+    if (v == nullptr || found == infos.end()) continue;
+    const OnnxValueInfo* info = &found->second;
     if (info->elem_type != 0 && KilnDtype(info->elem_type) != v->dtype) {
       ctx.RefuseWith(ErrorCode::kInternal, StrCat("output ", i, ": kiln computes ", DataTypeName(v->dtype),
                                                   ", ONNX's shape inference ", OnnxDtypeName(info->elem_type)));
@@ -130,7 +115,7 @@ void ConvertNode(ImportContext& ic, const onnx::NodeProto& node, int index) {
     c->convert(ctx);
     ctx.Commit();
   }
-  CheckOutputs(ctx, ic);
+  CheckZeroSize(ctx, ic);
 }
 
 // A graph input bound to `value` at import: a constant.
@@ -139,7 +124,7 @@ void BindInput(const onnx::ValueInfoProto& in, const Tensor& value, DataType dty
     ThrowInvalidArgument(ic.source(), ": the value bound to input '", in.name(), "' is ", DataTypeName(value.dtype()),
                          ", the model's input ", DataTypeName(dtype));
   }
-  const OnnxValueInfo info = InfoOf(in);
+  const OnnxValueInfo info = ValueInfoOf(in);
   bool fits = !info.dims || info.dims->size() == value.dims().size();
   for (size_t k = 0; fits && info.dims && k < value.dims().size(); ++k) {
     fits = (*info.dims)[k] < 0 || (*info.dims)[k] == value.dim(k);
@@ -209,10 +194,19 @@ OnnxImport ImportOnnxModelFromBytes(const std::string& bytes, const OnnxImportOp
   OnnxImport result;
   result.opset = DefaultOpset(model, source);
   ImportContext ic(source, result.opset);
-  ic.SetValueInfo(CollectValueInfo(g));
   ic.SetUsed(CollectUses(g));
   DefineGraphValues(g, options, ic, &result);
   for (int i = 0; i < g.node_size(); ++i) ConvertNode(ic, g.node(i), i);
+  // ONNX's shape inference on what kiln accepted, with the dims kiln used.
+  std::map<std::string, Dims> input_dims;
+  for (const auto& in : g.input()) {
+    if (const Value* v = ic.Find(in.name())) input_dims[in.name()] = v->dims;
+  }
+  const std::map<std::string, OnnxValueInfo> infos = InferValueInfo(model, input_dims, source);
+  for (int i = 0; i < g.node_size(); ++i) {
+    NodeContext ctx(ic, g.node(i), i);
+    CheckAgainstOnnx(ctx, ic, infos);
+  }
   for (const auto& out : g.output()) {
     if (ic.Find(out.name()) == nullptr) {
       ThrowInvalidArgument(source, ": graph output '", out.name(), "' is computed by no node");

@@ -109,6 +109,29 @@ void ForEachTensor(onnx::GraphProto* g, const std::string& prefix,
   }
 }
 
+// ONNX 1.12's shape inference divides by these attributes without checking
+// them (a stride of 0 is a SIGFPE in convPoolShapeInference), and the
+// checker lets them through: they must be positive before it runs.
+void CheckDivisorAttributes(const onnx::GraphProto& g, const std::string& source) {
+  static const char* const kDivisors[] = {"strides", "dilations", "kernel_shape", "group", "blocksize"};
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      for (const char* name : kDivisors) {
+        if (a.name() != name) continue;
+        bool positive = a.i() > 0 || a.type() != onnx::AttributeProto::INT;
+        for (int64_t v : a.ints()) positive = positive && v > 0;
+        if (!positive) {
+          ThrowInvalidArgument(source, ": node ", i, " '", n.name(), "' (", n.op_type(), "): attribute ", name,
+                               " must be positive");
+        }
+      }
+      if (a.has_g()) CheckDivisorAttributes(a.g(), source);
+      for (const onnx::GraphProto& sub : a.graphs()) CheckDivisorAttributes(sub, source);
+    }
+  }
+}
+
 }  // namespace
 
 onnx::ModelProto LoadModelProto(const std::string& bytes, const std::string& source, const std::string& model_dir) {
@@ -123,12 +146,50 @@ onnx::ModelProto LoadModelProto(const std::string& bytes, const std::string& sou
   } catch (const std::exception& e) {
     ThrowInvalidArgument(source, ": the ONNX checker rejects the model: ", e.what());
   }
+  CheckDivisorAttributes(model.graph(), source);
+  return model;
+}
+
+OnnxValueInfo ValueInfoOf(const onnx::ValueInfoProto& v) {
+  OnnxValueInfo info;
+  if (!v.type().has_tensor_type()) return info;
+  const auto& t = v.type().tensor_type();
+  info.elem_type = t.elem_type();
+  if (!t.has_shape()) return info;
+  Dims dims;
+  for (const auto& d : t.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  info.dims = dims;
+  return info;
+}
+
+std::map<std::string, OnnxValueInfo> InferValueInfo(onnx::ModelProto model,
+                                                    const std::map<std::string, Dims>& input_dims,
+                                                    const std::string& source) {
+  onnx::GraphProto* g = model.mutable_graph();
+  g->clear_value_info();
+  for (onnx::ValueInfoProto& out : *g->mutable_output()) {
+    out.mutable_type()->mutable_tensor_type()->clear_shape();
+  }
+  for (onnx::ValueInfoProto& in : *g->mutable_input()) {
+    auto it = input_dims.find(in.name());
+    if (it == input_dims.end()) continue;
+    auto* shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : it->second) {
+      auto* dim = shape->add_dim();
+      if (d >= 0) dim->set_dim_value(d);
+    }
+  }
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {
     ThrowInvalidArgument(source, ": ONNX shape inference fails: ", e.what());
   }
-  return model;
+  std::map<std::string, OnnxValueInfo> out;
+  for (const auto* list : {&g->input(), &g->value_info(), &g->output()}) {
+    for (const auto& v : *list) out[v.name()] = ValueInfoOf(v);
+  }
+  return out;
 }
 
 }  // namespace kiln::onnx_import
