@@ -192,6 +192,30 @@ TEST(OnnxImportTest, OneHotOfKnownIndices) {
             "");
 }
 
+// A causal mask: Trilu (lower) of ones, computed at import.
+TEST(OnnxImportTest, TriluMaskFolds) {
+  OnnxModelBuilder m(14);
+  m.Input("x", {3, 3});
+  m.Ints("shape", {2}, {3, 3});
+  auto& ones = m.Node("ConstantOfShape", {"shape"}, {"ones"});
+  auto* v = ones.add_attribute();
+  v->set_name("value");
+  v->set_type(onnx::AttributeProto::TENSOR);
+  v->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  v->mutable_t()->add_dims(1);
+  v->mutable_t()->add_float_data(1.0f);
+  AttrInt(m.Node("Trilu", {"ones"}, {"mask"}), "upper", 0);
+  m.Node("Mul", {"x", "mask"}, {"y"});
+  m.Output("y", {3, 3});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  ASSERT_EQ(im.main.blocks(0).ops_size(), 1);
+  Scope scope;
+  Executor().RunProgram(im.startup, scope);
+  const std::string mask = InputArgs(im.main.blocks(0).ops(0), "Y")[0];
+  EXPECT_EQ(test::CompareTensors(scope.GetVar(mask)->Get(), test::FloatTensor({3, 3}, {1, 0, 0, 1, 1, 0, 1, 1, 1}), 0, 0),
+            "");
+}
+
 TEST(OnnxImportTest, InputShapesAndBoundInputs) {
   OnnxModelBuilder m(14);
   m.Input("x", {-1, 6}).Input("shape", {2}, onnx::TensorProto::INT64);

@@ -1,7 +1,8 @@
-// ONNX ops whose outputs are known at import: Constant, Shape, Size, Range
-// (computed here: no kiln op computes them) and ConstantOfShape (a
+// ONNX ops whose outputs are known at import: Constant, Shape, Size, Range,
+// Trilu (computed here: no kiln op computes them) and ConstantOfShape (a
 // fill_constant, folded by running it).
 #include <cmath>
+#include <cstring>
 
 #include "framework/onnx/converter_table.h"
 #include "framework/onnx/onnx_tensor.h"
@@ -162,6 +163,35 @@ void ConvertConstantOfShape(NodeContext& ctx) {
           ctx.Out(0));
 }
 
+// Trilu of a tensor known at import (a causal mask): the upper (j - i >= k)
+// or lower (j - i <= k) triangle of each matrix of the last two dims kept,
+// the rest zeros. No kiln op computes it; masks are constants in exports.
+void ConvertTrilu(NodeContext& ctx) {
+  const Tensor& x = ctx.RequireConstant(0, "the input");
+  const int64_t k = ctx.HasInput(1) ? static_cast<int64_t>(ctx.ConstantScalar(1, "k")) : 0;
+  const bool upper = ctx.Int("upper", 1) != 0;
+  if (x.rank() < 2) ctx.Refuse("the input ", DimsToString(x.dims()), " has rank < 2");
+  Tensor out(x.dtype(), x.dims());
+  if (x.numel() == 0) {
+    ctx.SetConstant(0, std::move(out));
+    return;
+  }
+  const int64_t rows = x.dim(x.rank() - 2), cols = x.dim(x.rank() - 1);
+  const size_t size = SizeOf(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(out.raw_mutable_data(x.dtype()));
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const int64_t j = e % cols, i = (e / cols) % rows;
+    const bool keep = upper ? j - i >= k : j - i <= k;
+    if (keep) {
+      std::memcpy(dst + e * size, src + e * size, size);
+    } else {
+      std::memset(dst + e * size, 0, size);  // 0 of every kiln dtype
+    }
+  }
+  ctx.SetConstant(0, std::move(out));
+}
+
 Converter FoldOnly(const char* op, int since, ConvertFn fn) {
   Converter c = MakeConverter(op, since, fn);
   c.fold_only = true;
@@ -175,6 +205,7 @@ void AddConstantConverters(std::vector<Converter>* t) {
   t->push_back(FoldOnly("Shape", 1, ConvertShape));
   t->push_back(FoldOnly("Size", 1, ConvertSize));
   t->push_back(FoldOnly("Range", 11, ConvertRange));
+  t->push_back(FoldOnly("Trilu", 14, ConvertTrilu));
   t->push_back(MakeConverter("ConstantOfShape", 9, ConvertConstantOfShape));
 }
 

@@ -35,7 +35,7 @@ void AddMissing(std::vector<Converter>* table) {
   missing({"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd", "ReduceSumSquare", "CumSum"},
           "no kiln reduction for it (reduce_sum, reduce_mean, reduce_max, reduce_min)");
   missing({"GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND", "Compress", "NonZero", "TopK",
-           "Unique", "ReverseSequence", "EyeLike", "Trilu"},
+           "Unique", "ReverseSequence", "EyeLike"},
           "no kiln indexing op for it (gather and one_hot only)");
   missing({"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"},
           "no kiln loss op with its reduction, weight and ignore_index semantics yet");
