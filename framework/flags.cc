@@ -73,7 +73,7 @@ DEFINE_string(resume, "", "kiln train: continue from this checkpoint (a ckpt-<st
 
 DEFINE_string(program, "", "Program file (.pbtxt text, otherwise binary)");
 DEFINE_string(fetch, "", "Variables to fetch, comma-separated");
-DEFINE_string(out, "", "Output directory (kiln run) or file (kiln program)");
+DEFINE_string(out, "", "Output directory (kiln run, kiln import, kiln export, kiln predict) or file (kiln program, kiln plot)");
 DEFINE_string(append_backward, "", "Insert the backward ops of this loss variable before running");
 DEFINE_int32(steps, 1, "Times to run the program");
 
