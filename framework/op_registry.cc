@@ -63,6 +63,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterReduceOps(r);
   RegisterShapeOps(r);
   RegisterFillOps(r);
+  RegisterAssignValueOps(r);
   RegisterOptimizerOps(r);
   RegisterConcatSplitSliceOps(r);
   RegisterClipLogSoftmaxOps(r);

@@ -82,6 +82,13 @@ void ParseFlag(int argc, char** argv, int* i, const CommandInfo* command, CliArg
     const std::string value = next_value("NAME=FILE.npy");
     CheckFeed(value);
     out->feeds.push_back(value);
+  } else if (name == "input_shape") {
+    if (out->command != "import") ThrowInvalidArgument("kiln ", out->command, " takes no --input_shape");
+    const std::string value = next_value("NAME=d0,d1,...");
+    if (value.find('=') == std::string::npos) {
+      ThrowInvalidArgument("--input_shape takes NAME=d0,d1,... (one argument, no space), got '", value, "'");
+    }
+    out->input_shapes.push_back(value);
   } else if (name == "all" && out->command == "flags") {
     out->all = true;
   } else if (IsFlag(name)) {
@@ -122,7 +129,7 @@ CliArgs ParseCommandLine(int argc, char** argv) {
       ParseFlag(argc, argv, &i, command, &out);
       continue;
     }
-    if (out.command == "completion" || out.command == "plot") {
+    if (out.command == "completion" || out.command == "plot" || out.command == "import") {
       out.positional.push_back(arg);
       continue;
     }

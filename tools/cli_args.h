@@ -14,7 +14,8 @@ struct CliArgs {
   bool help = false;                 // --help / -h, or `kiln help [COMMAND]`
   bool all = false;                  // kiln flags --all
   std::vector<std::string> feeds;    // each --feed NAME=FILE.npy, as NAME=FILE.npy
-  std::vector<std::string> positional;  // `kiln completion bash`: {"bash"}
+  std::vector<std::string> positional;  // `kiln completion bash`: {"bash"}; kiln import's model
+  std::vector<std::string> input_shapes;  // kiln import's --input_shape NAME=d0,d1,... entries
 };
 
 // Parses argv[1..] and sets the flags it names (after the FLAGS_ environment

@@ -59,7 +59,8 @@ std::vector<CommandInfo> MakeCommands() {
        {}},
       {"run", "--program P.pbtxt [--feed NAME=FILE.npy ...] --fetch NAME[,NAME] --out DIR [--flags]",
        "Runs a program file on .npy feeds and writes each fetched var to DIR/NAME.npy (OPS.md's contract).",
-       Join({{"program", "append_backward", "fetch", "steps", "out", "dump_passes", "progress", "trace"}, Running()}),
+       Join({{"program", "from", "append_backward", "fetch", "steps", "out", "dump_passes", "progress", "trace"},
+             Running()}),
        {feed}},
       {"program", "--out P.pbtxt [--flags]", "Writes a built-in model's training program as protobuf text.",
        Join({Group("model"), {"dataset", "optimizer", "lr", "seed", "out"}}), {}},
@@ -90,6 +91,12 @@ std::vector<CommandInfo> MakeCommands() {
        "Runs an exported model on .npy feeds (the JIT on unless --use_jit=false) and writes the fetches to DIR.",
        Join({{"fetch", "out"}, Running()}),
        {{"--model MODEL_DIR", "the model directory kiln export (or kiln.save_inference_model) wrote"}, feed}},
+      {"import", "MODEL.onnx --out DIR [--input_shape NAME=d0,d1,...]",
+       "Imports an ONNX model: writes DIR, a checkpoint holding the program (DIR/program.pbtxt) and its initial "
+       "values; start from it with kiln run --program DIR/program.pbtxt --from DIR (docs/onnx.md).",
+       {"out"},
+       {{"--input_shape NAME=d0,d1,...",
+         "dims of graph input NAME in place of the model's (-1: known at run time; repeat per input)"}}},
       {"plot", "A.jsonl [B.jsonl ...] --out curves.svg",
        "Draws training curves (loss, test accuracy, step time) from kiln train --history files, overlaid to compare "
        "runs, as one SVG.",

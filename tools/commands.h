@@ -20,6 +20,9 @@ int BenchCommand();
 // kiln export --from CKPT --out MODEL_DIR; kiln predict --model MODEL_DIR --feed ... --out DIR.
 int ExportCommand();
 int PredictCommand(const std::vector<std::string>& feeds);
+// kiln import MODEL.onnx --out DIR [--input_shape NAME=d0,d1 ...]: positional
+// holds the model file, input_shapes each NAME=d0,d1,... (repeatable).
+int ImportCommand(const std::vector<std::string>& positional, const std::vector<std::string>& input_shapes);
 // kiln plot A.jsonl [B.jsonl ...] --out curves.svg; PlotSvg is the document.
 int PlotCommand(const std::vector<std::string>& paths);
 std::string PlotSvg(const std::vector<std::string>& paths);

@@ -1,4 +1,5 @@
-// kiln run: OPS.md's contract for running a program file on .npy feeds.
+// kiln run: OPS.md's contract for running a program file on .npy feeds, and
+// --from CKPT, whose vars set the program's persistable vars.
 #include <sys/stat.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "framework/backward.h"
 #include "framework/data/npy.h"
 #include "framework/feed_check.h"
+#include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/durable_io.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
@@ -88,6 +90,20 @@ int RunCommand(const std::vector<std::string>& feed_args) {
     const proto::VarDesc* v = FindVarDesc(block, name);
     if (!v->persistable()) per_step_feeds[name] = std::move(value);
     fed.insert(name);
+  }
+  // --from: a checkpoint's vars set persistable vars once, as --feed does
+  // (kiln import's DIR holds the program's initial values); --feed wins.
+  if (!FLAGS_from.empty()) {
+    std::map<std::string, Tensor> vars;
+    ReadCheckpoint(ResolveCheckpoint(FLAGS_from), &vars);
+    for (const auto& [name, value] : vars) {
+      if (fed.count(name)) continue;
+      if (!RequireVarDesc(block, name, "--from var").persistable()) {
+        ThrowInvalidArgument("--from: checkpoint var '", name, "' is not persistable in ", FLAGS_program);
+      }
+      FeedTensor(block, scope, name, value);
+      fed.insert(name);
+    }
   }
   CheckFeeds(block, fed, "--feed");
 

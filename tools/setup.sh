@@ -23,11 +23,14 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libxbyak-dev libprotobuf-dev protobuf-compiler
   libboost-graph-dev libgflags-dev libzydis-dev zlib1g-dev libgtest-dev libbenchmark-dev
   dataset-fashion-mnist python3-numpy time nlohmann-json3-dev libssl-dev
-  pybind11-dev python3-dev libopenmpi-dev openmpi-bin graphviz
+  pybind11-dev python3-dev libopenmpi-dev openmpi-bin graphviz libonnx-dev
 )
 # The PyTorch parity test and the benchmarks' peer, and the browser the
 # visual test drives (both tests skip without them).
 if [ "$mode" = "--test" ]; then packages+=(python3-torch chromium); fi
+# The ONNX importer's tests: ONNX's backend node tests, the onnx Python
+# package and torchvision (resnet18 exported from PyTorch).
+if [ "$mode" = "--test" ]; then packages+=(python3-onnx libonnx-testdata python3-torchvision); fi
 # The sanitizer builds and the fuzz harnesses (clang's ASan/UBSan/TSan
 # runtimes and libFuzzer).
 if [ "$mode" = "--test" ]; then packages+=(clang-14 libclang-rt-14-dev libfuzzer-14-dev); fi

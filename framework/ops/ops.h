@@ -15,6 +15,7 @@ void RegisterLayerNormOps(OpRegistry& r);    // layer_norm (+grad)
 void RegisterReduceOps(OpRegistry& r);       // mean, reduce_sum, reduce_mean, sum (+grads)
 void RegisterShapeOps(OpRegistry& r);        // reshape2, transpose2 (+grads)
 void RegisterFillOps(OpRegistry& r);         // fill_constant, uniform_random
+void RegisterAssignValueOps(OpRegistry& r);  // assign_value
 void RegisterOptimizerOps(OpRegistry& r);    // sgd, momentum, adam
 void RegisterConcatSplitSliceOps(OpRegistry& r);  // concat, split, slice (+grads)
 void RegisterSliceOps(OpRegistry& r);             // slice (+grad); called by RegisterConcatSplitSliceOps
