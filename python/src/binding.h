@@ -58,5 +58,6 @@ void BindIo(pybind11::module_& m);
 void BindDatasets(pybind11::module_& m);
 void BindDistributed(pybind11::module_& m);
 void BindTraining(pybind11::module_& m);
+void BindOnnx(pybind11::module_& m);
 
 }  // namespace kiln::python

@@ -53,6 +53,7 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::BindDatasets(m);
   kiln::python::BindDistributed(m);
   kiln::python::BindTraining(m);
+  kiln::python::BindOnnx(m);
   m.def("op_schemas", &kiln::python::OpSchemas);
   m.attr("version") = KILN_VERSION;
 }

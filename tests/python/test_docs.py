@@ -1,6 +1,6 @@
-"""docs/python.md's training script, run as it stands from the page, in a
-fresh directory: the script users copy keeps working. The marker line above
-the code block gives the check (`test accuracy >= 0.9`)."""
+"""docs/python.md's and docs/onnx.md's training scripts, run as they stand
+from the pages, in a fresh directory: the scripts users copy keep working.
+The marker line above a code block gives the check (`test accuracy >= 0.9`)."""
 
 import os
 import re
@@ -22,7 +22,18 @@ class DocsTest(unittest.TestCase):
     def test_python_md_training_script(self):
         scripts = doc_scripts(os.path.join(ROOT, "docs", "python.md"))
         self.assertEqual(len(scripts), 1)
-        check, code = scripts[0]
+        self.run_script(*scripts[0])
+
+    def test_onnx_md_training_script(self):
+        try:
+            import torchvision  # noqa: F401
+        except ImportError:
+            self.skipTest("python3-torchvision is not installed")
+        scripts = doc_scripts(os.path.join(ROOT, "docs", "onnx.md"))
+        self.assertEqual(len(scripts), 1)
+        self.run_script(*scripts[0], made=())
+
+    def run_script(self, check, code, made=("checkpoint/manifest.json", "model/model.pbtxt", "dump/index.md")):
         self.assertGreater(len(code.splitlines()), 20)
         key, op, bound = re.match(r"(.+?) (>=|<=) ([0-9.]+)", check).groups()
         with tempfile.TemporaryDirectory() as d:
@@ -37,8 +48,8 @@ class DocsTest(unittest.TestCase):
                 self.assertGreaterEqual(values[-1], float(bound), r.stdout)
             else:
                 self.assertLessEqual(values[-1], float(bound), r.stdout)
-            for made in ("checkpoint/manifest.json", "model/model.pbtxt", "dump/index.md"):
-                self.assertTrue(os.path.exists(os.path.join(d, made)), made)
+            for path in made:
+                self.assertTrue(os.path.exists(os.path.join(d, path)), path)
 
 
 if __name__ == "__main__":

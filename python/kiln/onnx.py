@@ -1,0 +1,42 @@
+"""ONNX models in kiln: export a model from PyTorch once, then train it here.
+
+    main, startup, inputs, outputs = kiln.onnx.load("resnet18.onnx")
+    with kiln.program_guard(main, startup):
+        label = kiln.data("label", [-1, 1], dtype="int64")
+        loss = kiln.nn.mean(kiln.nn.softmax_with_cross_entropy(outputs[0], label))
+        kiln.optimizer.SGD(0.01).minimize(loss)
+    exe = kiln.Executor(use_jit=True)
+    exe.run(startup)                      # the model's weights, as exported
+    exe.run(main, feed={inputs[0].name: x, "label": y}, fetch_list=[loss])
+
+The importer (C++, framework/onnx/, on Debian's libonnx) maps every node onto
+kiln's ops and refuses, before anything runs, a model with a node it cannot
+express: kiln.Error names the node, its op type and opset, and why.
+docs/onnx.md lists what is supported.
+"""
+
+from . import _kiln
+from . import unique_name
+from .framework import Program, Variable
+
+
+def load(path, input_shapes=None, input_values=None):
+    """Imports the ONNX model at `path`.
+
+    Returns (program, startup_program, inputs, outputs): the program, the
+    startup program that fills its parameters with the model's initializers
+    (a startup program: it never overwrites what the scope holds from
+    another program), and the graph's inputs (to feed) and outputs as
+    Variables of the program, in graph order. `input_shapes` ({ONNX name:
+    dims}, -1 for a dim known only at run time) overrides the model's input
+    dims; `input_values` ({ONNX name: ndarray}) binds inputs that kiln needs
+    known at import (a Reshape's shape left as an input). Float initializers
+    the model trains are parameters; BatchNormalization's running statistics
+    are state updated in place in training mode.
+    """
+    shapes = {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    r = _kiln.onnx_import(str(path), shapes, dict(input_values or {}))
+    program, startup = Program(r["main"]), Program(r["startup"])
+    unique_name.reserve(program._p.var_names())
+    return (program, startup, [Variable(program, n) for n in r["inputs"]],
+            [Variable(program, n) for n in r["outputs"]])
