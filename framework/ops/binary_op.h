@@ -42,6 +42,13 @@ struct HasCheckY<Op, T,
                                                                         std::declval<const T*>(), int64_t{}))>>
     : std::true_type {};
 
+// Runs Op::CheckY (division's zero check) where Op has one. A function of its own: clang 14
+// instantiates a discarded `if constexpr` branch inside a generic lambda.
+template <typename Op, typename T>
+void CheckYIfAny(const Op& op, const ExecContext& ctx, const T* y, int64_t n) {
+  if constexpr (HasCheckY<Op, T>::value) op.CheckY(ctx, y, n);
+}
+
 inline void InferBinary(InferShapeContext& ctx) {
   const DataType dtype =
       ops::CheckInputDtype(ctx, "X", {DataType::kFP32, DataType::kFP64, DataType::kINT64, DataType::kINT32});
@@ -64,7 +71,7 @@ void BinaryKernel(ExecContext& ctx) {
   ops::DispatchNumeric(ctx, x.dtype(), "input X", [&](auto tag) {
     using T = decltype(tag);
     const T* yp = y.data<T>();
-    if constexpr (HasCheckY<Op, T>::value) op.CheckY(ctx, yp, y.numel());
+    CheckYIfAny(op, ctx, yp, y.numel());
     // Out may share X's buffer (in place): each element is read before it is written.
     T* o = out->mutable_data<T>();
     const T* xp = x.data<T>();
