@@ -1,9 +1,11 @@
 // The converters issue 28's ops brought (framework/onnx/convert_unary.cc,
-// convert_tile_pad.cc, and Max/Min/Mod/Pow/logical ops in convert_math.cc)
-// on models built here: the ops and attributes each node becomes (ONNX's
-// attribute names and defaults renamed, Pad's pads reordered into pairs),
-// Max chained over broadcasting inputs and run, both operands broadcasting
-// through expand_v2, and the refusals with their reasons. Their numerics
+// convert_tile_pad.cc, Max/Min/Mod/Pow/logical ops in convert_math.cc, and
+// Gather of run-time indices in convert_shape.cc) on models built here: the
+// ops and attributes each node becomes (ONNX's attribute names and defaults
+// renamed, Pad's pads reordered into pairs), Max chained over broadcasting
+// inputs and run, both operands broadcasting through expand_v2, an
+// embedding-style Gather with negative ids, and the refusals with their
+// reasons. Their numerics
 // against ONNX's own expected outputs: tests/onnx_node_tests.cc.
 #include <gtest/gtest.h>
 
@@ -134,6 +136,19 @@ TEST(OnnxConvertersTest, PowTakesAFactorOrATensorExponent) {
   EXPECT_EQ(std::get<float>(AttrOf(im, 0, "factor")), 3.0f);
 }
 
+// Token ids [2, 2] computed at run time pick rows of a [3, 2] table; a
+// negative id counts from the end, as ONNX Gather says.
+TEST(OnnxConvertersTest, GatherTakesRunTimeIndicesCountingNegativeOnesFromTheEnd) {
+  OnnxModelBuilder m(13);
+  m.Input("ids", {2, 2}, onnx::TensorProto::INT64).Floats("table", {3, 2}, {0, 1, 10, 11, 20, 21});
+  m.Node("Gather", {"table", "ids"}, {"y"});
+  m.Output("y", {2, 2, 2});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  EXPECT_EQ(OpTypes(im), (std::vector<std::string>{"reshape2", "gather", "reshape2"}));
+  const Tensor y = RunImported(im, {{"ids", test::Int64Tensor({2, 2}, {-1, 0, 2, -3})}});
+  EXPECT_EQ(test::CompareTensors(y, test::FloatTensor({2, 2, 2}, {20, 21, 0, 1, 20, 21, 0, 1}), 0, 0), "");
+}
+
 struct Refusal {
   std::string what;
   OnnxModelBuilder model;
@@ -202,6 +217,14 @@ std::vector<Refusal> Refusals() {
     m.Node("CumSum", {"x", "axis"}, {"z"}, "cumsum");
     m.Output("z", {2, 3});
     out.push_back({"a CumSum axis out of range", m, "node 0 'cumsum' (CumSum, opset 14): axis 2 is out of range for rank 2"});
+  }
+  {
+    OnnxModelBuilder m(13);
+    m.Input("x", {3, 2}).Ints("idx", {2}, {0, -4});
+    m.Node("Gather", {"x", "idx"}, {"z"}, "gather");
+    m.Output("z", {2, 2});
+    out.push_back({"a Gather index known at import out of range", m,
+                   "node 0 'gather' (Gather, opset 13): index -4 is out of range for dim 3"});
   }
   {
     OnnxModelBuilder m(14);
