@@ -90,6 +90,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterReduceNormOps(r);
   RegisterInstanceNormOps(r);
   RegisterPreluOps(r);
+  RegisterNllLossOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -1,15 +1,17 @@
 // The converters issue 28's ops brought (framework/onnx/convert_unary.cc,
 // convert_tile_pad.cc, Max/Min/Mod/Pow/logical ops in convert_math.cc, and
-// Gather of run-time indices in convert_shape.cc) on models built here: the
+// Gather of run-time indices in convert_shape.cc, the losses in
+// convert_loss.cc) on models built here: the
 // ops and attributes each node becomes (ONNX's attribute names and defaults
 // renamed, Pad's pads reordered into pairs), Max chained over broadcasting
 // inputs and run, both operands broadcasting through expand_v2, an
-// embedding-style Gather with negative ids, and the refusals with their
-// reasons. Their numerics
+// embedding-style Gather with negative ids, SoftmaxCrossEntropyLoss as
+// log_softmax and nll_loss, and the refusals with their reasons. Their numerics
 // against ONNX's own expected outputs: tests/onnx_node_tests.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "framework/executor.h"
 #include "framework/onnx/onnx_import.h"
@@ -149,6 +151,28 @@ TEST(OnnxConvertersTest, GatherTakesRunTimeIndicesCountingNegativeOnesFromTheEnd
   EXPECT_EQ(test::CompareTensors(y, test::FloatTensor({2, 2, 2}, {20, 21, 0, 1, 20, 21, 0, 1}), 0, 0), "");
 }
 
+// log_prob is the log_softmax along dim 1 that nll_loss reads; without
+// ignore_index no label is ignored.
+TEST(OnnxConvertersTest, SoftmaxCrossEntropyLossIsLogSoftmaxThenNllLoss) {
+  OnnxModelBuilder m(13);
+  m.Input("scores", {2, 3}).Input("labels", {2}, onnx::TensorProto::INT64);
+  m.Node("SoftmaxCrossEntropyLoss", {"scores", "labels"}, {"loss", "log_prob"});
+  m.Output("loss", {}).Output("log_prob", {2, 3});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  ASSERT_EQ(OpTypes(im), (std::vector<std::string>{"log_softmax", "nll_loss"}));
+  EXPECT_EQ(std::get<int64_t>(AttrOf(im, 0, "axis")), 1);
+  EXPECT_EQ(InputArgs(im.main.blocks(0).ops(1), "X"), std::vector<std::string>{im.var_of.at("log_prob")});
+  EXPECT_EQ(std::get<std::string>(AttrOf(im, 1, "reduction")), "mean");
+  EXPECT_EQ(std::get<int64_t>(AttrOf(im, 1, "ignore_index")), std::numeric_limits<int64_t>::min());
+  // Row 0 is uniform: -log(1/3); row 1's label 0: logsumexp(1, 2, 3) - 1.
+  const Tensor loss = RunImported(im, {{"scores", test::FloatTensor({2, 3}, {0, 0, 0, 1, 2, 3})},
+                                       {"labels", test::Int64Tensor({2}, {2, 0})}});
+  const double row1 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 1;
+  EXPECT_EQ(test::CompareTensors(loss, test::FloatTensor({}, {static_cast<float>((std::log(3.0) + row1) / 2)}), 1e-6,
+                                 1e-6),
+            "");
+}
+
 struct Refusal {
   std::string what;
   OnnxModelBuilder model;
@@ -225,6 +249,18 @@ std::vector<Refusal> Refusals() {
     m.Output("z", {2, 2});
     out.push_back({"a Gather index known at import out of range", m,
                    "node 0 'gather' (Gather, opset 13): index -4 is out of range for dim 3"});
+  }
+  {
+    OnnxModelBuilder m(13);
+    m.Input("x", {2, 3}).Input("t", {2}, onnx::TensorProto::INT64);
+    auto& nll = m.Node("NegativeLogLikelihoodLoss", {"x", "t"}, {"z"}, "nll");
+    auto* a = nll.add_attribute();
+    a->set_name("reduction");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("max");
+    m.Output("z", {});
+    out.push_back({"a reduction kiln lacks", m,
+                   "node 0 'nll' (NegativeLogLikelihoodLoss, opset 13): reduction 'max': expected none, sum or mean"});
   }
   {
     OnnxModelBuilder m(14);

@@ -30,8 +30,6 @@ void AddMissing(std::vector<Converter>* table) {
   missing({"GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND", "Compress", "NonZero", "TopK",
            "Unique", "ReverseSequence", "EyeLike"},
           "no kiln indexing op for it (gather and one_hot only)");
-  missing({"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"},
-          "no kiln loss op with its reduction, weight and ignore_index semantics yet");
   missing({"Einsum", "MatMulInteger", "QLinearMatMul", "Det"}, "no kiln op for it (matmul only)");
   missing({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}, "kiln has no quantized dtypes");
   missing({"RNN", "GRU", "LSTM"}, "no recurrent ops in kiln");
@@ -58,6 +56,7 @@ std::vector<Converter> Build() {
   AddConstantConverters(&t);
   AddUnaryConverters(&t);
   AddTilePadConverters(&t);
+  AddLossConverters(&t);
   AddMissing(&t);
   std::stable_sort(t.begin(), t.end(), [](const Converter& a, const Converter& b) { return a.op_type < b.op_type; });
   for (size_t i = 1; i < t.size(); ++i) {
