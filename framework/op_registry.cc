@@ -91,6 +91,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterInstanceNormOps(r);
   RegisterPreluOps(r);
   RegisterNllLossOps(r);
+  RegisterTakeAlongAxisOps(r);
   AttachOneDnnKernels(r);
 }
 

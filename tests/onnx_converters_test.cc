@@ -5,7 +5,8 @@
 // ops and attributes each node becomes (ONNX's attribute names and defaults
 // renamed, Pad's pads reordered into pairs), Max chained over broadcasting
 // inputs and run, both operands broadcasting through expand_v2, an
-// embedding-style Gather with negative ids, SoftmaxCrossEntropyLoss as
+// embedding-style Gather with negative ids, GatherElements as
+// take_along_axis, SoftmaxCrossEntropyLoss as
 // log_softmax and nll_loss, and the refusals with their reasons. Their numerics
 // against ONNX's own expected outputs: tests/onnx_node_tests.cc.
 #include <gtest/gtest.h>
@@ -149,6 +150,19 @@ TEST(OnnxConvertersTest, GatherTakesRunTimeIndicesCountingNegativeOnesFromTheEnd
   EXPECT_EQ(OpTypes(im), (std::vector<std::string>{"reshape2", "gather", "reshape2"}));
   const Tensor y = RunImported(im, {{"ids", test::Int64Tensor({2, 2}, {-1, 0, 2, -3})}});
   EXPECT_EQ(test::CompareTensors(y, test::FloatTensor({2, 2, 2}, {20, 21, 0, 1, 20, 21, 0, 1}), 0, 0), "");
+}
+
+TEST(OnnxConvertersTest, GatherElementsIsTakeAlongAxis) {
+  OnnxModelBuilder m(13);
+  m.Input("x", {2, 3}).Input("idx", {2, 2}, onnx::TensorProto::INT64);
+  AttrInt(m.Node("GatherElements", {"x", "idx"}, {"y"}), "axis", -1);
+  m.Output("y", {2, 2});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  ASSERT_EQ(OpTypes(im), std::vector<std::string>{"take_along_axis"});
+  EXPECT_EQ(std::get<int64_t>(AttrOf(im, 0, "Axis")), 1);
+  const Tensor y = RunImported(im, {{"x", test::FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6})},
+                                    {"idx", test::Int64Tensor({2, 2}, {2, -3, -1, 1})}});
+  EXPECT_EQ(test::CompareTensors(y, test::FloatTensor({2, 2}, {3, 1, 6, 5}), 0, 0), "");
 }
 
 // log_prob is the log_softmax along dim 1 that nll_loss reads; without

@@ -1,5 +1,6 @@
 // Layout and indexing ONNX ops: Reshape, Flatten, Squeeze, Unsqueeze
-// (reshape2), Transpose, Concat, Split, Slice, Gather, OneHot, Identity.
+// (reshape2), Transpose, Concat, Split, Slice, Gather, GatherElements
+// (take_along_axis), OneHot, Identity.
 #include <algorithm>
 #include <numeric>
 
@@ -206,6 +207,14 @@ void ConvertGather(NodeContext& ctx) {
   ReshapeTo(ctx, g, ctx.VarDims(g), to, src, ctx.Out(0));
 }
 
+// take_along_axis is GatherElements: Index of Input's rank, Result of its
+// dims, negative indices counting from the end in both.
+void ConvertGatherElements(NodeContext& ctx) {
+  const int64_t axis = NormAxis(ctx, ctx.Int("axis", 0), static_cast<int64_t>(ctx.InputDims(0).size()), "axis");
+  ctx.Op1("take_along_axis", {{"Input", {ctx.Input(0)}}, {"Index", {ctx.Input(1, VarRole::kConstant)}}},
+          {{"Axis", axis}}, ctx.Out(0), "Result");
+}
+
 // one_hot of the indices with a trailing 1 dim; ONNX's negative indices
 // count from the end and out-of-range ones give a row of zeros, so the
 // indices must be known at import (made non-negative; out-of-range ones
@@ -256,6 +265,7 @@ void AddShapeConverters(std::vector<Converter>* t) {
   t->push_back(MakeConverter("Split", 2, ConvertSplit));
   t->push_back(MakeConverter("Slice", 1, ConvertSlice));
   t->push_back(MakeConverter("Gather", 1, ConvertGather));
+  t->push_back(MakeConverter("GatherElements", 11, ConvertGatherElements));
   t->push_back(MakeConverter("OneHot", 9, ConvertOneHot));
   t->push_back(MakeConverter("Identity", 1, ConvertIdentity));
 }

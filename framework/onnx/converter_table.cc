@@ -27,9 +27,9 @@ void AddMissing(std::vector<Converter>* table) {
   missing({"ReduceLogSum", "ReduceSumSquare"},
           "no kiln reduction for it (reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_l1, reduce_l2, "
           "logsumexp)");
-  missing({"GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND", "Compress", "NonZero", "TopK",
-           "Unique", "ReverseSequence", "EyeLike"},
-          "no kiln indexing op for it (gather and one_hot only)");
+  missing({"GatherND", "Scatter", "ScatterElements", "ScatterND", "Compress", "NonZero", "TopK", "Unique",
+           "ReverseSequence", "EyeLike"},
+          "no kiln indexing op for it (gather, take_along_axis and one_hot only)");
   missing({"Einsum", "MatMulInteger", "QLinearMatMul", "Det"}, "no kiln op for it (matmul only)");
   missing({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}, "kiln has no quantized dtypes");
   missing({"RNN", "GRU", "LSTM"}, "no recurrent ops in kiln");
