@@ -42,8 +42,9 @@ void AddMissing(std::vector<Converter>* table) {
   missing({"StringNormalizer", "TfIdfVectorizer", "RegexFullMatch"}, "kiln has no string dtype");
   missing({"DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix"},
           "no signal-processing ops in kiln");
-  missing({"NonMaxSuppression", "Adagrad", "Adam", "Momentum", "Gradient"},
+  missing({"Adagrad", "Adam", "Momentum", "Gradient"},
           "no kiln op for it (kiln's optimizers are added by kiln, not imported)");
+  missing({"NonMaxSuppression"}, "no kiln op for detection post-processing");
 }
 
 std::vector<Converter> Build() {
