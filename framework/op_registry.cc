@@ -90,6 +90,8 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterReduceNormOps(r);
   RegisterInstanceNormOps(r);
   RegisterPreluOps(r);
+  RegisterNllLossOps(r);
+  RegisterTakeAlongAxisOps(r);
   AttachOneDnnKernels(r);
 }
 

@@ -1,6 +1,6 @@
-// gather and one_hot: picked rows for both index shapes and dtypes, other
-// axes, any element dtype, the gradient accumulating repeated indices and by
-// finite differences, X as a no-need-buffer input of the grad, out-of-range
+// gather and one_hot: picked rows for both index shapes and dtypes, negative
+// indices counting from the end, other axes, any element dtype, the gradient
+// accumulating repeated indices (-1 and n-1 alike) and by finite differences, X as a no-need-buffer input of the grad, out-of-range
 // indices and ids named with their position, and the other bad inputs.
 #include <gtest/gtest.h>
 
@@ -52,6 +52,19 @@ TEST(GatherTest, PicksRowsForBothIndexShapesAndDtypes) {
   EXPECT_EQ(Gathered(Gather(), x, Int64Tensor({0}, {})).dims(), (Dims{0, 2}));
 }
 
+// An index in [-n, -1] counts from the end of the axis (numpy.take, ONNX
+// Gather): -1 is row n-1 and -n row 0.
+TEST(GatherTest, NegativeIndicesCountFromTheEnd) {
+  const Tensor x = TypedTensor<float>({4, 2}, {0, 1, 10, 11, 20, 21, 30, 31});
+  for (const Tensor& index : {Int64Tensor({4}, {-1, 0, -4, -3}), TypedTensor<int32_t>({4, 1}, {-1, 0, -4, -3})}) {
+    SCOPED_TRACE(index.ShapeString());
+    EXPECT_EQ(ValuesOf<float>(Gathered(Gather(), x, index)), (std::vector<float>{30, 31, 0, 1, 0, 1, 10, 11}));
+  }
+  // Along axis 1 of [2, 3]: -1 is column 2.
+  const Tensor y = TypedTensor<int64_t>({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(ValuesOf<int64_t>(Gathered(Gather(1), y, Int64Tensor({2}, {-1, -3}))), (std::vector<int64_t>{3, 1, 6, 4}));
+}
+
 TEST(GatherTest, AnyElementDtypeIsCopied) {
   const Tensor index = Int64Tensor({2}, {1, 1});
   EXPECT_EQ(ValuesOf<int64_t>(Gathered(Gather(), TypedTensor<int64_t>({2}, {-7, 1LL << 40}), index)),
@@ -81,13 +94,13 @@ TEST(GatherTest, OtherAxes) {
   }
 }
 
-// Indices 2, 2, 0, 2 over 4 rows: row 2 gets three Out@GRAD rows, row 0 one,
-// rows 1 and 3 none.
+// Indices 2, -2, -4, 2 over 4 rows: row 2 gets three Out@GRAD rows (-2 is
+// row 2), row 0 one (-4), rows 1 and 3 none.
 TEST(GatherGradTest, RepeatedIndicesAccumulate) {
   std::mt19937 rng(3);
   const Tensor dout = RandomTensor({4, 3}, DataType::kFP64, rng);
   auto scope = RunOp(GatherGrad(), {{"x", RandomTensor({4, 3}, DataType::kFP64, rng)},
-                                    {"index", TypedTensor<int32_t>({4, 1}, {2, 2, 0, 2})},
+                                    {"index", TypedTensor<int32_t>({4, 1}, {2, -2, -4, 2})},
                                     {"dout", dout}});
   const std::vector<double> dx = ValuesOf<double>(scope->GetVar("dx")->Get());
   const std::vector<double> g = ValuesOf<double>(dout);
@@ -108,6 +121,8 @@ TEST(GatherGradTest, MatchesFiniteDifferences) {
                                              {"index", TypedTensor<int32_t>({5, 1}, {3, 3, 0, 1, 3})}};
   EXPECT_EQ(CheckGrad(Gather(1), mid, {"x"}, {"out"}), "");
   EXPECT_EQ(CheckGrad(Gather(-1), {{"x", mid.at("x")}, {"index", Int64Tensor({2}, {2, 2})}}, {"x"}, {"out"}), "");
+  EXPECT_EQ(CheckGrad(Gather(), {{"x", rows.at("x")}, {"index", Int64Tensor({4}, {-1, 4, -5, 1})}}, {"x"}, {"out"}),
+            "");
 }
 
 // X is read for its dims only; without Out@GRAD, X@GRAD is zeros.
@@ -130,16 +145,21 @@ TEST(GatherTest, BadInputsNameTheOpAndWhatWasExpected) {
     return ErrorOf([&] { RunOp(op, {{"x", x}, {"index", index}}); });
   };
   EXPECT_NE(error(Gather(), Int64Tensor({4}, {0, 1, 4, 5}))
-                .find("'gather': input Index: value 5 at position 3 is outside [0, 5) (dim 0 of X f32[5,3])"),
+                .find("'gather': input Index: value 5 at position 3 is outside [-5, 5) (dim 0 of X f32[5,3]; "
+                      "negative values count from the end)"),
             std::string::npos);
-  EXPECT_NE(error(Gather(), TypedTensor<int32_t>({2, 1}, {-1, 0})).find("value -1 at position 0 is outside [0, 5)"),
+  EXPECT_NE(error(Gather(), TypedTensor<int32_t>({2, 1}, {-5, -6})).find("value -6 at position 1 is outside [-5, 5)"),
             std::string::npos);
-  EXPECT_NE(error(Gather(1), Int64Tensor({1}, {3})).find("value 3 at position 0 is outside [0, 3) (dim 1 of X"),
+  EXPECT_NE(error(Gather(1), Int64Tensor({1}, {3})).find("value 3 at position 0 is outside [-3, 3) (dim 1 of X"),
             std::string::npos);
   // The grad checks its indices too.
   EXPECT_NE(ErrorOf([&] {
               RunOp(GatherGrad(), {{"x", x}, {"index", Int64Tensor({1}, {9})}, {"dout", TypedTensor<float>({1, 3}, {1, 2, 3})}});
             }).find("'gather_grad': input Index: value 9 at position 0"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              RunOp(GatherGrad(), {{"x", x}, {"index", Int64Tensor({1}, {-6})}, {"dout", TypedTensor<float>({1, 3}, {1, 2, 3})}});
+            }).find("'gather_grad': input Index: value -6 at position 0"),
             std::string::npos);
   EXPECT_NE(error(Gather(), TypedTensor<float>({2}, {0, 1})).find("input Index: expected dtype i64 or i32, got f32"),
             std::string::npos);

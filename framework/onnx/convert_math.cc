@@ -1,5 +1,6 @@
-// Elementwise ONNX ops: arithmetic, comparisons, Where, Sum/Mean,
-// activations, Clip and Cast, each onto the kiln op that computes it.
+// Elementwise ONNX ops: arithmetic, Max/Min/Mod, comparisons and logical
+// ops, Where, Sum/Mean, activations, Clip and Cast, each onto the kiln op
+// that computes it.
 #include <cmath>
 #include <limits>
 
@@ -38,15 +39,64 @@ void ConvertGreater(NodeContext& ctx) { Binary(ctx, "greater_than", Operands::kF
 void ConvertLessOrEqual(NodeContext& ctx) { Binary(ctx, "less_equal", Operands::kFlippable, "greater_equal"); }
 void ConvertGreaterOrEqual(NodeContext& ctx) { Binary(ctx, "greater_equal", Operands::kFlippable, "less_equal"); }
 
-// x ^ y for a y known at import that is one value: pow's factor.
+// x ^ y: pow's factor for a float x and a y known at import that is one
+// value (its integer factors are exact powers), else elementwise_pow (both
+// operands of one dtype, as kiln's binary ops take them).
 void ConvertPow(NodeContext& ctx) {
-  const double y = ctx.ConstantScalar(1, "the exponent");
-  const float f = static_cast<float>(y);
-  if (static_cast<double>(f) != y && std::isfinite(y)) {
-    ctx.Refuse("the exponent ", y, " is not a float value (pow's factor is one)");
+  const Tensor* e = ctx.Constant(1);
+  const DataType x = ctx.InputDtype(0);
+  if (e != nullptr && e->numel() == 1 && (x == DataType::kFP32 || x == DataType::kFP64)) {
+    const double y = ctx.ConstantScalar(1, "the exponent");
+    const float f = static_cast<float>(y);
+    if (static_cast<double>(f) != y && std::isfinite(y)) {
+      ctx.Refuse("the exponent ", y, " is not a float value (pow's factor is one)");
+    }
+    ctx.Op1("pow", {{"X", {ctx.Input(0)}}}, {{"factor", f}}, ctx.Out(0));
+    return;
   }
-  ctx.Op1("pow", {{"X", {ctx.Input(0)}}}, {{"factor", f}}, ctx.Out(0));
+  if (ctx.InputDtype(1) != x) {
+    ctx.Refuse("the base is ", DataTypeName(x), ", the exponent ", DataTypeName(ctx.InputDtype(1)),
+               "; kiln's elementwise_pow takes one dtype for both");
+  }
+  Binary(ctx, "elementwise_pow", Operands::kOrdered);
 }
+
+// Max/Min of any number of inputs (numpy broadcasting among all of them):
+// the binary op chained from the left; max and min are associative and
+// commutative, NaN included (a NaN anywhere gives NaN).
+void Variadic(NodeContext& ctx, const char* kiln_op) {
+  std::string acc = ctx.Input(0);
+  Dims dims = ctx.InputDims(0);
+  for (size_t i = 1; i < ctx.InputCount(); ++i) {
+    if (ctx.InputDtype(i) != ctx.InputDtype(0)) {
+      ctx.Refuse("input ", i, " is ", DataTypeName(ctx.InputDtype(i)), ", input 0 ", DataTypeName(ctx.InputDtype(0)));
+    }
+    const BinaryOperands o = MapBroadcast(ctx, Operands::kCommutative, acc, dims, ctx.Input(i), ctx.InputDims(i));
+    const bool last = i + 1 == ctx.InputCount();
+    acc = ctx.Op1(kiln_op, {{"X", {o.x}}, {"Y", {o.y}}}, {}, last ? ctx.Out(0) : "");
+    dims = ctx.VarDims(acc);
+  }
+  if (ctx.InputCount() == 1) ctx.Alias(0, acc);
+}
+
+void ConvertMax(NodeContext& ctx) { Variadic(ctx, "elementwise_max"); }
+void ConvertMin(NodeContext& ctx) { Variadic(ctx, "elementwise_min"); }
+
+// fmod 0: the remainder with the divisor's sign (Python's %), which ONNX
+// allows for integers only; fmod 1: C's fmod, the dividend's sign.
+void ConvertMod(NodeContext& ctx) {
+  const bool fmod = ctx.Int("fmod", 0) != 0;
+  const DataType d = ctx.InputDtype(0);
+  if (!fmod && (d == DataType::kFP32 || d == DataType::kFP64)) {
+    ctx.Refuse("fmod = 0 with ", DataTypeName(d), " operands: ONNX requires fmod = 1 for floats");
+  }
+  const BinaryOperands o = MapBroadcast(ctx, Operands::kOrdered);
+  ctx.Op1("elementwise_mod", {{"X", {o.x}}, {"Y", {o.y}}}, {{"fmod", fmod}}, ctx.Out(0));
+}
+
+void ConvertAnd(NodeContext& ctx) { Binary(ctx, "logical_and", Operands::kCommutative); }
+void ConvertOr(NodeContext& ctx) { Binary(ctx, "logical_or", Operands::kCommutative); }
+void ConvertXor(NodeContext& ctx) { Binary(ctx, "logical_xor", Operands::kCommutative); }
 
 void ConvertWhere(NodeContext& ctx) {
   const Dims& c = ctx.InputDims(0);
@@ -103,6 +153,7 @@ void ConvertAbs(NodeContext& ctx) { Unary(ctx, "abs"); }
 void ConvertNeg(NodeContext& ctx) { Unary(ctx, "scale", {{"scale", -1.0f}}); }
 // pow's integer factors are exact: x^-1 is one division, 1/x.
 void ConvertReciprocal(NodeContext& ctx) { Unary(ctx, "pow", {{"factor", -1.0f}}); }
+void ConvertNot(NodeContext& ctx) { Unary(ctx, "logical_not"); }
 void ConvertLeakyRelu(NodeContext& ctx) { Unary(ctx, "leaky_relu", {{"alpha", ctx.Float("alpha", 0.01f)}}); }
 // softplus's threshold 20 changes nothing in f32: log1p(exp(-20)) is below
 // half an ulp of 20.
@@ -151,6 +202,15 @@ void AddMathConverters(std::vector<Converter>* t) {
   t->push_back(MakeConverter("Mul", 7, ConvertMul));
   t->push_back(MakeConverter("Div", 7, ConvertDiv));
   t->push_back(MakeConverter("Pow", 7, ConvertPow));
+  // Opset 8 added broadcasting among the inputs; 6's have one shape, which
+  // the chain computes the same.
+  t->push_back(MakeConverter("Max", 6, ConvertMax));
+  t->push_back(MakeConverter("Min", 6, ConvertMin));
+  t->push_back(MakeConverter("Mod", 10, ConvertMod));
+  t->push_back(MakeConverter("And", 7, ConvertAnd));
+  t->push_back(MakeConverter("Or", 7, ConvertOr));
+  t->push_back(MakeConverter("Xor", 7, ConvertXor));
+  t->push_back(MakeConverter("Not", 1, ConvertNot));
   t->push_back(MakeConverter("Equal", 7, ConvertEqual));
   t->push_back(MakeConverter("Less", 7, ConvertLess));
   t->push_back(MakeConverter("Greater", 7, ConvertGreater));

@@ -1,6 +1,7 @@
 // Layers: Gemm and MatMul (matmul), BatchNormalization (batch_norm, training
 // mode updating the running statistics in place), LayerNormalization
-// (layer_norm) and Dropout (dropout, or the identity at inference).
+// (layer_norm), InstanceNormalization (instance_norm) and Dropout (dropout,
+// or the identity at inference).
 #include "framework/onnx/convert_util.h"
 #include "framework/onnx/converter_table.h"
 
@@ -108,6 +109,11 @@ void ConvertLayerNormalization(NodeContext& ctx) {
   ReshapeTo(ctx, mean, ctx.VarDims(mean), to, src, ctx.Out(1));
 }
 
+void ConvertInstanceNormalization(NodeContext& ctx) {
+  ctx.Op("instance_norm", {{"X", {ctx.Input(0)}}, {"Scale", {ctx.Input(1)}}, {"Bias", {ctx.Input(2)}}},
+         {{"Y", {ctx.Out(0)}}}, {{"epsilon", ctx.Float("epsilon", 1e-5f)}});
+}
+
 // Opsets before 12 and training_mode false: the identity. Training: kiln's
 // dropout with a seed state var, so every run draws a new mask. The mask
 // output is X's dtype in kiln (the factor each element got), bool in ONNX.
@@ -136,6 +142,8 @@ void AddNnConverters(std::vector<Converter>* t) {
   t->push_back(MakeConverter("MatMul", 1, ConvertMatMul));
   t->push_back(MakeConverter("BatchNormalization", 9, ConvertBatchNormalization));
   t->push_back(MakeConverter("LayerNormalization", 17, ConvertLayerNormalization));
+  // Opset 1 had consumed_inputs.
+  t->push_back(MakeConverter("InstanceNormalization", 6, ConvertInstanceNormalization));
   Converter dropout = MakeConverter("Dropout", 7, ConvertDropout);
   dropout.random = true;
   t->push_back(dropout);

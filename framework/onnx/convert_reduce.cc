@@ -1,5 +1,5 @@
-// Reductions along axes: ReduceSum/Mean/Max/Min, ArgMax/ArgMin, and
-// Softmax/LogSoftmax (whose opsets before 13 work on a 2-D flattening).
+// Reductions along axes: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSumExp,
+// ArgMax/ArgMin, and Softmax/LogSoftmax (whose opsets before 13 work on a 2-D flattening).
 #include <numeric>
 
 #include "framework/onnx/convert_util.h"
@@ -33,8 +33,8 @@ void Reduce(NodeContext& ctx, const char* kiln_op, std::vector<int64_t> axes, bo
   ctx.Op1("reshape2", {{"X", {r}}}, {{"shape", std::vector<int64_t>{}}}, ctx.Out(0));
 }
 
-// Axes from the attribute (ReduceSum before 13, the others up to 17) or from
-// input 1 (ReduceSum 13+), which must be known at import.
+// Axes from the attribute (ReduceSum before 13, the others before 18) or
+// from input 1 (ReduceSum 13+, the others 18+), which must be known at import.
 void ReduceWithAxes(NodeContext& ctx, const char* kiln_op, bool axes_input) {
   if (axes_input) {
     const bool have = ctx.HasInput(1);
@@ -48,6 +48,10 @@ void ConvertReduceSum(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_sum", ctx.
 void ConvertReduceMean(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_mean", false); }
 void ConvertReduceMax(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_max", false); }
 void ConvertReduceMin(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_min", false); }
+void ConvertReduceProd(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_prod", ctx.opset() >= 18); }
+void ConvertReduceL1(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_l1", ctx.opset() >= 18); }
+void ConvertReduceL2(NodeContext& ctx) { ReduceWithAxes(ctx, "reduce_l2", ctx.opset() >= 18); }
+void ConvertReduceLogSumExp(NodeContext& ctx) { ReduceWithAxes(ctx, "logsumexp", ctx.opset() >= 18); }
 
 void Arg(NodeContext& ctx, const char* kiln_op) {
   ctx.RequireIntAttr("select_last_index", 0, "kiln's arg ops give the first index of ties");
@@ -100,6 +104,10 @@ void AddReduceConverters(std::vector<Converter>* t) {
   t->push_back(MakeConverter("ReduceMean", 1, ConvertReduceMean));
   t->push_back(MakeConverter("ReduceMax", 1, ConvertReduceMax));
   t->push_back(MakeConverter("ReduceMin", 1, ConvertReduceMin));
+  t->push_back(MakeConverter("ReduceProd", 1, ConvertReduceProd));
+  t->push_back(MakeConverter("ReduceL1", 1, ConvertReduceL1));
+  t->push_back(MakeConverter("ReduceL2", 1, ConvertReduceL2));
+  t->push_back(MakeConverter("ReduceLogSumExp", 1, ConvertReduceLogSumExp));
   t->push_back(MakeConverter("ArgMax", 1, ConvertArgMax));
   t->push_back(MakeConverter("ArgMin", 1, ConvertArgMin));
   t->push_back(MakeConverter("Softmax", 1, ConvertSoftmax));

@@ -1,5 +1,6 @@
 // Layout and indexing ONNX ops: Reshape, Flatten, Squeeze, Unsqueeze
-// (reshape2), Transpose, Concat, Split, Slice, Gather, OneHot, Identity.
+// (reshape2), Transpose, Concat, Split, Slice, Gather, GatherElements
+// (take_along_axis), OneHot, Identity.
 #include <algorithm>
 #include <numeric>
 
@@ -166,27 +167,27 @@ void ConvertSlice(NodeContext& ctx) {
 }
 
 // kiln's gather takes indices [K] and replaces the axis dim by K; other
-// index ranks are reshaped around it (a scalar index drops the axis).
-// Negative indices count from the end in ONNX and are refused by kiln's
-// gather, so the indices must be known at import, where they are made
-// non-negative.
+// index ranks are flattened into it and the result reshaped (a scalar index
+// drops the axis). Negative indices count from the end in both. Not
+// lookup_table, whose ids must be in [0, V): it would be exact only for
+// indices known at import, which gather takes as well. Indices known at
+// import are checked here, so a bad one refuses the node.
 void ConvertGather(NodeContext& ctx) {
   const Dims x = ctx.InputDims(0);
   const int64_t axis = NormAxis(ctx, ctx.Int("axis", 0), static_cast<int64_t>(x.size()), "axis");
   const Dims idx = ctx.InputDims(1);
-  if (ctx.Constant(1) == nullptr) {
-    ctx.Refuse("indices computed at run time may be negative, which ONNX counts from the end and kiln's gather "
-               "refuses; kiln imports Gather with indices known at import");
+  if (ctx.Constant(1) != nullptr && x[axis] >= 0) {
+    const std::vector<int64_t> values = ctx.ConstantInts(1, "indices");
+    for (int64_t v : values) {
+      if (v < -x[axis] || v >= x[axis]) ctx.Refuse("index ", v, " is out of range for dim ", x[axis]);
+    }
   }
-  if (x[axis] < 0) ctx.Refuse("dim ", axis, " of the data is known only at run time (negative indices need it)");
-  const std::vector<int64_t> values = ctx.ConstantInts(1, "indices");
-  Tensor fixed(DataType::kINT64, {static_cast<int64_t>(values.size())});
-  for (size_t k = 0; k < values.size(); ++k) {
-    const int64_t v = values[k] < 0 ? values[k] + x[axis] : values[k];
-    if (v < 0 || v >= x[axis]) ctx.Refuse("index ", values[k], " is out of range for dim ", x[axis]);
-    fixed.mutable_data<int64_t>()[k] = v;
+  std::string index = ctx.Input(1, VarRole::kConstant);
+  if (idx.size() != 1) {
+    int64_t k = 1;
+    for (int64_t d : idx) k = d < 0 || k < 0 ? -1 : k * d;
+    index = ReshapeTo(ctx, index, idx, {k}, {-1});
   }
-  const std::string index = ctx.ConstantVar("indices", fixed);
   if (idx.size() == 1) {
     ctx.Op1("gather", {{"X", {ctx.Input(0)}}, {"Index", {index}}}, {{"axis", axis}}, ctx.Out(0));
     return;
@@ -204,6 +205,14 @@ void ConvertGather(NodeContext& ctx) {
     src.push_back(-1);
   }
   ReshapeTo(ctx, g, ctx.VarDims(g), to, src, ctx.Out(0));
+}
+
+// take_along_axis is GatherElements: Index of Input's rank, Result of its
+// dims, negative indices counting from the end in both.
+void ConvertGatherElements(NodeContext& ctx) {
+  const int64_t axis = NormAxis(ctx, ctx.Int("axis", 0), static_cast<int64_t>(ctx.InputDims(0).size()), "axis");
+  ctx.Op1("take_along_axis", {{"Input", {ctx.Input(0)}}, {"Index", {ctx.Input(1, VarRole::kConstant)}}},
+          {{"Axis", axis}}, ctx.Out(0), "Result");
 }
 
 // one_hot of the indices with a trailing 1 dim; ONNX's negative indices
@@ -256,6 +265,7 @@ void AddShapeConverters(std::vector<Converter>* t) {
   t->push_back(MakeConverter("Split", 2, ConvertSplit));
   t->push_back(MakeConverter("Slice", 1, ConvertSlice));
   t->push_back(MakeConverter("Gather", 1, ConvertGather));
+  t->push_back(MakeConverter("GatherElements", 11, ConvertGatherElements));
   t->push_back(MakeConverter("OneHot", 9, ConvertOneHot));
   t->push_back(MakeConverter("Identity", 1, ConvertIdentity));
 }

@@ -87,22 +87,36 @@ std::string PadRank(NodeContext& ctx, const std::string& var, const Dims& s, con
   return ReshapeTo(ctx, var, s, to, src);
 }
 
+// `var` (dims `a`) expanded to the broadcast shape `r` of a and b: expand_v2,
+// whose -1 keeps a dim of `var`, so a dim known only at run time must be a's.
+std::string ExpandTo(NodeContext& ctx, const std::string& var, const Dims& a, const Dims& b, const Dims& r) {
+  const size_t pad = r.size() - a.size();
+  for (size_t k = 0; k < r.size(); ++k) {
+    if (r[k] < 0 && (k < pad || a[k - pad] >= 0)) {
+      ctx.Refuse("broadcast: both operands broadcast (", DimsToString(a), " and ", DimsToString(b), " to ",
+                 DimsToString(r), "), and dim ", k, " comes from the second operand at run time; kiln expands the "
+                 "first operand to a shape known at import");
+    }
+  }
+  return ctx.Op1("expand_v2", {{"X", {var}}}, {{"shape", std::vector<int64_t>(r.begin(), r.end())}});
+}
+
 }  // namespace
 
 BinaryOperands MapBroadcast(NodeContext& ctx, Operands order) {
-  const Dims a = ctx.InputDims(0);
-  const Dims b = ctx.InputDims(1);
+  return MapBroadcast(ctx, order, ctx.Input(0), ctx.InputDims(0), ctx.Input(1), ctx.InputDims(1));
+}
+
+BinaryOperands MapBroadcast(NodeContext& ctx, Operands order, const std::string& a_var, const Dims& a,
+                            const std::string& b_var, const Dims& b) {
   const Dims r = BroadcastShapes(ctx, a, b);
-  if (Fits(a, r)) return {PadRank(ctx, ctx.Input(0), a, r), ctx.Input(1), false};
-  if (!Fits(b, r)) {
-    ctx.Refuse("broadcast: both operands broadcast (", DimsToString(a), " and ", DimsToString(b), " to ",
-               DimsToString(r), "); kiln's elementwise ops broadcast only their second operand");
-  }
+  if (Fits(a, r)) return {PadRank(ctx, a_var, a, r), b_var, false};
+  if (!Fits(b, r)) return {ExpandTo(ctx, a_var, a, b, r), b_var, false};
   if (order == Operands::kOrdered) {
     ctx.Refuse("broadcast: the first operand ", DimsToString(a), " broadcasts to the second's shape ",
                DimsToString(b), "; kiln's elementwise ops broadcast only their second operand");
   }
-  return {PadRank(ctx, ctx.Input(1), b, r), ctx.Input(0), true};
+  return {PadRank(ctx, b_var, b, r), a_var, true};
 }
 
 }  // namespace kiln::onnx_import

@@ -35,12 +35,17 @@ enum class Operands {
 // The operands of a binary node (inputs 0 and 1) as kiln's elementwise ops
 // take them: X has the broadcast shape (reshaped from a lower rank with
 // leading 1s when needed) and Y broadcasts into it. `swapped` when X is input
-// 1. Refuses when both operands broadcast, or when only the first does and
-// the op is kOrdered.
+// 1. When both operands broadcast, the first is expanded to the broadcast
+// shape (expand_v2: numpy's broadcasting is that expansion); refuses when a
+// dim of that shape is known only at run time and the first operand lacks it,
+// or when only the first operand broadcasts and the op is kOrdered.
 struct BinaryOperands {
   std::string x, y;
   bool swapped = false;
 };
 BinaryOperands MapBroadcast(NodeContext& ctx, Operands order);
+// The same for two vars (Max and Min chain their inputs pairwise).
+BinaryOperands MapBroadcast(NodeContext& ctx, Operands order, const std::string& a, const Dims& a_dims,
+                            const std::string& b, const Dims& b_dims);
 
 }  // namespace kiln::onnx_import

@@ -44,6 +44,9 @@ void AddMathConverters(std::vector<Converter>* table);      // convert_math.cc
 void AddReduceConverters(std::vector<Converter>* table);    // convert_reduce.cc
 void AddShapeConverters(std::vector<Converter>* table);     // convert_shape.cc
 void AddConstantConverters(std::vector<Converter>* table);  // convert_constant.cc
+void AddUnaryConverters(std::vector<Converter>* table);     // convert_unary.cc
+void AddTilePadConverters(std::vector<Converter>* table);   // convert_tile_pad.cc
+void AddLossConverters(std::vector<Converter>* table);      // convert_loss.cc
 
 // Every entry, sorted by op type: converters and missing ops.
 const std::vector<Converter>& ConverterTable();

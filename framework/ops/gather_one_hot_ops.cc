@@ -72,15 +72,17 @@ GatherLayout MakeGatherLayout(const ExecContext& ctx, const Dims& x, const Tenso
   return l;
 }
 
-// Index value number `k`, checked against [0, rows) before any memory is touched.
+// Index value number `k` as a row in [0, rows): a value in [-rows, -1]
+// counts from the end (numpy.take, Paddle 2.x's gather, ONNX Gather; not
+// torch.index_select). Checked before any memory is touched.
 int64_t CheckedIndex(const ExecContext& ctx, const Tensor& index, int64_t k, const GatherLayout& l,
                      const Tensor& x) {
   const int64_t v = IndexAt(index, k);
-  if (v < 0 || v >= l.rows) {
-    ctx.Fail("input Index: value ", v, " at position ", k, " is outside [0, ", l.rows, ") (dim ", l.axis, " of X ",
-             x.ShapeString(), ")");
+  if (v < -l.rows || v >= l.rows) {
+    ctx.Fail("input Index: value ", v, " at position ", k, " is outside [", -l.rows, ", ", l.rows, ") (dim ", l.axis,
+             " of X ", x.ShapeString(), "; negative values count from the end)");
   }
-  return v;
+  return v < 0 ? v + l.rows : v;
 }
 
 void GatherKernel(ExecContext& ctx) {
@@ -173,9 +175,11 @@ void AddGather(OpRegistry& r) {
   op.type = "gather";
   op.doc =
       "Out = the slices of X (any dtype) along attr axis (negative counts from the end) picked by Index (i64 or "
-      "i32, [K] or [K, 1]): Out has X's dims with the axis dim replaced by K. An index outside [0, X's axis dim) "
-      "is an error naming the value and its position. Gradient: X@GRAD is zeros with the Out@GRAD slices added at "
-      "their indices (repeated indices accumulate, as torch.index_select's backward); Index gets none. JIT: "
+      "i32, [K] or [K, 1]): Out has X's dims with the axis dim replaced by K. An index in [-n, -1] counts from the "
+      "end (n is X's axis dim; as numpy.take, Paddle 2.x's gather and ONNX Gather, unlike torch.index_select); one "
+      "outside [-n, n) is an error naming the value and its position. Gradient: X@GRAD is zeros with the Out@GRAD "
+      "slices added at the rows their indices picked (repeated indices accumulate, -1 and n-1 alike); Index gets "
+      "none. JIT: "
       "framework (its kernel runs inside the cluster: data-dependent reads, no generated kernel does them)";
   op.inputs = {ops_a::Required("X"), ops_a::Required("Index")};
   op.outputs = {ops_a::Required("Out")};
@@ -193,7 +197,7 @@ void AddGather(OpRegistry& r) {
   grad.type = "gather_grad";
   grad.doc =
       "Gradient of gather: X@GRAD (f32, f64) has X's dims, each slice the sum of the Out@GRAD slices whose index "
-      "picked it (zeros for slices never picked)";
+      "picked it (a negative index picks the row it counts from the end; zeros for slices never picked)";
   grad.inputs = {ops_a::Required("X"), ops_a::Required("Index"), ops_a::Optional(GradVarName("Out"))};
   grad.outputs = {ops_a::Optional(GradVarName("X"))};
   grad.attrs = attrs;

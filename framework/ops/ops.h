@@ -43,6 +43,8 @@ void RegisterCumsumOps(OpRegistry& r);          // cumsum (+grad)
 void RegisterReduceNormOps(OpRegistry& r);      // reduce_prod, reduce_l1, reduce_l2, logsumexp (+grads)
 void RegisterInstanceNormOps(OpRegistry& r);    // instance_norm (+grad)
 void RegisterPreluOps(OpRegistry& r);           // prelu (+grad)
+void RegisterNllLossOps(OpRegistry& r);         // nll_loss (+grad)
+void RegisterTakeAlongAxisOps(OpRegistry& r);   // take_along_axis (+grad)
 
 void RegisterCollectiveOps(OpRegistry& r);   // c_allreduce_avg, c_allreduce_start, c_allreduce_wait (distributed/)
 
