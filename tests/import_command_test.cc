@@ -65,6 +65,11 @@ TEST_F(ImportCommandTest, WritesACheckpointThatKilnRunStartsFrom) {
   ASSERT_EQ(fed.code, 0) << fed.output;
   EXPECT_EQ(test::CompareTensors(ReadNpy(dir_ + "/out2/y.npy"), test::FloatTensor({2, 2}, {8, 13, 4, 9}), 1e-5, 0),
             "");
+  // --trainable: the bias is frozen, in the program and in model.json.
+  const auto frozen = Kiln("import " + dir_ + "/m.onnx --out " + dir_ + "/frozen --trainable w");
+  ASSERT_EQ(frozen.code, 0) << frozen.output;
+  EXPECT_NE(frozen.output.find("1 parameters, 0 state vars, 1 frozen;"), std::string::npos) << frozen.output;
+  EXPECT_NE(ReadFile(dir_ + "/frozen/model.json").find("\"frozen\": [\n    \"b\"\n  ]"), std::string::npos);
   // Importing again replaces the checkpoint.
   EXPECT_EQ(Kiln("import " + dir_ + "/m.onnx --out " + dir_ + "/imported --input_shape x=4,3").code, 0);
   EXPECT_NE(ReadFile(dir_ + "/imported/program.pbtxt").find("dims: 4"), std::string::npos);
@@ -73,15 +78,15 @@ TEST_F(ImportCommandTest, WritesACheckpointThatKilnRunStartsFrom) {
 TEST_F(ImportCommandTest, BadInputFailsCleanlyAndWritesNothing) {
   const std::string out = " --out " + dir_ + "/o";
   WriteFileAtomic(dir_ + "/junk.onnx", "not a model");
-  OnnxModelBuilder erf(14);
-  erf.Input("x", {2});
-  erf.Node("Erf", {"x"}, {"y"}, "erf");
-  erf.Output("y", {2});
-  erf.Write(dir_ + "/erf.onnx");
+  OnnxModelBuilder det(14);
+  det.Input("x", {2, 2});
+  det.Node("Det", {"x"}, {"y"}, "det");
+  det.Output("y", {});
+  det.Write(dir_ + "/det.onnx");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"import " + dir_ + "/missing.onnx" + out, dir_ + "/missing.onnx"},
       {"import " + dir_ + "/junk.onnx" + out, dir_ + "/junk.onnx: not an ONNX model"},
-      {"import " + dir_ + "/erf.onnx" + out, "node 0 'erf' (Erf, opset 14): no kiln op computes erf"},
+      {"import " + dir_ + "/det.onnx" + out, "node 0 'det' (Det, opset 14): no kiln op for it (matmul only)"},
       {"import " + dir_ + "/m.onnx", "--out is required"},
       {"import" + out, "expected one model file: kiln import MODEL.onnx --out DIR (got 0)"},
       {"import " + dir_ + "/m.onnx " + dir_ + "/m.onnx" + out, "expected one model file"},
@@ -90,6 +95,11 @@ TEST_F(ImportCommandTest, BadInputFailsCleanlyAndWritesNothing) {
       {"import " + dir_ + "/m.onnx --input_shape x=0,3" + out, "dim '0' is not a positive integer or -1"},
       {"import " + dir_ + "/m.onnx --input_shape z=2,3" + out, "input shape given for 'z', which is not a graph input"},
       {"run --input_shape x=1 --program p.pbtxt", "kiln run takes no --input_shape"},
+      {"import " + dir_ + "/m.onnx --trainable w,bb" + out,
+       "trainable names 'bb', which is not a float initializer of the model; did you mean 'b'?"},
+      {"import " + dir_ + "/m.onnx --trainable w,,b" + out, "--trainable 'w,,b': an empty name"},
+      {"import " + dir_ + "/m.onnx --trainable w --trainable b" + out, "--trainable given twice"},
+      {"run --trainable w --program p.pbtxt", "kiln run takes no --trainable"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = Kiln(args);

@@ -4,7 +4,8 @@
 // convert_loss.cc) on models built here: the
 // ops and attributes each node becomes (ONNX's attribute names and defaults
 // renamed, Pad's pads reordered into pairs), Max chained over broadcasting
-// inputs and run, both operands broadcasting through expand_v2, an
+// inputs and run, both operands broadcasting through expand_v2, Where's three
+// inputs broadcast, integer Div of shapes folded, an
 // embedding-style Gather with negative ids, GatherElements as
 // take_along_axis, SoftmaxCrossEntropyLoss as
 // log_softmax and nll_loss, and the refusals with their reasons. Their numerics
@@ -193,6 +194,37 @@ struct Refusal {
   std::string message;
 };
 
+// masked_fill as exported: Where(mask [1,4], a scalar, x [3,4]). kiln's
+// where takes one shape, so the mask and the scalar are expanded to [3,4].
+TEST(OnnxConvertersTest, WhereBroadcastsItsThreeInputs) {
+  OnnxModelBuilder m(14);
+  m.Input("c", {1, 4}).Input("x", {3, 4}).Floats("zero", {}, {0}).Floats("fill", {}, {-9});
+  m.Node("Greater", {"c", "zero"}, {"mask"});
+  m.Node("Where", {"mask", "fill", "x"}, {"y"});
+  m.Output("y", {3, 4});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  EXPECT_EQ(OpTypes(im), (std::vector<std::string>{"greater_than", "expand_v2", "expand_v2", "where"}));
+  const Tensor y = RunImported(im, {{"c", test::FloatTensor({1, 4}, {1, -1, 0, 2})},
+                                    {"x", test::FloatTensor({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})}});
+  EXPECT_EQ(test::CompareTensors(y, test::FloatTensor({3, 4}, {-9, 2, 3, -9, -9, 6, 7, -9, -9, 10, 11, -9}), 0, 0),
+            "");
+}
+
+// The exporter computes a head size as Shape / heads: integer Div of
+// constants folds at import (kiln's elementwise_div takes floats only).
+TEST(OnnxConvertersTest, IntegerDivOfConstantsFolds) {
+  OnnxModelBuilder m(14);
+  m.Input("x", {4, 6}).Ints("two", {1}, {2}).Ints("scale", {2}, {1, 4});
+  m.Node("Shape", {"x"}, {"s"});
+  m.Node("Div", {"s", "two"}, {"h"});  // [2, 3]
+  m.Node("Mul", {"h", "scale"}, {"shape"});  // [2, 12]
+  m.Node("Reshape", {"x", "shape"}, {"y"});
+  m.Output("y", {2, 12});
+  const OnnxImport im = ImportOnnxModelFromBytes(m.Bytes());
+  ASSERT_EQ(OpTypes(im), std::vector<std::string>{"reshape2"});
+  EXPECT_EQ(std::get<std::vector<int64_t>>(AttrOf(im, 0, "shape")), (std::vector<int64_t>{2, 12}));
+}
+
 std::vector<Refusal> Refusals() {
   std::vector<Refusal> out;
   {
@@ -284,6 +316,15 @@ std::vector<Refusal> Refusals() {
     out.push_back({"a broadcast dim from the second operand at run time", m,
                    "node 0 'add' (Add, opset 14): broadcast: both operands broadcast ([1,4] and [-1,1] to [-1,4]), "
                    "and dim 0 comes from the second operand at run time"});
+  }
+  {
+    OnnxModelBuilder m(14);
+    m.Input("x", {2, 3}).Ints("a", {2}, {6, -7}).Ints("b", {2}, {2, 0});
+    m.Node("Div", {"a", "b"}, {"shape"}, "div");
+    m.Node("Reshape", {"x", "shape"}, {"y"});
+    m.Output("y", {-1, -1});
+    out.push_back({"integer division by zero", m,
+                   "node 0 'div' (Div, opset 14): integer division by zero (element 1 of the output)"});
   }
   return out;
 }

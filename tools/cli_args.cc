@@ -89,6 +89,10 @@ void ParseFlag(int argc, char** argv, int* i, const CommandInfo* command, CliArg
       ThrowInvalidArgument("--input_shape takes NAME=d0,d1,... (one argument, no space), got '", value, "'");
     }
     out->input_shapes.push_back(value);
+  } else if (name == "trainable") {
+    if (out->command != "import") ThrowInvalidArgument("kiln ", out->command, " takes no --trainable");
+    if (out->trainable) ThrowInvalidArgument("--trainable given twice (list every name in one: NAME,NAME,...)");
+    out->trainable = next_value("NAME,NAME,...");
   } else if (name == "all" && out->command == "flags") {
     out->all = true;
   } else if (IsFlag(name)) {

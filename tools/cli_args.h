@@ -4,6 +4,7 @@
 // malformed argument takes) before anything runs.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct CliArgs {
   std::vector<std::string> feeds;    // each --feed NAME=FILE.npy, as NAME=FILE.npy
   std::vector<std::string> positional;  // `kiln completion bash`: {"bash"}; kiln import's model
   std::vector<std::string> input_shapes;  // kiln import's --input_shape NAME=d0,d1,... entries
+  std::optional<std::string> trainable;   // kiln import's --trainable NAME,NAME,...
 };
 
 // Parses argv[1..] and sets the flags it names (after the FLAGS_ environment

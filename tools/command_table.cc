@@ -91,12 +91,15 @@ std::vector<CommandInfo> MakeCommands() {
        "Runs an exported model on .npy feeds (the JIT on unless --use_jit=false) and writes the fetches to DIR.",
        Join({{"fetch", "out"}, Running()}),
        {{"--model MODEL_DIR", "the model directory kiln export (or kiln.save_inference_model) wrote"}, feed}},
-      {"import", "MODEL.onnx --out DIR [--input_shape NAME=d0,d1,...]",
+      {"import", "MODEL.onnx --out DIR [--input_shape NAME=d0,d1,...] [--trainable NAME,NAME,...]",
        "Imports an ONNX model: writes DIR, a checkpoint holding the program (DIR/program.pbtxt) and its initial "
        "values; start from it with kiln run --program DIR/program.pbtxt --from DIR (docs/onnx.md).",
        {"out"},
        {{"--input_shape NAME=d0,d1,...",
-         "dims of graph input NAME in place of the model's (-1: known at run time; repeat per input)"}}},
+         "dims of graph input NAME in place of the model's (-1: known at run time; repeat per input)"},
+        {"--trainable NAME,NAME,...",
+         "the initializers that train, the others frozen (default: every float initializer without an inf or NaN; "
+         "ONNX does not tell parameters from buffers)"}}},
       {"plot", "A.jsonl [B.jsonl ...] --out curves.svg",
        "Draws training curves (loss, test accuracy, step time) from kiln train --history files, overlaid to compare "
        "runs, as one SVG.",

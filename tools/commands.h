@@ -2,6 +2,7 @@
 // code; errors are thrown as kiln::Error and reported by main.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,10 @@ int ExportCommand();
 int PredictCommand(const std::vector<std::string>& feeds);
 // kiln import MODEL.onnx --out DIR [--input_shape NAME=d0,d1 ...]: positional
 // holds the model file, input_shapes each NAME=d0,d1,... (repeatable).
-int ImportCommand(const std::vector<std::string>& positional, const std::vector<std::string>& input_shapes);
+// trainable: the initializers that train, comma-separated (unset: every
+// finite float initializer; OnnxImportOptions::trainable).
+int ImportCommand(const std::vector<std::string>& positional, const std::vector<std::string>& input_shapes,
+                  const std::optional<std::string>& trainable);
 // kiln plot A.jsonl [B.jsonl ...] --out curves.svg; PlotSvg is the document.
 int PlotCommand(const std::vector<std::string>& paths);
 std::string PlotSvg(const std::vector<std::string>& paths);

@@ -9,6 +9,7 @@
 // parameters and state vars), each listed with its sha256 in manifest.json.
 // It is written atomically: on any error nothing is left at DIR.
 #include <cstdio>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint/checkpoint.h"
@@ -73,12 +74,14 @@ std::string ModelJson(const std::string& source, const OnnxImport& im) {
   j["outputs"] = VarsJson(block, im.outputs, im.onnx_outputs);
   j["parameters"] = im.parameters;
   j["state"] = im.state;
+  j["frozen"] = im.frozen;
   return j.dump(2) + "\n";
 }
 
 }  // namespace
 
-int ImportCommand(const std::vector<std::string>& positional, const std::vector<std::string>& input_shapes) {
+int ImportCommand(const std::vector<std::string>& positional, const std::vector<std::string>& input_shapes,
+                  const std::optional<std::string>& trainable) {
   if (positional.size() != 1) {
     ThrowInvalidArgument("expected one model file: kiln import MODEL.onnx --out DIR (got ", positional.size(), ")");
   }
@@ -88,6 +91,15 @@ int ImportCommand(const std::vector<std::string>& positional, const std::vector<
     auto [name, dims] = ParseInputShape(arg);
     if (!options.input_shapes.emplace(name, dims).second) ThrowInvalidArgument("--input_shape '", name, "' given twice");
   }
+  if (trainable) {
+    options.trainable.emplace();
+    std::stringstream ss(*trainable);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      if (name.empty()) ThrowInvalidArgument("--trainable '", *trainable, "': an empty name");
+      options.trainable->insert(name);
+    }
+  }
   const OnnxImport im = ImportOnnxModel(positional[0], options);
   Scope scope;
   Executor().RunProgram(im.startup, scope);
@@ -95,11 +107,12 @@ int ImportCommand(const std::vector<std::string>& positional, const std::vector<
   save.files = {{"program.pbtxt", ProgramToText(im.main)}, {"model.json", ModelJson(positional[0], im)}};
   SaveCheckpointDir(FLAGS_out, im.main, scope, LoopState{}, save);
   std::string feeds, fetches;
+  const std::string frozen = im.frozen.empty() ? "" : StrCat(", ", im.frozen.size(), " frozen");
   for (const auto& v : im.inputs) feeds += (feeds.empty() ? "" : ",") + v;
   for (const auto& v : im.outputs) fetches += (fetches.empty() ? "" : ",") + v;
-  std::printf("kiln import: %s -> %s (opset %lld, %d ops, %zu parameters, %zu state vars; feeds %s, fetches %s)\n",
+  std::printf("kiln import: %s -> %s (opset %lld, %d ops, %zu parameters, %zu state vars%s; feeds %s, fetches %s)\n",
               positional[0].c_str(), FLAGS_out.c_str(), static_cast<long long>(im.opset),
-              im.main.blocks(0).ops_size(), im.parameters.size(), im.state.size(), feeds.c_str(), fetches.c_str());
+              im.main.blocks(0).ops_size(), im.parameters.size(), im.state.size(), frozen.c_str(), feeds.c_str(), fetches.c_str());
   return 0;
 }
 

@@ -27,7 +27,7 @@ int Dispatch(const kiln::tools::CliArgs& a) {
   if (c == "predict") return t::PredictCommand(a.feeds);
   if (c == "completion") return t::CompletionCommand(a.positional);
   if (c == "plot") return t::PlotCommand(a.positional);
-  if (c == "import") return t::ImportCommand(a.positional, a.input_shapes);
+  if (c == "import") return t::ImportCommand(a.positional, a.input_shapes, a.trainable);
   std::fputs(t::MainHelp().c_str(), stdout);  // kiln help
   return 0;
 }

@@ -98,13 +98,13 @@ void ConvertAnd(NodeContext& ctx) { Binary(ctx, "logical_and", Operands::kCommut
 void ConvertOr(NodeContext& ctx) { Binary(ctx, "logical_or", Operands::kCommutative); }
 void ConvertXor(NodeContext& ctx) { Binary(ctx, "logical_xor", Operands::kCommutative); }
 
+// numpy's broadcasting among the three: each input that lacks the common
+// shape is expanded to it (kiln's where takes one shape for all three).
 void ConvertWhere(NodeContext& ctx) {
-  const Dims& c = ctx.InputDims(0);
-  if (c != ctx.InputDims(1) || c != ctx.InputDims(2)) {
-    ctx.Refuse("broadcast: condition ", DimsToString(c), ", X ", DimsToString(ctx.InputDims(1)), " and Y ",
-               DimsToString(ctx.InputDims(2)), " differ; kiln's where takes one shape for all three");
-  }
-  ctx.Op1("where", {{"Condition", {ctx.Input(0)}}, {"X", {ctx.Input(1)}}, {"Y", {ctx.Input(2)}}}, {}, ctx.Out(0));
+  const Dims r = BroadcastShapes(ctx, BroadcastShapes(ctx, ctx.InputDims(0), ctx.InputDims(1)), ctx.InputDims(2));
+  std::vector<std::string> in;
+  for (size_t i = 0; i < 3; ++i) in.push_back(BroadcastTo(ctx, ctx.Input(i), ctx.InputDims(i), r));
+  ctx.Op1("where", {{"Condition", {in[0]}}, {"X", {in[1]}}, {"Y", {in[2]}}}, {}, ctx.Out(0));
 }
 
 // The inputs of Sum/Mean, which kiln's sum adds without broadcasting.

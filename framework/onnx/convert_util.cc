@@ -103,6 +103,11 @@ std::string ExpandTo(NodeContext& ctx, const std::string& var, const Dims& a, co
 
 }  // namespace
 
+std::string BroadcastTo(NodeContext& ctx, const std::string& var, const Dims& dims, const Dims& r) {
+  if (dims == r) return var;
+  return ExpandTo(ctx, var, dims, r, r);
+}
+
 BinaryOperands MapBroadcast(NodeContext& ctx, Operands order) {
   return MapBroadcast(ctx, order, ctx.Input(0), ctx.InputDims(0), ctx.Input(1), ctx.InputDims(1));
 }

@@ -26,6 +26,11 @@ std::string ReshapeTo(NodeContext& ctx, const std::string& var, const Dims& from
 // refuses shapes that do not broadcast.
 Dims BroadcastShapes(const NodeContext& ctx, const Dims& a, const Dims& b);
 
+// `var` (dims `dims`, which broadcast to `r`) as a var of dims `r`: itself
+// when they are equal, else expand_v2; refuses a dim of `r` known only at run
+// time that `var` lacks.
+std::string BroadcastTo(NodeContext& ctx, const std::string& var, const Dims& dims, const Dims& r);
+
 enum class Operands {
   kCommutative,  // a op b == b op a: the operands may swap
   kFlippable,    // a comparison: swapping them flips it (less <-> greater)

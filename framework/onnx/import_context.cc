@@ -91,7 +91,8 @@ std::string ImportContext::DeclareFedConstant(const std::string& onnx_name, std:
 
 std::string ImportContext::Materialise(const std::string& onnx_name, VarRole role) {
   Value& v = values_.at(onnx_name);
-  const bool trainable = v.kind == Value::Kind::kInitializer && role == VarRole::kParameter && IsFloat(v.dtype);
+  const bool trainable =
+      v.kind == Value::Kind::kInitializer && role == VarRole::kParameter && IsFloat(v.dtype) && !v.frozen;
   if (!v.var.empty()) {
     // An initializer read as a parameter before and as state now (a running
     // statistic also read elsewhere) is state: never trained.
@@ -119,6 +120,7 @@ std::string ImportContext::Materialise(const std::string& onnx_name, VarRole rol
   *startup_.mutable_blocks(0)->add_ops() = AssignValueOp(v.var, t);
   if (trainable) parameters_.push_back(v.var);
   if (role == VarRole::kState) state_.push_back(v.var);
+  if (v.frozen && role == VarRole::kParameter) frozen_.push_back(v.var);
   return v.var;
 }
 

@@ -33,9 +33,9 @@ enum class VarRole {
   kConstant,   // read only
 };
 
-// kInitializer: a float initializer, a parameter unless an op reads it as
-// state or as a constant operand; never folded. Other initializers are
-// kConstant, as Constant nodes and folded results are.
+// kInitializer: a float initializer, a parameter unless it is frozen or an
+// op reads it as state or as a constant operand; never folded. Other
+// initializers are kConstant, as Constant nodes and folded results are.
 struct Value {
   enum class Kind { kRuntime, kConstant, kInitializer };
   Kind kind = Kind::kRuntime;
@@ -43,6 +43,7 @@ struct Value {
   std::shared_ptr<const Tensor> constant;  // kConstant, kInitializer
   Dims dims;
   DataType dtype = DataType::kFP32;
+  bool frozen = false;  // kInitializer: never trained (OnnxImportOptions::trainable)
 };
 
 class ImportContext {
@@ -55,6 +56,7 @@ class ImportContext {
   proto::ProgramDesc& startup() { return startup_; }
   const std::vector<std::string>& parameters() const { return parameters_; }
   const std::vector<std::string>& state() const { return state_; }
+  const std::vector<std::string>& frozen() const { return frozen_; }
 
   // nullptr when the model has no such value (yet).
   const Value* Find(const std::string& onnx_name) const;
@@ -96,7 +98,7 @@ class ImportContext {
   BlockVarIndex index_{main_.mutable_blocks(0)};
   std::map<std::string, Value> values_;
   std::set<std::string> names_;  // every var name given out
-  std::vector<std::string> parameters_, state_;
+  std::vector<std::string> parameters_, state_, frozen_;
   std::string NewFilledVar(const std::string& hint, const Tensor& value);
   std::set<std::string> used_;
 };

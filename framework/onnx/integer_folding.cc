@@ -35,6 +35,7 @@ int64_t Apply(const std::string& op, int64_t a, int64_t b) {
   if (op == "Add") return static_cast<int64_t>(x + y);
   if (op == "Sub") return static_cast<int64_t>(x - y);
   if (op == "Mul") return static_cast<int64_t>(x * y);
+  if (op == "Div") return b == -1 ? static_cast<int64_t>(uint64_t{0} - x) : a / b;  // truncates, as C and ONNX Runtime
   return static_cast<int64_t>(uint64_t{0} - x);  // Neg
 }
 
@@ -43,7 +44,7 @@ int64_t Apply(const std::string& op, int64_t a, int64_t b) {
 bool FoldIntegerArithmetic(const onnx::NodeProto& node, int index, ImportContext& ic) {
   const std::string& op = node.op_type();
   const int arity = op == "Neg" ? 1 : 2;
-  if ((op != "Add" && op != "Sub" && op != "Mul" && op != "Neg") || node.input_size() != arity) return false;
+  if ((op != "Add" && op != "Sub" && op != "Mul" && op != "Div" && op != "Neg") || node.input_size() != arity) return false;
   std::vector<const Tensor*> in;
   for (const std::string& name : node.input()) {
     const Value* v = ic.Find(name);
@@ -58,6 +59,7 @@ bool FoldIntegerArithmetic(const onnx::NodeProto& node, int index, ImportContext
   for (int64_t i = 0; n > 0 && i < n; ++i) {
     const int64_t a = Get(*in[0], SourceIndex(in[0]->dims(), out_dims, i));
     const int64_t b = arity == 2 ? Get(*in[1], SourceIndex(in[1]->dims(), out_dims, i)) : 0;
+    if (op == "Div" && b == 0) ctx.Refuse("integer division by zero (element ", i, " of the output)");
     const int64_t v = Apply(op, a, b);
     if (out.dtype() == DataType::kINT64) {
       out.mutable_data<int64_t>()[i] = v;

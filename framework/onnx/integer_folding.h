@@ -1,5 +1,5 @@
 // Integer arithmetic on constants, which kiln's elementwise ops (f32/f64
-// only) cannot fold: Add, Sub, Mul and Neg of int64/int32 constants, with
+// only) cannot fold: Add, Sub, Mul, Div (truncating) and Neg of int64/int32 constants, with
 // numpy broadcasting, wrapping as two's complement. Exporters compute shapes
 // this way (rank - axis). Internal to framework/onnx/.
 #pragma once

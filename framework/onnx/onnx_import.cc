@@ -4,7 +4,9 @@
 // returned only when the whole graph converted.
 #include "framework/onnx/onnx_import.h"
 
+#include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "framework/file_util.h"
 #include "framework/onnx/constant_folding.h"
@@ -13,6 +15,7 @@
 #include "framework/onnx/integer_folding.h"
 #include "framework/onnx/onnx_model.h"
 #include "framework/onnx/onnx_tensor.h"
+#include "framework/suggest.h"
 #include "framework/validate.h"
 
 namespace kiln {
@@ -142,18 +145,37 @@ void BindInput(const onnx::ValueInfoProto& in, const Tensor& value, DataType dty
   ic.SetValue(in.name(), Value{Value::Kind::kConstant, "", std::move(t), value.dims(), value.dtype()});
 }
 
+bool AllFinite(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = t.dtype() == DataType::kFP32 ? t.data<float>()[i] : t.data<double>()[i];
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
 void DefineGraphValues(const onnx::GraphProto& g, const OnnxImportOptions& options, ImportContext& ic,
                        OnnxImport* result) {
   const std::string& source = ic.source();
-  std::set<std::string> initializers;
+  std::set<std::string> initializers, float_initializers;
   for (const auto& init : g.initializer()) {
     auto t = std::make_shared<const Tensor>(TensorFromProto(init, source + ": initializer '" + init.name() + "'"));
     // Float initializers are parameters (never folded away); the others
     // (shapes, axes, indices) are constants like a Constant node's.
     const bool param = t->dtype() == DataType::kFP32 || t->dtype() == DataType::kFP64;
+    const bool frozen = param && (options.trainable ? !options.trainable->count(init.name()) : !AllFinite(*t));
     ic.SetValue(init.name(), Value{param ? Value::Kind::kInitializer : Value::Kind::kConstant, "", t, t->dims(),
-                                   t->dtype()});
+                                   t->dtype(), frozen});
     initializers.insert(init.name());
+    if (param) float_initializers.insert(init.name());
+  }
+  if (options.trainable) {
+    for (const std::string& name : *options.trainable) {
+      if (!float_initializers.count(name)) {
+        ThrowInvalidArgument(source, ": trainable names '", name, "', which is not a float initializer of the model",
+                             DidYouMean(name, std::vector<std::string>(float_initializers.begin(),
+                                                                       float_initializers.end())));
+      }
+    }
   }
   if (g.sparse_initializer_size() > 0) ThrowUnimplemented(source, ": sparse initializers (kiln tensors are dense)");
   std::set<std::string> inputs;
@@ -232,6 +254,7 @@ OnnxImport ImportOnnxModelFromBytes(const std::string& bytes, const OnnxImportOp
   result.startup = ic.startup();
   result.parameters = ic.parameters();
   result.state = ic.state();
+  result.frozen = ic.frozen();
   return result;
 }
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <set>
 #include <vector>
 
 #include "framework/error.h"
@@ -35,6 +36,14 @@ struct OnnxImportOptions {
   // (a Reshape's shape, Slice's starts, a Clip bound) that the model leaves
   // as inputs. The dtype must be the model's, the dims compatible with its.
   std::map<std::string, Tensor> input_values;
+  // ONNX has no flag for what trains: PyTorch exports parameters and buffers
+  // (a causal mask, a position table) alike as initializers. When set, the
+  // float initializers named here are the parameters and every other one is
+  // frozen (persistable, never trained); a name that is no float initializer
+  // of the model is an error. When unset, every float initializer a
+  // differentiable input reads is a parameter, except those holding an inf
+  // or NaN (a -inf mask), which no optimizer step could train.
+  std::optional<std::set<std::string>> trainable;
 };
 
 struct OnnxImport {
@@ -57,6 +66,9 @@ struct OnnxImport {
   // seeds), non-trainable.
   std::vector<std::string> parameters;
   std::vector<std::string> state;
+  // Float initializers read where a parameter could be that are not trained
+  // (OnnxImportOptions::trainable).
+  std::vector<std::string> frozen;
   int64_t opset = 0;  // of the default ONNX domain
 };
 

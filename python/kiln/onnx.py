@@ -20,7 +20,7 @@ from . import unique_name
 from .framework import Program, Variable
 
 
-def load(path, input_shapes=None, input_values=None):
+def load(path, input_shapes=None, input_values=None, trainable=None):
     """Imports the ONNX model at `path`.
 
     Returns (program, startup_program, inputs, outputs): the program, the
@@ -30,12 +30,21 @@ def load(path, input_shapes=None, input_values=None):
     Variables of the program, in graph order. `input_shapes` ({ONNX name:
     dims}, -1 for a dim known only at run time) overrides the model's input
     dims; `input_values` ({ONNX name: ndarray}) binds inputs that kiln needs
-    known at import (a Reshape's shape left as an input). Float initializers
-    the model trains are parameters; BatchNormalization's running statistics
-    are state updated in place in training mode.
+    known at import (a Reshape's shape left as an input).
+
+    ONNX does not say which initializers train: PyTorch exports buffers (a
+    causal mask, a position table) as it exports parameters. `trainable`
+    (names of initializers, e.g. [n for n, _ in model.named_parameters()])
+    says it: the others are frozen, and a name that is no float initializer
+    is an error. Without it, every float initializer is a parameter except
+    those holding an inf or NaN (a -inf mask). BatchNormalization's running
+    statistics are state updated in place in training mode.
     """
     shapes = {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}
-    r = _kiln.onnx_import(str(path), shapes, dict(input_values or {}))
+    if isinstance(trainable, str):
+        raise TypeError("trainable: expected a list of initializer names, got the string %r" % trainable)
+    names = None if trainable is None else {str(n) for n in trainable}
+    r = _kiln.onnx_import(str(path), shapes, dict(input_values or {}), names)
     program, startup = Program(r["main"]), Program(r["startup"])
     unique_name.reserve(program._p.var_names())
     return (program, startup, [Variable(program, n) for n in r["inputs"]],

@@ -3,6 +3,8 @@
 #include <pybind11/stl.h>
 
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,9 +19,11 @@ namespace kiln::python {
 void BindOnnx(py::module_& m) {
   m.def(
       "onnx_import",
-      [](const std::string& path, const std::map<std::string, Dims>& input_shapes, const py::dict& input_values) {
+      [](const std::string& path, const std::map<std::string, Dims>& input_shapes, const py::dict& input_values,
+         const std::optional<std::set<std::string>>& trainable) {
         OnnxImportOptions options;
         options.input_shapes = input_shapes;
+        options.trainable = trainable;
         for (const auto& [k, v] : input_values) {
           const std::string name = k.cast<std::string>();
           const std::string dtype = py::str(v.attr("dtype")).cast<std::string>();
@@ -42,10 +46,11 @@ void BindOnnx(py::module_& m) {
         d["onnx_outputs"] = r.onnx_outputs;
         d["parameters"] = r.parameters;
         d["state"] = r.state;
+        d["frozen"] = r.frozen;
         d["opset"] = r.opset;
         return d;
       },
-      py::arg("path"), py::arg("input_shapes"), py::arg("input_values"));
+      py::arg("path"), py::arg("input_shapes"), py::arg("input_values"), py::arg("trainable"));
 }
 
 }  // namespace kiln::python
