@@ -73,6 +73,7 @@ TEST(OnnxExportTest, ElementwiseAxisBroadcastsAsPaddle) {
   v = b.Op1("elementwise_sub", {{"X", {v}}, {"Y", {e}}});
   v = b.Op1("elementwise_div", {{"X", {v}}, {"Y", {x}}});
   v = b.Op1("elementwise_max", {{"X", {v}}, {"Y", {e}}}, {{"axis", int64_t{3}}});
+  v = b.Op1("concat", {{"X", {v, x, v}}}, {{"axis", int64_t{-2}}});
   EXPECT_EQ(RoundTrip(b, {{"x", Random({3, 3, 4, 4})}}, v), "");
 }
 
@@ -86,6 +87,13 @@ TEST(OnnxExportTest, ActivationsAndScale) {
     v = b.Op1("tanh", {{"X", {v}}});
     v = b.Op1("sigmoid", {{"X", {v}}});
     v = b.Op1("relu", {{"X", {v}}});
+    v = b.Op1("leaky_relu", {{"X", {v}}}, {{"alpha", 0.1f}});
+    v = b.Op1("hard_sigmoid", {{"X", {v}}}, {{"slope", 0.3f}, {"offset", 0.4f}});
+    v = b.Op1("clip", {{"X", {v}}}, {{"min", 0.45f}, {"max", 0.55f}});
+    // A dropout with a seed: the exported identity reads no seed, and the
+    // unused initializer is dropped (the checker would accept it; it is noise).
+    const std::string seed = b.Persistable("seed", {1}, 7, DataType::kINT64);
+    v = b.Op1("dropout", {{"X", {v}}, {"Seed", {seed}}}, {{"is_test", true}});
     v = b.Op1("softmax", {{"X", {v}}}, {{"axis", int64_t{0}}});
     EXPECT_EQ(RoundTrip(b, {{"x", Random({4, 6})}}, v), "") << approximate;
   }

@@ -65,6 +65,19 @@ std::vector<std::string> Parameters(const proto::BlockDesc& block, const std::ve
   return out;
 }
 
+// Drops the initializers no node reads (a dropout's seed: the exported
+// dropout has none).
+void DropUnusedInitializers(onnx::GraphProto* graph) {
+  std::set<std::string> read;
+  for (const auto& node : graph->node()) read.insert(node.input().begin(), node.input().end());
+  for (const auto& out : graph->output()) read.insert(out.name());
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (auto& t : *graph->mutable_initializer()) {
+    if (read.count(t.name())) *kept.Add() = std::move(t);
+  }
+  graph->mutable_initializer()->Swap(&kept);
+}
+
 // onnx::checker, then shape inference that throws on any node's error and
 // on inferred types or dims contradicting the declared ones.
 void Verify(const onnx::ModelProto& model) {
@@ -123,6 +136,7 @@ std::string ExportOnnxModelBytes(const proto::ProgramDesc& program, const std::v
     const std::string name = ctx.Current(f);
     SetValueInfo(var, name, graph->add_output());
   }
+  DropUnusedInitializers(graph);
   Verify(model);
   return model.SerializeAsString();
 }

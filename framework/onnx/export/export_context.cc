@@ -47,6 +47,15 @@ const proto::VarDesc* ExportContext::Var(const std::string& slot, bool input) co
 
 std::string ExportContext::In(const std::string& slot) const { return Current(Var(slot, true)->name()); }
 
+std::vector<std::string> ExportContext::Ins(const std::string& slot) const {
+  std::vector<std::string> out;
+  for (const auto& var : InputArgs(*op_, slot)) {
+    if (var != kEmptyVarName) out.push_back(Current(var));
+  }
+  if (out.empty()) Refuse("has no input ", slot);
+  return out;
+}
+
 std::string ExportContext::Current(const std::string& var) const {
   auto it = current_.find(var);
   if (it == current_.end()) {

@@ -37,6 +37,8 @@ class ExportContext {
   // The ONNX value an input slot's (only) var holds; HasIn: the slot has one.
   bool HasIn(const std::string& slot) const;
   std::string In(const std::string& slot) const;
+  // Every var of a duplicable input slot (concat's X...), in order.
+  std::vector<std::string> Ins(const std::string& slot) const;
   // The ONNX name an output slot's var gets (fresh if the var exists).
   bool HasOut(const std::string& slot) const;
   std::string Out(const std::string& slot);

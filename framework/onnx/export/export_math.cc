@@ -1,5 +1,5 @@
 // Elementwise ops (Paddle's axis broadcast as ONNX's trailing one), unary
-// activations, gelu (decomposed: opset 17 has no Gelu), scale and the
+// activations, clip, leaky_relu, hard_sigmoid, gelu (decomposed: opset 17 has no Gelu), scale and the
 // reductions, onto ONNX.
 #include <cmath>
 
@@ -85,6 +85,22 @@ void Scale(ExportContext& ctx) {
   }
 }
 
+void Clip(ExportContext& ctx) {
+  const std::string lo = ctx.FloatScalar("min", ctx.Float("min", 0.0f));
+  const std::string hi = ctx.FloatScalar("max", ctx.Float("max", 0.0f));
+  ctx.Node("Clip", {ctx.In("X"), lo, hi}, {ctx.Out("Out")});
+}
+
+void LeakyRelu(ExportContext& ctx) {
+  SetAttr(ctx.Node("LeakyRelu", {ctx.In("X")}, {ctx.Out("Out")}), "alpha", ctx.Float("alpha", 0.02f));
+}
+
+void HardSigmoid(ExportContext& ctx) {
+  onnx::NodeProto* node = ctx.Node("HardSigmoid", {ctx.In("X")}, {ctx.Out("Out")});
+  SetAttr(node, "alpha", ctx.Float("slope", 0.2f));
+  SetAttr(node, "beta", ctx.Float("offset", 0.5f));
+}
+
 // reduce_*: over `dim` (negative from the end), or everything with
 // reduce_all; ReduceSum takes its axes as an input from opset 13, the
 // others as an attribute until opset 18.
@@ -123,6 +139,9 @@ void AddMathExporters(ExportTable* t) {
   (*t)["erf"] = Unary<kErf>;
   (*t)["reciprocal"] = Unary<kReciprocal>;
   (*t)["gelu"] = Gelu;
+  (*t)["clip"] = Clip;
+  (*t)["leaky_relu"] = LeakyRelu;
+  (*t)["hard_sigmoid"] = HardSigmoid;
   (*t)["scale"] = Scale;
   (*t)["reduce_mean"] = Reduce<kReduceMean>;
   (*t)["reduce_sum"] = Reduce<kReduceSum>;

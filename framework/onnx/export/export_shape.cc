@@ -1,5 +1,5 @@
 // Layout and indexing ops onto ONNX: reshape2 (Reshape: 0 copies a dim, one
-// -1 is inferred, as ONNX's allowzero 0), transpose2, cast and lookup_table
+// -1 is inferred, as ONNX's allowzero 0), transpose2, concat, cast and lookup_table
 // (Squeeze of the ids' trailing 1, then Gather).
 #include "framework/onnx/export/export_ops.h"
 #include "framework/onnx/onnx_tensor.h"
@@ -14,6 +14,10 @@ void Reshape2(ExportContext& ctx) {
 
 void Transpose2(ExportContext& ctx) {
   SetAttr(ctx.Node("Transpose", {ctx.In("X")}, {ctx.Out("Out")}), "perm", ctx.Ints("axis", {}));
+}
+
+void Concat(ExportContext& ctx) {
+  SetAttr(ctx.Node("Concat", ctx.Ins("X"), {ctx.Out("Out")}), "axis", ctx.Int("axis", 0));
 }
 
 void Cast(ExportContext& ctx) {
@@ -37,6 +41,7 @@ void AddShapeExporters(ExportTable* t) {
   (*t)["reshape2"] = Reshape2;
   (*t)["transpose2"] = Transpose2;
   (*t)["cast"] = Cast;
+  (*t)["concat"] = Concat;
   (*t)["lookup_table"] = LookupTable;
 }
 
