@@ -81,14 +81,8 @@ const Tensor* ExportContext::InValue(const std::string& slot) const {
   return var != nullptr && var->Get().initialized() ? &var->Get() : nullptr;
 }
 
-namespace {
-
-const proto::AttrDesc* Find(const proto::OpDesc& op, const std::string& name) { return FindAttr(op, name); }
-
-}  // namespace
-
 int64_t ExportContext::Int(const std::string& name, int64_t def) const {
-  const proto::AttrDesc* a = Find(*op_, name);
+  const proto::AttrDesc* a = FindAttr(*op_, name);
   if (a == nullptr) return def;
   const Attribute v = AttrFromProto(*a);
   if (const auto* i = std::get_if<int64_t>(&v)) return *i;
@@ -97,7 +91,7 @@ int64_t ExportContext::Int(const std::string& name, int64_t def) const {
 }
 
 float ExportContext::Float(const std::string& name, float def) const {
-  const proto::AttrDesc* a = Find(*op_, name);
+  const proto::AttrDesc* a = FindAttr(*op_, name);
   if (a == nullptr) return def;
   const Attribute v = AttrFromProto(*a);
   if (const auto* f = std::get_if<float>(&v)) return *f;
@@ -108,7 +102,7 @@ float ExportContext::Float(const std::string& name, float def) const {
 bool ExportContext::Bool(const std::string& name, bool def) const { return Int(name, def ? 1 : 0) != 0; }
 
 std::string ExportContext::String(const std::string& name, const std::string& def) const {
-  const proto::AttrDesc* a = Find(*op_, name);
+  const proto::AttrDesc* a = FindAttr(*op_, name);
   if (a == nullptr) return def;
   const Attribute v = AttrFromProto(*a);
   if (const auto* s = std::get_if<std::string>(&v)) return *s;
@@ -116,7 +110,7 @@ std::string ExportContext::String(const std::string& name, const std::string& de
 }
 
 std::vector<int64_t> ExportContext::Ints(const std::string& name, const std::vector<int64_t>& def) const {
-  const proto::AttrDesc* a = Find(*op_, name);
+  const proto::AttrDesc* a = FindAttr(*op_, name);
   if (a == nullptr) return def;
   const Attribute v = AttrFromProto(*a);
   if (const auto* is = std::get_if<std::vector<int64_t>>(&v)) return *is;

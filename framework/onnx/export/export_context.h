@@ -18,7 +18,8 @@
 
 namespace kiln::onnx_export {
 
-// Exports one kiln op (ops.h's table says which function exports which op).
+// Exports one kiln op at a time (export_ops.h's table says which function
+// exports which op).
 // ONNX values keep the kiln var names; a var an op writes again (in place)
 // gets a fresh ONNX name, and later readers see that one.
 class ExportContext {
