@@ -95,6 +95,9 @@ void ParseFlag(int argc, char** argv, int* i, const CommandInfo* command, CliArg
     out->trainable = next_value("NAME,NAME,...");
   } else if (name == "all" && out->command == "flags") {
     out->all = true;
+  } else if (name == "onnx" && out->command == "export") {
+    if (has_value) ThrowInvalidArgument("--onnx takes no value (the file is --out: kiln export --from CKPT --out M.onnx --onnx)");
+    out->onnx = true;
   } else if (IsFlag(name)) {
     gflags::CommandLineFlagInfo info;
     gflags::GetCommandLineFlagInfo(name.c_str(), &info);

@@ -14,6 +14,7 @@ struct CliArgs {
   std::string command;               // "" with `kiln --help`
   bool help = false;                 // --help / -h, or `kiln help [COMMAND]`
   bool all = false;                  // kiln flags --all
+  bool onnx = false;                 // kiln export --onnx
   std::vector<std::string> feeds;    // each --feed NAME=FILE.npy, as NAME=FILE.npy
   std::vector<std::string> positional;  // `kiln completion bash`: {"bash"}; kiln import's model
   std::vector<std::string> input_shapes;  // kiln import's --input_shape NAME=d0,d1,... entries

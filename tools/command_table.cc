@@ -83,10 +83,11 @@ std::vector<CommandInfo> MakeCommands() {
        Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "seed", "batch_size", "progress"},
              Group("bench"), Running()}),
        {}},
-      {"export", "--from CKPT --out MODEL_DIR",
-       "Writes a checkpoint of kiln train --save_dir as an inference model: the forward program pruned for "
-       "inference, with its parameters.",
-       {"from", "out"}, {}},
+      {"export", "--from CKPT --out MODEL_DIR [--onnx]",
+       "Writes a checkpoint of kiln train --save_dir (or a directory of kiln import) as an inference model: the "
+       "forward program pruned for inference, with its parameters; with --onnx, as one ONNX file (docs/onnx.md).",
+       {"from", "out"},
+       {{"--onnx", "write --out as an ONNX model file (opset 17, inference form: batch_norm and dropout is_test)"}}},
       {"predict", "--model MODEL_DIR [--feed NAME=FILE.npy ...] [--fetch NAME[,NAME]] --out DIR [--flags]",
        "Runs an exported model on .npy feeds (the JIT on unless --use_jit=false) and writes the fetches to DIR.",
        Join({{"fetch", "out"}, Running()}),

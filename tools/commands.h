@@ -18,8 +18,9 @@ int DumpCommand();
 // --all: gflags' own flags too.
 int FlagsCommand(bool all);
 int BenchCommand();
-// kiln export --from CKPT --out MODEL_DIR; kiln predict --model MODEL_DIR --feed ... --out DIR.
-int ExportCommand();
+// kiln export --from CKPT --out MODEL_DIR [--onnx: --out is one .onnx file];
+// kiln predict --model MODEL_DIR --feed ... --out DIR.
+int ExportCommand(bool onnx);
 int PredictCommand(const std::vector<std::string>& feeds);
 // kiln import MODEL.onnx --out DIR [--input_shape NAME=d0,d1 ...]: positional
 // holds the model file, input_shapes each NAME=d0,d1,... (repeatable).

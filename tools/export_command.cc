@@ -1,5 +1,7 @@
-// kiln export: a checkpoint of `kiln train --save_dir` as an inference
-// model; kiln predict: runs one on .npy feeds, the JIT on by default.
+// kiln export: a checkpoint of `kiln train --save_dir` (or a directory of
+// `kiln import`) as an inference model, or with --onnx as one ONNX file
+// (framework/onnx/onnx_export.h); kiln predict: runs a model on .npy feeds,
+// the JIT on by default.
 //
 // A model directory is written like a checkpoint (framework/checkpoint):
 // the parameters the pruned forward program reads as .npy files, the program
@@ -23,6 +25,7 @@
 #include "framework/feed_check.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
+#include "framework/onnx/onnx_export.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
 #include "tools/commands.h"
@@ -50,25 +53,86 @@ std::string Field(const Json& j, const char* key, const std::string& path) {
 
 }  // namespace
 
-int ExportCommand() {
-  if (FLAGS_from.empty()) ThrowInvalidArgument("--from is required (a checkpoint written by kiln train --save_dir)");
-  if (FLAGS_out.empty()) ThrowInvalidArgument("--out is required (the model directory to write)");
-  const std::string ckpt = ResolveCheckpoint(FLAGS_from);
+namespace {
+
+// What kiln export reads from --from: the inference program pruned for its
+// feeds and fetches, with the parameter values in the scope. Three forms: a
+// checkpoint of kiln train --save_dir (forward.pbtxt, model.json's features
+// and probs), a directory of kiln import (program.pbtxt, model.json's
+// inputs and outputs; batch_norm and dropout are switched to inference, as
+// every exported program is), or a model directory of kiln export
+// (model.pbtxt, inference.json).
+struct ExportSource {
+  std::string path;
+  InferenceModel model;
+};
+
+std::vector<std::string> Names(const Json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || !j.at(key).is_array()) ThrowInvalidArgument(path, ": field '", key, "' must be an array");
+  std::vector<std::string> out;
+  for (const Json& item : j.at(key)) out.push_back(Field(item, "name", path));
+  return out;
+}
+
+ExportSource LoadExportSource(const std::string& from, Scope* scope) {
+  const std::string ckpt = ResolveCheckpoint(from);
   std::map<std::string, std::string> files;
   ReadCheckpoint(ckpt, nullptr, &files);
-  for (const char* needed : {"train.pbtxt", "forward.pbtxt", "model.json"}) {
-    if (!files.count(needed)) ThrowInvalidArgument("checkpoint '", ckpt, "' has no ", needed, " to export from");
+  if (files.count("model.pbtxt") && files.count("inference.json")) return {ckpt, LoadInferenceModel(ckpt, scope)};
+  const std::string json_path = ckpt + "/model.json";
+  if (files.count("program.pbtxt") && files.count("model.json")) {
+    const Json model = ParseJson(files.at("model.json"), json_path);
+    const proto::ProgramDesc program = ParseProgramText(files.at("program.pbtxt"), ckpt + "/program.pbtxt");
+    LoadCheckpoint(ckpt, program, scope);
+    const std::vector<std::string> feeds = Names(model, "inputs", json_path);
+    const std::vector<std::string> fetches = Names(model, "outputs", json_path);
+    return {ckpt, {PruneForInference(program, feeds, fetches), feeds, fetches}};
   }
-  const Json model = ParseJson(files.at("model.json"), ckpt + "/model.json");
-  const std::vector<std::string> feeds = {Field(model, "features", ckpt + "/model.json")};
-  const std::vector<std::string> fetches = {Field(model, "probs", ckpt + "/model.json")};
+  for (const char* needed : {"train.pbtxt", "forward.pbtxt", "model.json"}) {
+    if (!files.count(needed)) {
+      ThrowInvalidArgument("checkpoint '", ckpt, "' has no ", needed,
+                           " to export from (expected a checkpoint of kiln train --save_dir, a directory of kiln "
+                           "import or a model of kiln export)");
+    }
+  }
+  const Json model = ParseJson(files.at("model.json"), json_path);
+  const std::vector<std::string> feeds = {Field(model, "features", json_path)};
+  const std::vector<std::string> fetches = {Field(model, "probs", json_path)};
   const proto::ProgramDesc train = ParseProgramText(files.at("train.pbtxt"), ckpt + "/train.pbtxt");
   const proto::ProgramDesc forward = ParseProgramText(files.at("forward.pbtxt"), ckpt + "/forward.pbtxt");
+  LoadCheckpoint(ckpt, train, scope);
+  return {ckpt, {PruneForInference(forward, feeds, fetches), feeds, fetches}};
+}
+
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
+}  // namespace
+
+int ExportCommand(bool onnx) {
+  if (FLAGS_from.empty()) {
+    ThrowInvalidArgument("--from is required (a checkpoint of kiln train --save_dir, or a directory of kiln import)");
+  }
+  if (FLAGS_out.empty()) {
+    ThrowInvalidArgument("--out is required (", onnx ? "the .onnx file" : "the model directory", " to write)");
+  }
+  if (onnx) CheckWritableFile(FLAGS_out, "--out");
   Scope scope;
-  LoadCheckpoint(ckpt, train, &scope);
-  const InferenceModel inference = SaveInferenceModel(FLAGS_out, forward, feeds, fetches, scope);
-  std::printf("kiln export: %s -> %s (%d ops, feeds %s, fetches %s)\n", ckpt.c_str(), FLAGS_out.c_str(),
-              inference.program.blocks(0).ops_size(), feeds[0].c_str(), fetches[0].c_str());
+  const ExportSource source = LoadExportSource(FLAGS_from, &scope);
+  const InferenceModel& m = source.model;
+  if (onnx) {
+    OnnxExportOptions options;
+    options.doc = "kiln export --onnx from " + source.path;
+    ExportOnnxModel(FLAGS_out, m.program, m.feeds, m.fetches, scope, options);
+  } else {
+    SaveInferenceModel(FLAGS_out, m.program, m.feeds, m.fetches, scope);
+  }
+  std::printf("kiln export: %s -> %s (%s%d ops, feeds %s, fetches %s)\n", source.path.c_str(), FLAGS_out.c_str(),
+              onnx ? "ONNX opset 17, " : "", m.program.blocks(0).ops_size(), Joined(m.feeds).c_str(),
+              Joined(m.fetches).c_str());
   return 0;
 }
 

@@ -23,7 +23,7 @@ int Dispatch(const kiln::tools::CliArgs& a) {
   if (c == "dump") return t::DumpCommand();
   if (c == "flags") return t::FlagsCommand(a.all);
   if (c == "bench") return t::BenchCommand();
-  if (c == "export") return t::ExportCommand();
+  if (c == "export") return t::ExportCommand(a.onnx);
   if (c == "predict") return t::PredictCommand(a.feeds);
   if (c == "completion") return t::CompletionCommand(a.positional);
   if (c == "plot") return t::PlotCommand(a.positional);
