@@ -4,7 +4,10 @@ causal mask) with an embedding and a linear head, and a GPT block in plain
 PyTorch ops (LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div, Erf GELU,
 masked_fill as Where, Split, the embedding as Gather). Both start from the
 exported weights; 20 steps of SGD and of Adam give PyTorch's losses within
-1e-4 relative, JIT off and on. Skipped without python3-torch or onnx.
+1e-4 relative, JIT off and on. kiln.onnx.load runs decomposition_fusion_pass
+(issue 28, point 3): the decomposed LayerNorms and erf GELUs train as
+layer_norm and gelu with their own grad ops. Skipped without python3-torch
+or onnx.
 """
 
 import copy
@@ -140,6 +143,27 @@ class TransformerFromPyTorchTest(unittest.TestCase):
 
     def test_gpt_block_in_plain_ops_trains_as_in_pytorch(self):
         self.check(GPTBlock)
+
+    def op_types(self, cls, fuse):
+        path, _ = self.export(cls)
+        main = kiln.onnx.load(path, fuse=fuse)[0]
+        return [op["type"] for op in main.ops]
+
+    # The exporter's decompositions come back as kiln's ops; fuse=False keeps
+    # the program node for node. The masked-softmax attention stays unfused
+    # (its transposed keys, constant division and where/-inf mask are not
+    # attention_fusion_pass's pattern).
+    def test_import_fuses_the_decomposed_layer_norm_and_gelu(self):
+        for cls, norms, gelus in ((GPTBlock, 2, 1), (EncoderLM, 2 * LAYERS, LAYERS)):
+            fused = self.op_types(cls, True)
+            self.assertEqual(fused.count("layer_norm"), norms, cls.__name__)
+            self.assertEqual(fused.count("gelu"), gelus, cls.__name__)
+            for gone in ("reduce_mean", "pow", "sqrt", "erf"):
+                self.assertNotIn(gone, fused, cls.__name__)
+            plain = self.op_types(cls, False)
+            self.assertNotIn("layer_norm", plain)
+            self.assertNotIn("gelu", plain)
+            self.assertEqual(plain.count("erf"), gelus)
 
     # ONNX does not tell a buffer from a parameter. Without `trainable`, the
     # causal mask (it holds -inf) is frozen, not trained: an optimizer step
