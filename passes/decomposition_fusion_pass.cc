@@ -212,6 +212,24 @@ class Matcher {
   const OpRegistry& registry_;
 };
 
+// "<y><suffix>", numbered when a var of that name exists.
+NodeId AddStatsVar(Graph& g, const Match& m, const std::string& suffix) {
+  const std::string base = g.VarName(m.y) + suffix;
+  std::string name = base;
+  for (int k = 1; g.FindVar(name) != kNoNode; ++k) name = base + "_" + std::to_string(k);
+  proto::VarDesc d;
+  d.set_name(name);
+  d.set_dtype(proto::FP32);
+  int64_t rows = 1;
+  const Dims x = VarDims(g.var(m.x));
+  for (size_t i = 0; i + 1 < x.size(); ++i) rows = rows < 0 || x[i] < 0 ? -1 : rows * x[i];
+  d.add_dims(rows);
+  d.set_stop_gradient(true);
+  return g.AddVarNode(d);
+}
+
+// With Mean and Variance, as the native builders write it: layer_norm_grad
+// then reads the row statistics instead of recomputing them.
 void RewriteLayerNorm(Graph& g, const Match& m) {
   proto::OpDesc desc;
   desc.set_type("layer_norm");
@@ -220,7 +238,8 @@ void RewriteLayerNorm(Graph& g, const Match& m) {
   std::vector<ir::SlotNodes> inputs = {{"X", {m.x}}};
   if (m.scale != kNoNode) inputs.push_back({"Scale", {m.scale}});
   if (m.bias != kNoNode) inputs.push_back({"Bias", {m.bias}});
-  g.ReplaceOps(m.ops, desc, inputs, {{"Y", {m.y}}});
+  const NodeId mean = AddStatsVar(g, m, ".mean"), variance = AddStatsVar(g, m, ".variance");
+  g.ReplaceOps(m.ops, desc, inputs, {{"Y", {m.y}}, {"Mean", {mean}}, {"Variance", {variance}}});
 }
 
 void RewriteGelu(Graph& g, const Match& m) {
