@@ -5,6 +5,9 @@
 #include <utility>
 
 #include "framework/error.h"
+#include "framework/executor.h"
+#include "framework/scope.h"
+#include "passes/decomposition_fusion_attention.h"
 #include "framework/ir/graph.h"
 #include "framework/op_desc.h"
 
@@ -203,8 +206,10 @@ class Matcher {
       if (n != 1) return std::nullopt;
     }
     auto it = options_.constants.find(d.name());
-    if (it == options_.constants.end()) return std::nullopt;
-    return it->second;
+    if (it == options_.constants.end() || it->second.dtype() != DataType::kFP32 || it->second.numel() != 1) {
+      return std::nullopt;
+    }
+    return it->second.data<float>()[0];
   }
 
   const Graph& g_;
@@ -258,43 +263,43 @@ std::string List(const std::vector<std::string>& names) {
 }  // namespace
 
 std::string DecompositionFusionReport::ToString() const {
-  if (layer_norms.empty() && gelus.empty()) return "fused no decomposition";
-  std::string s = "fused";
-  if (!layer_norms.empty()) s += " " + std::to_string(layer_norms.size()) + " layer_norm (" + List(layer_norms) + ")";
-  if (!gelus.empty()) {
-    s += (layer_norms.empty() ? " " : ", ") + std::to_string(gelus.size()) + " gelu (" + List(gelus) + ")";
-  }
-  return s;
+  std::string s;
+  auto add = [&s](const std::vector<std::string>& names, const char* what) {
+    if (names.empty()) return;
+    s += (s.empty() ? "fused " : ", ") + std::to_string(names.size()) + " " + what + " (" + List(names) + ")";
+  };
+  add(layer_norms, "layer_norm");
+  add(gelus, "gelu");
+  add(attentions, "attention");
+  return s.empty() ? "fused no decomposition" : s;
 }
 
-std::map<std::string, float> ScalarConstants(const proto::ProgramDesc& startup) {
-  std::map<std::string, float> out;
-  if (startup.blocks_size() == 0) return out;
+std::map<std::string, Tensor> ImportedConstants(const proto::ProgramDesc& main, const proto::ProgramDesc& startup) {
+  std::map<std::string, Tensor> out;
+  if (main.blocks_size() == 0 || startup.blocks_size() == 0) return out;
+  std::set<std::string> wanted;
+  for (const proto::VarDesc& v : main.blocks(0).vars()) {
+    if (v.persistable() && v.stop_gradient()) wanted.insert(v.name());
+  }
+  // Only the ops writing those vars: the parameters' initialisers stay out.
+  proto::ProgramDesc constants = startup;
+  proto::BlockDesc* block = constants.mutable_blocks(0);
+  block->clear_ops();
+  std::set<std::string> written;
   for (const proto::OpDesc& op : startup.blocks(0).ops()) {
-    if (op.outputs_size() != 1 || op.outputs(0).name() != "Out" || op.outputs(0).args_size() != 1) continue;
-    const std::string& name = op.outputs(0).args(0);
-    std::optional<float> value;
-    std::vector<int64_t> shape;
-    for (const proto::AttrDesc& a : op.attrs()) {
-      if (a.name() == "shape") shape.assign(a.ints().begin(), a.ints().end());
+    bool all_wanted = op.outputs_size() > 0 && op.inputs_size() == 0;
+    for (const auto& slot : op.outputs()) {
+      for (const auto& arg : slot.args()) all_wanted = all_wanted && wanted.count(arg) > 0;
     }
-    int64_t numel = 1;
-    for (int64_t n : shape) numel *= n;
-    if (numel != 1) continue;
-    if (op.type() == "assign_value") {
-      for (const proto::AttrDesc& a : op.attrs()) {
-        if (a.name() == "fp32_values" && a.floats_size() == 1) value = a.floats(0);
-      }
-    } else if (op.type() == "fill_constant") {
-      bool f32 = true;
-      for (const proto::AttrDesc& a : op.attrs()) {
-        if (a.name() == "value") value = a.f();
-        if (a.name() == "dtype" && a.i() != proto::FP32) f32 = false;
-        if (a.name() == "str_value" && !a.s().empty()) f32 = false;
-      }
-      if (!f32) value.reset();
-    }
-    if (value) out[name] = *value;
+    if (!all_wanted) continue;
+    *block->add_ops() = op;
+    for (const auto& slot : op.outputs()) written.insert(slot.args().begin(), slot.args().end());
+  }
+  if (written.empty()) return out;
+  Scope scope;
+  Executor().RunProgram(constants, scope);
+  for (const std::string& name : written) {
+    if (const Variable* v = scope.FindVar(name); v != nullptr && v->Get().initialized()) out[name] = v->Get();
   }
   return out;
 }
@@ -325,7 +330,10 @@ bool DecompositionFusionPass::Run(ir::Graph& graph) const {
     }
     if (!fused) break;
   }
-  const bool changed = !report.layer_norms.empty() || !report.gelus.empty();
+  // After the GELUs and LayerNorms: they never stand inside an attention's
+  // scores, and the mask's constant folding then sees a smaller graph.
+  report.attentions = decomposition_fusion::CanonicalizeAttention(graph, options_, registry_);
+  const bool changed = !report.layer_norms.empty() || !report.gelus.empty() || !report.attentions.empty();
   if (report_ != nullptr) *report_ = std::move(report);
   return changed;
 }
@@ -334,7 +342,7 @@ DecompositionFusionReport FuseImportedDecompositions(proto::ProgramDesc* main, c
                                                      const std::set<std::string>& keep) {
   DecompositionFusionPassOptions o;
   o.keep_vars = keep;
-  o.constants = ScalarConstants(startup);
+  o.constants = ImportedConstants(*main, startup);
   DecompositionFusionReport report;
   if (main->blocks_size() == 0) return report;
   Graph graph = Graph::FromBlock(main->blocks(0));

@@ -56,6 +56,7 @@
 
 #include "framework/op_registry.h"
 #include "framework/proto/framework.pb.h"
+#include "framework/tensor.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -63,21 +64,26 @@ namespace kiln {
 struct DecompositionFusionPassOptions {
   // Feeds and fetch targets: never fused away.
   std::set<std::string> keep_vars;
-  // Values of scalar constants (persistable vars no op of the graph writes).
-  std::map<std::string, float> constants;
+  // Values of constants (persistable, stop_gradient vars no op of the
+  // graph writes): the importer's initializers of buffers and constants.
+  std::map<std::string, Tensor> constants;
 };
 
 struct DecompositionFusionReport {
   // Output var of each fused op, in the order fused.
   std::vector<std::string> layer_norms, gelus;
+  // Probabilities of each attention put into attention_fusion_pass's form,
+  // "<P> (causal)" for a causal one.
+  std::vector<std::string> attentions;
   // "fused 2 layer_norm (Add_1_output_0, ...), 1 gelu (Mul_3_output_0)" or
   // "fused no decomposition".
   std::string ToString() const;
 };
 
-// The single-element f32 values that `startup` assigns (assign_value with
-// one fp32 value, fill_constant with shape [1] or []), by var name.
-std::map<std::string, float> ScalarConstants(const proto::ProgramDesc& startup);
+// The values `startup` gives the vars that `main` declares persistable and
+// stop_gradient (its ops writing them, run on the reference kernels), by
+// var name. Throws what the executor throws for a broken startup program.
+std::map<std::string, Tensor> ImportedConstants(const proto::ProgramDesc& main, const proto::ProgramDesc& startup);
 
 class DecompositionFusionPass : public Pass {
  public:

@@ -2,9 +2,12 @@
 // and without its affine tail, both of PyTorch's erf GELU exports) and where
 // it must not (a mean over the wrong axis, exponent 3, an intermediate with
 // another reader, GELU with another constant, an unknown constant, a program
-// with grad ops); ScalarConstants; registration and place in the pipeline;
-// and the numbers: the program fused before append_backward gives the
-// unfused program's loss and gradients, JIT off and on.
+// with grad ops); the exported attentions put into attention_fusion_pass's
+// form and where they must not be (a mask that is not causal or not
+// constant, a finite fill); ImportedConstants; registration and place in the
+// pipeline; and the numbers: the program fused before append_backward gives
+// the unfused program's loss and gradients, JIT off and on (with the JIT the
+// attention becomes fused_attention).
 #include "passes/decomposition_fusion_pass.h"
 
 #include <algorithm>
@@ -47,6 +50,7 @@ constexpr float kSqrt2 = 1.41421356f;
 struct DecompProgram : test::ProgramMaker {
   DecompProgram() : ProgramMaker(test::OutputDecl::kByShapeInference) {}
   std::map<std::string, float> constants;
+  std::map<std::string, Tensor> tensors;
 
   DecompProgram& Const(const std::string& name, float value) {
     Var(name, {});
@@ -83,6 +87,48 @@ struct DecompProgram : test::ProgramMaker {
     Bin("elementwise_mul", p + "n", p + "g", p + "gn");
     return Bin("elementwise_add", p + "gn", p + "b", p + "y");
   }
+  // A constant tensor of `dims` with element n = value(i, j), i and j the
+  // row and column of n in the last two dims.
+  DecompProgram& ConstTensor(const std::string& name, const Dims& dims, const std::function<float(int64_t, int64_t)>& value) {
+    Var(name, dims);
+    proto::VarDesc* v = FindMutableVarDesc(block, name);
+    v->set_persistable(true);
+    v->set_stop_gradient(true);
+    Tensor t(DataType::kFP32, dims);
+    float* d = t.mutable_data<float>();
+    const int64_t cols = dims.back(), rows = dims[dims.size() - 2];
+    for (int64_t n = 0; n < t.numel(); ++n) d[n] = value((n / cols) % rows, n % cols);
+    tensors[name] = t;
+    return *this;
+  }
+  // q, v [2, 2, 6, 4]; keys as kiln's attention wants them ([2, 2, 6, 4],
+  // read with transpose_Y) or as the exports give them (a transpose2 to
+  // [2, 2, 4, 6]); scores scaled by `div`, masked by where(mask == 0,
+  // `fill`, s) with `mask` [6, 6] (tril), softmax, matmul; out = p + "o".
+  DecompProgram& WhereAttention(const std::string& p, const std::string& mask, float fill = -INFINITY) {
+    Var(p + "q", {2, 2, 6, 4}).Var(p + "k", {2, 2, 6, 4}).Var(p + "v", {2, 2, 6, 4});
+    Const(p + "div", 2.0f).Const(p + "zero", 0.0f).Const(p + "fill", fill);
+    Op(OpBuilder("transpose2").In("X", {p + "k"}).Out("Out", {p + "kt"}).Attr("axis", std::vector<int64_t>{0, 1, 3, 2}));
+    Bin("matmul", p + "q", p + "kt", p + "s0").Bin("elementwise_div", p + "s0", p + "div", p + "s1");
+    Bin("equal", mask, p + "zero", p + "eq");
+    Op(OpBuilder("expand_v2").In("X", {p + "eq"}).Out("Out", {p + "cond"}).Attr("shape", std::vector<int64_t>{2, 2, 6, 6}));
+    Op(OpBuilder("expand_v2").In("X", {p + "fill"}).Out("Out", {p + "fills"}).Attr("shape", std::vector<int64_t>{2, 2, 6, 6}));
+    Op(OpBuilder("where").In("Condition", {p + "cond"}).In("X", {p + "fills"}).In("Y", {p + "s1"}).Out("Out", {p + "s2"}));
+    Unary("softmax", p + "s2", p + "p");
+    return Bin("matmul", p + "p", p + "v", p + "o");
+  }
+  // nn.MultiheadAttention's export: q / c, matmul with transpose_Y, * 1,
+  // + mask * 1 with `mask` [1, 6, 6], softmax, matmul; out = p + "o".
+  DecompProgram& AddAttention(const std::string& p, const std::string& mask) {
+    Var(p + "q", {2, 2, 6, 4}).Var(p + "k", {2, 2, 6, 4}).Var(p + "v", {2, 2, 6, 4});
+    Const(p + "div", 2.0f).Const(p + "one", 1.0f);
+    Bin("elementwise_div", p + "q", p + "div", p + "qs");
+    Op(OpBuilder("matmul").In("X", {p + "qs"}).In("Y", {p + "k"}).Out("Out", {p + "s0"}).Attr("transpose_Y", true));
+    Bin("elementwise_mul", p + "s0", p + "one", p + "s1").Bin("elementwise_mul", mask, p + "one", p + "m");
+    Bin("elementwise_add", p + "s1", p + "m", p + "s2");
+    Unary("softmax", p + "s2", p + "p");
+    return Bin("matmul", p + "p", p + "v", p + "o");
+  }
   // F.gelu's export ((x * u) * 0.5) or the written-out 0.5 * x * u, u =
   // 1 + erf(x / c1); out = p + "y".
   DecompProgram& Gelu(const std::string& p, const std::string& x, bool torch_form, float c1 = kSqrt2,
@@ -100,12 +146,21 @@ struct DecompProgram : test::ProgramMaker {
   }
 };
 
+Tensor Scalar(float value) {
+  Tensor t(DataType::kFP32, {});
+  *t.mutable_data<float>() = value;
+  return t;
+}
+
 DecompositionFusionPassOptions Options(const DecompProgram& p, const std::set<std::string>& keep) {
   DecompositionFusionPassOptions o;
   o.keep_vars = keep;
-  o.constants = p.constants;
+  for (const auto& [name, value] : p.constants) o.constants[name] = Scalar(value);
+  for (const auto& [name, t] : p.tensors) o.constants[name] = t;
   return o;
 }
+
+const float kInf = INFINITY;
 
 int CountOps(const proto::ProgramDesc& p, const std::string& type) {
   return static_cast<int>(std::count_if(p.blocks(0).ops().begin(), p.blocks(0).ops().end(),
@@ -182,17 +237,56 @@ TEST(DecompositionFusionPass, LeavesAProgramWithGradOps) {
   EXPECT_FALSE(DecompositionFusionPass(Options(p, {"x", "loss"})).Run(graph));
 }
 
-TEST(DecompositionFusionPass, ScalarConstantsFromAStartupProgram) {
-  proto::ProgramDesc startup;
-  proto::BlockDesc* b = startup.add_blocks();
+// What the startup program assigns to main's persistable stop_gradient
+// vars, and nothing else (a parameter's initialiser stays out).
+TEST(DecompositionFusionPass, ImportedConstants) {
+  DecompProgram main;
+  main.Const("eps", 0).Const("half", 0).Param("w", {2});
+  proto::ProgramDesc startup = main.program;
+  proto::BlockDesc* b = startup.mutable_blocks(0);
   b->add_ops()->CopyFrom(OpBuilder("assign_value").Out("Out", {"eps"}).Attr("shape", std::vector<int64_t>{})
-                             .Attr("fp32_values", std::vector<float>{1e-5f}).Build());
+                             .Attr("dtype", int64_t{0}).Attr("fp32_values", std::vector<float>{1e-5f}).Build());
   b->add_ops()->CopyFrom(OpBuilder("assign_value").Out("Out", {"w"}).Attr("shape", std::vector<int64_t>{2})
-                             .Attr("fp32_values", std::vector<float>{1, 2}).Build());
-  b->add_ops()->CopyFrom(OpBuilder("fill_constant").Out("Out", {"half"}).Attr("shape", std::vector<int64_t>{1})
+                             .Attr("dtype", int64_t{0}).Attr("fp32_values", std::vector<float>{1, 2}).Build());
+  b->add_ops()->CopyFrom(OpBuilder("fill_constant").Out("Out", {"half"}).Attr("shape", std::vector<int64_t>{})
                              .Attr("value", 0.5f).Build());
-  const std::map<std::string, float> want = {{"eps", 1e-5f}, {"half", 0.5f}};
-  EXPECT_EQ(ScalarConstants(startup), want);
+  const std::map<std::string, Tensor> got = ImportedConstants(main.program, startup);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got.at("eps").data<float>()[0], 1e-5f);
+  EXPECT_EQ(got.at("half").data<float>()[0], 0.5f);
+}
+
+// Both exported attentions: the GPT block's (keys transposed by a
+// transpose2, scores divided, where(tril == 0, -inf, s)) and
+// nn.MultiheadAttention's (queries divided, scores * 1 + a -inf triu mask
+// * 1) become matmul(q, k)[transpose_Y, alpha] and the causal softmax.
+TEST(DecompositionFusionPassGolden, AttentionFires) {
+  DecompProgram p;
+  p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
+  p.ConstTensor("triu", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : 0.0f; });
+  p.WhereAttention("a.", "tril").AddAttention("b.", "triu");
+  const DecompositionFusionReport r = CheckGolden("attention_fires", p, {"a.q", "a.k", "a.v", "a.o", "b.q", "b.k",
+                                                                         "b.v", "b.o"}, true);
+  EXPECT_EQ(r.ToString(), "fused 2 attention (a.p (causal), b.p (causal))");
+}
+
+// Does not fire: a's mask hides the diagonal too (not causal), b's tril is
+// a parameter (it may train), c fills with -1e9 (not -inf), d's additive
+// mask holds -1 where it should hold 0.
+TEST(DecompositionFusionPassGolden, AttentionDoesNotFire) {
+  DecompProgram p;
+  p.ConstTensor("strict", {6, 6}, [](int64_t i, int64_t j) { return j < i ? 1.0f : 0.0f; });
+  p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
+  p.ConstTensor("bad", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : -1.0f; });
+  p.Param("ptril", {6, 6});
+  p.WhereAttention("a.", "strict").WhereAttention("b.", "ptril").WhereAttention("c.", "tril", -1e9f);
+  p.AddAttention("d.", "bad");
+  std::set<std::string> keep;
+  for (const std::string q : {"a.", "b.", "c.", "d."}) {
+    for (const std::string v : {"q", "k", "v", "o"}) keep.insert(q + v);
+  }
+  const DecompositionFusionReport r = CheckGolden("attention_not_fired", p, keep, false);
+  EXPECT_EQ(r.ToString(), "fused no decomposition");
 }
 
 TEST(DecompositionFusionPass, RegistryAndPipeline) {
@@ -217,32 +311,39 @@ struct Values {
   std::vector<std::vector<float>> values;  // loss, x@GRAD, ln.g@GRAD, ln.b@GRAD
 };
 
-Values Execute(const proto::ProgramDesc& program, const DecompProgram& p) {
+// Runs `program` with each of `feeds` (name, dims) random in [-2, 2) and
+// the constants set; the values of `fetch`.
+Values Execute(const proto::ProgramDesc& program, const DecompProgram& p,
+               const std::vector<std::pair<std::string, Dims>>& feeds, const std::vector<std::string>& fetch) {
   Scope scope;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-2, 2);
-  auto set = [&](const std::string& name, const Dims& dims, std::function<float()> value) {
+  for (const auto& [name, dims] : feeds) {
     Tensor t(DataType::kFP32, dims);
     float* d = t.mutable_data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) d[i] = value();
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = u(rng);
     FeedTensor(program.blocks(0), scope, name, t);
-  };
-  set("x", {4, 8, 16}, [&] { return u(rng); });
-  set("ln.g", {16}, [&] { return u(rng); });
-  set("ln.b", {16}, [&] { return u(rng); });
-  for (const auto& [name, value] : p.constants) {
-    const float v = value;
-    set(name, {}, [v] { return v; });
   }
+  for (const auto& [name, t] : Options(p, {}).constants) FeedTensor(program.blocks(0), scope, name, t);
   ExecutorOptions eo;
   eo.free_intermediates = false;
   Executor(eo).RunProgram(program, scope);
   Values r;
-  for (const std::string name : {"loss", "x@GRAD", "ln.g@GRAD", "ln.b@GRAD"}) {
+  for (const std::string& name : fetch) {
     const Tensor* t = scope.GetTensor(name);
     r.values.emplace_back(t->data<float>(), t->data<float>() + t->numel());
   }
   return r;
+}
+
+// The program with the pass run on its forward part, then append_backward.
+proto::ProgramDesc FusedThenBackward(const DecompProgram& p, const std::set<std::string>& keep) {
+  proto::ProgramDesc fused = p.program;
+  Graph graph = Graph::FromBlock(fused.blocks(0));
+  EXPECT_TRUE(DecompositionFusionPass(Options(p, keep)).Run(graph));
+  *fused.mutable_blocks(0) = graph.ToBlock();
+  AppendBackward(&fused, "loss");
+  return fused;
 }
 
 void ExpectClose(const Values& a, const Values& b, const std::string& what) {
@@ -264,25 +365,58 @@ TEST(DecompositionFusionPassNumbers, SameLossAndGradientsJitOffAndOn) {
   p.Var("x", {4, 8, 16});
   p.LayerNorm("ln.", "x", 16).Gelu("ga.", "ln.y", true).Gelu("gb.", "ga.y", false).Unary("mean", "gb.y", "loss");
   const proto::ProgramDesc unfused = p.WithBackward("loss");
-  proto::ProgramDesc fused = p.program;
-  Graph graph = Graph::FromBlock(fused.blocks(0));
-  ASSERT_TRUE(DecompositionFusionPass(Options(p, {"x", "loss"})).Run(graph));
-  *fused.mutable_blocks(0) = graph.ToBlock();
-  AppendBackward(&fused, "loss");
+  const proto::ProgramDesc fused = FusedThenBackward(p, {"x", "loss"});
   EXPECT_EQ(CountOps(fused, "layer_norm_grad"), 1);
   EXPECT_EQ(CountOps(fused, "gelu_grad"), 2);
   EXPECT_EQ(CountOps(fused, "erf") + CountOps(fused, "reduce_mean"), 0);
 
-  const Values want = Execute(unfused, p);
-  ExpectClose(Execute(fused, p), want, "fused, JIT off");
-  const std::set<std::string> keep = {"x", "loss", "x@GRAD", "ln.g@GRAD", "ln.b@GRAD"};
+  const std::vector<std::pair<std::string, Dims>> feeds = {{"x", {4, 8, 16}}, {"ln.g", {16}}, {"ln.b", {16}}};
+  const std::vector<std::string> fetch = {"loss", "x@GRAD", "ln.g@GRAD", "ln.b@GRAD"};
+  const Values want = Execute(unfused, p, feeds, fetch);
+  ExpectClose(Execute(fused, p, feeds, fetch), want, "fused, JIT off");
+  const std::set<std::string> keep(fetch.begin(), fetch.end());
   for (const proto::ProgramDesc* program : std::vector<const proto::ProgramDesc*>{&fused, &unfused}) {
     PipelineOptions o = test::JitPipeline(BuildJitPassOptions{});
     o.keep_vars = keep;
     const proto::ProgramDesc jitted = RunPipeline(*program, o);
     ASSERT_GT(CountOps(jitted, "jit_launch"), 0);
-    ExpectClose(Execute(jitted, p), want, program == &fused ? "fused, JIT on" : "unfused, JIT on");
+    ExpectClose(Execute(jitted, p, feeds, fetch), want, program == &fused ? "fused, JIT on" : "unfused, JIT on");
   }
+}
+
+// Both exported attentions: the causal softmax and its grad give the masked
+// softmax's loss and q/k/v gradients; with the JIT, attention_fusion_pass
+// turns them into fused_attention and fused_attention_grad.
+TEST(DecompositionFusionPassNumbers, AttentionSameLossAndGradientsJitOffAndOn) {
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  DecompProgram p;
+  p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
+  p.ConstTensor("triu", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : 0.0f; });
+  p.WhereAttention("a.", "tril").AddAttention("b.", "triu");
+  p.Bin("elementwise_add", "a.o", "b.o", "o").Unary("mean", "o", "loss");
+  const proto::ProgramDesc unfused = p.WithBackward("loss");
+  const proto::ProgramDesc fused = FusedThenBackward(p, {"loss"});
+  EXPECT_EQ(CountOps(fused, "fused_softmax_mask_upper_triangle_grad"), 2);
+  EXPECT_EQ(CountOps(fused, "where") + CountOps(fused, "softmax"), 0);
+
+  std::vector<std::pair<std::string, Dims>> feeds;
+  std::vector<std::string> fetch = {"loss"};
+  for (const std::string a : {"a.", "b."}) {
+    for (const std::string v : {"q", "k", "v"}) {
+      feeds.push_back({a + v, {2, 2, 6, 4}});
+      fetch.push_back(a + v + "@GRAD");
+    }
+  }
+  const Values want = Execute(unfused, p, feeds, fetch);
+  ExpectClose(Execute(fused, p, feeds, fetch), want, "fused, JIT off");
+  PipelineOptions o = test::JitPipeline(BuildJitPassOptions{});
+  o.fuse_attention = true;
+  o.keep_vars = std::set<std::string>(fetch.begin(), fetch.end());
+  AttentionFusionReport report;
+  o.config.attention_fusion_report = &report;
+  const proto::ProgramDesc jitted = RunPipeline(fused, o);
+  EXPECT_EQ(report.fused.size(), 2u) << report.ToString();
+  ExpectClose(Execute(jitted, p, feeds, fetch), want, "fused, JIT on with fused_attention");
 }
 
 }  // namespace
