@@ -38,11 +38,25 @@
 // the ONNX import paths do (kiln.onnx.load, kiln import): the fused ops'
 // own grad ops then give the gradients.
 //
-// What it does not do: the masked-softmax attention of the exports
-// (transposed keys, a division by a constant, a -inf mask from a sliced
-// buffer through where/expand or an additive tensor) is left for
-// attention_fusion_pass's contract (matmul transpose_Y + softmax + matmul),
-// which it does not meet; see docs/onnx.md.
+// Attention (passes/decomposition_fusion_attention.cc), from a
+// softmax(S2)[axis last] whose P only a matmul reads as its X:
+//   S0 = matmul(Q, Kt)[!transpose_X]   Kt = transpose2(K0)[perm] unless the
+//        matmul has transpose_Y already (the perm's last two then swap, so
+//        the transpose gives K and the matmul transposes it)
+//   S1 = S0 multiplied / divided by constant scalars (any number of ops; a
+//        division of Q by a constant the matmul alone reads folds too)
+//   S2 = where(C, F, S1) with C folding to "j > i" over the last two dims
+//        and F to all -inf, or S1 + M (either order) with M folding to -inf
+//        where j > i and 0 elsewhere (broadcast over the leading dims), or
+//        S2 = S1 (no mask)
+// becomes S2 = matmul(Q, K)[transpose_Y, alpha = the product of the
+// scales], P = fused_softmax_mask_upper_triangle(S2) when masked (square
+// scores), softmax as it was otherwise: attention_fusion_pass's pattern.
+// "Folding" runs the ops producing C, F or M (slice, equal, expand_v2,
+// reshape2, cast, elementwise ops, ..., at most 32) on the constants with
+// the reference kernels; the mask's ops are removed after. A mask that does
+// not fold (fed at run time, a trainable buffer) or is not exactly causal
+// leaves the attention as it is, and so does a fill other than -inf.
 //
 // Placement: first in the pipeline, before attention_fusion_pass and
 // build_jit_pass, which see the fused ops like a native program's.

@@ -129,6 +129,15 @@ struct DecompProgram : test::ProgramMaker {
     Unary("softmax", p + "s2", p + "p");
     return Bin("matmul", p + "p", p + "v", p + "o");
   }
+  // No mask: keys transposed by a transpose2, scores * 0.5; out = p + "o".
+  DecompProgram& PlainAttention(const std::string& p) {
+    Var(p + "q", {2, 2, 6, 4}).Var(p + "k", {2, 6, 2, 4}).Var(p + "v", {2, 2, 6, 4});
+    Const(p + "half", 0.5f);
+    Op(OpBuilder("transpose2").In("X", {p + "k"}).Out("Out", {p + "kt"}).Attr("axis", std::vector<int64_t>{0, 2, 3, 1}));
+    Bin("matmul", p + "q", p + "kt", p + "s0").Bin("elementwise_mul", p + "s0", p + "half", p + "s1");
+    Unary("softmax", p + "s1", p + "p");
+    return Bin("matmul", p + "p", p + "v", p + "o");
+  }
   // F.gelu's export ((x * u) * 0.5) or the written-out 0.5 * x * u, u =
   // 1 + erf(x / c1); out = p + "y".
   DecompProgram& Gelu(const std::string& p, const std::string& x, bool torch_form, float c1 = kSqrt2,
@@ -259,15 +268,19 @@ TEST(DecompositionFusionPass, ImportedConstants) {
 // Both exported attentions: the GPT block's (keys transposed by a
 // transpose2, scores divided, where(tril == 0, -inf, s)) and
 // nn.MultiheadAttention's (queries divided, scores * 1 + a -inf triu mask
-// * 1) become matmul(q, k)[transpose_Y, alpha] and the causal softmax.
+// * 1) become matmul(q, k)[transpose_Y, alpha] and the causal softmax; one
+// without a mask keeps its softmax.
 TEST(DecompositionFusionPassGolden, AttentionFires) {
   DecompProgram p;
   p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
   p.ConstTensor("triu", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : 0.0f; });
-  p.WhereAttention("a.", "tril").AddAttention("b.", "triu");
-  const DecompositionFusionReport r = CheckGolden("attention_fires", p, {"a.q", "a.k", "a.v", "a.o", "b.q", "b.k",
-                                                                         "b.v", "b.o"}, true);
-  EXPECT_EQ(r.ToString(), "fused 2 attention (a.p (causal), b.p (causal))");
+  p.WhereAttention("a.", "tril").AddAttention("b.", "triu").PlainAttention("c.");
+  std::set<std::string> keep;
+  for (const std::string q : {"a.", "b.", "c."}) {
+    for (const std::string v : {"q", "k", "v", "o"}) keep.insert(q + v);
+  }
+  const DecompositionFusionReport r = CheckGolden("attention_fires", p, keep, true);
+  EXPECT_EQ(r.ToString(), "fused 3 attention (a.p (causal), b.p (causal), c.p)");
 }
 
 // Does not fire: a's mask hides the diagonal too (not causal), b's tril is
@@ -392,18 +405,19 @@ TEST(DecompositionFusionPassNumbers, AttentionSameLossAndGradientsJitOffAndOn) {
   DecompProgram p;
   p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
   p.ConstTensor("triu", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : 0.0f; });
-  p.WhereAttention("a.", "tril").AddAttention("b.", "triu");
-  p.Bin("elementwise_add", "a.o", "b.o", "o").Unary("mean", "o", "loss");
+  p.WhereAttention("a.", "tril").AddAttention("b.", "triu").PlainAttention("c.");
+  p.Bin("elementwise_add", "a.o", "b.o", "ab").Bin("elementwise_add", "ab", "c.o", "o").Unary("mean", "o", "loss");
   const proto::ProgramDesc unfused = p.WithBackward("loss");
   const proto::ProgramDesc fused = FusedThenBackward(p, {"loss"});
   EXPECT_EQ(CountOps(fused, "fused_softmax_mask_upper_triangle_grad"), 2);
-  EXPECT_EQ(CountOps(fused, "where") + CountOps(fused, "softmax"), 0);
+  EXPECT_EQ(CountOps(fused, "where"), 0);
+  EXPECT_EQ(CountOps(fused, "softmax"), 1);
 
   std::vector<std::pair<std::string, Dims>> feeds;
   std::vector<std::string> fetch = {"loss"};
-  for (const std::string a : {"a.", "b."}) {
+  for (const std::string a : {"a.", "b.", "c."}) {
     for (const std::string v : {"q", "k", "v"}) {
-      feeds.push_back({a + v, {2, 2, 6, 4}});
+      feeds.push_back({a + v, a + v == "c.k" ? Dims{2, 6, 2, 4} : Dims{2, 2, 6, 4}});
       fetch.push_back(a + v + "@GRAD");
     }
   }
@@ -415,7 +429,7 @@ TEST(DecompositionFusionPassNumbers, AttentionSameLossAndGradientsJitOffAndOn) {
   AttentionFusionReport report;
   o.config.attention_fusion_report = &report;
   const proto::ProgramDesc jitted = RunPipeline(fused, o);
-  EXPECT_EQ(report.fused.size(), 2u) << report.ToString();
+  EXPECT_EQ(report.fused.size(), 3u) << report.ToString();
   ExpectClose(Execute(jitted, p, feeds, fetch), want, "fused, JIT on with fused_attention");
 }
 
