@@ -33,6 +33,7 @@ DEFINE_double(jit_shadow_rtol, 1e-3, "JIT shadow checks: relative tolerance (an 
 DEFINE_double(jit_shadow_atol, 1e-5, "JIT shadow checks: absolute tolerance");
 DEFINE_int32(jit_min_cluster_size, 2, "JIT: smallest number of ops worth a jit_launch");
 DEFINE_bool(fuse_attention, true, "JIT: rewrite scaled dot-product attention (matmul, softmax or its causal variant, matmul) and its grad ops into fused_attention ops, whose tiled kernels never store the probabilities (attention_fusion_pass; only with the JIT on)");
+DEFINE_bool(fuse_decompositions, true, "Turn an exporter's decomposed LayerNorm (reduce_mean, sub, pow 2, reduce_mean, add eps, sqrt, div, [mul, add]) and erf GELU back into layer_norm and gelu (decomposition_fusion_pass: kiln import runs it on the imported program before any backward exists, and the pass pipeline first)");
 DEFINE_string(jit_dump_dir, "", "JIT: write each cluster's dump (IR, kernels, disassembly, aliases) to DIR/cluster_<id>_<key>_s<n>/ as it compiles (kiln train, kiln run)");
 DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run what was compiled and why the other ops were not (the short kiln dump index)");
 DEFINE_int32(jit_verbose, 0, "JIT: log level on stderr; >= 1 logs every recompile of a cluster with the inputs whose shape changed");

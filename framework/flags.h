@@ -41,6 +41,7 @@ DECLARE_int32(jit_shadow_every);
 DECLARE_double(jit_shadow_rtol);
 DECLARE_double(jit_shadow_atol);
 DECLARE_bool(fuse_attention);
+DECLARE_bool(fuse_decompositions);
 
 // The pass pipeline: the program after each pass (passes/pipeline.h).
 DECLARE_string(dump_passes);

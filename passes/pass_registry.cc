@@ -54,6 +54,14 @@ std::vector<std::unique_ptr<Pass>> PassRegistry::CreatePipeline(const std::vecto
 }
 
 void RegisterAllPasses(PassRegistry& registry) {
+  registry.Add({"decomposition_fusion_pass",
+                "turn an exporter's decomposed LayerNorm (reduce_mean/sub/pow/sqrt/div) and erf GELU back into "
+                "layer_norm and gelu (--fuse_decompositions; kiln.onnx.load and kiln import run it; before "
+                "attention_fusion_pass and build_jit_pass)",
+                [](const PassConfig& c) -> std::unique_ptr<Pass> {
+                  return std::make_unique<DecompositionFusionPass>(c.decomposition_fusion,
+                                                                   c.decomposition_fusion_report);
+                }});
   registry.Add({"attention_fusion_pass",
                 "rewrite matmul/softmax/matmul attention and its grad ops into fused_attention ops that never store "
                 "the probabilities (--fuse_attention; run before recompute_pass and build_jit_pass)",

@@ -15,6 +15,7 @@
 
 #include "passes/attention_fusion_pass.h"
 #include "passes/build_jit_pass.h"
+#include "passes/decomposition_fusion_pass.h"
 #include "passes/inplace_pass.h"
 #include "passes/pass.h"
 #include "passes/recompute_pass.h"
@@ -24,6 +25,9 @@ namespace kiln {
 // What a tool hands the passes it builds from names: their options and the
 // hooks into the rest of the system.
 struct PassConfig {
+  DecompositionFusionPassOptions decomposition_fusion;
+  // When not null, decomposition_fusion_pass writes what it did here on every run.
+  DecompositionFusionReport* decomposition_fusion_report = nullptr;
   AttentionFusionPassOptions attention_fusion;
   // When not null, attention_fusion_pass writes what it did here on every run.
   AttentionFusionReport* attention_fusion_report = nullptr;

@@ -12,6 +12,7 @@
 #include "framework/program_io.h"
 #include "passes/attention_fusion_pass.h"
 #include "passes/build_jit_pass.h"
+#include "passes/decomposition_fusion_pass.h"
 #include "passes/inplace_pass.h"
 #include "passes/recompute_pass.h"
 
@@ -35,6 +36,14 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const PipelineOptions& options,
   const std::set<std::string>& keep = options.keep_vars;
   if (options.build_jit && !c.jit_sink) ThrowInvalidArgument("build_jit_pass needs a subgraph sink (the JIT compiler)");
   std::vector<std::unique_ptr<Pass>> passes;
+  // Before everything: attention fusion, recompute and build_jit_pass then
+  // see layer_norm and gelu as in a native program. On a program with grad
+  // ops it leaves the patterns alone (the grad ops read the intermediates):
+  // the import paths run it before append_backward.
+  if (options.fuse_decompositions) {
+    passes.push_back(std::make_unique<DecompositionFusionPass>(WithKeep(c.decomposition_fusion, keep),
+                                                               c.decomposition_fusion_report, registry));
+  }
   // First: recompute_pass would copy the scores' matmul and the softmax into
   // the backward, and build_jit_pass clusters the fused ops. Only with the
   // JIT: the fused ops' fast kernels are the compiler's, and outside it the
@@ -66,6 +75,7 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const PipelineOptions& options,
 proto::ProgramDesc RunPipeline(const proto::ProgramDesc& program, const PipelineOptions& options,
                                const OpRegistry& registry) {
   const PassConfig& c = options.config;
+  if (c.decomposition_fusion_report != nullptr) *c.decomposition_fusion_report = DecompositionFusionReport{};
   if (c.attention_fusion_report != nullptr) *c.attention_fusion_report = AttentionFusionReport{};
   if (c.recompute_report != nullptr) *c.recompute_report = RecomputeReport{};
   if (c.build_jit_report != nullptr) *c.build_jit_report = BuildJitReport{};

@@ -4,6 +4,7 @@
 //
 // BuildPipeline lists the passes the options turn on, in this order (see the
 // comment at each entry in pipeline.cc):
+//   decomposition_fusion_pass  exported LayerNorm / erf GELU -> layer_norm, gelu
 //   attention_fusion_pass  fuses attention and its grad ops (with build_jit)
 //   recompute_pass   copies cheap forward ops into the backward pass
 //   build_jit_pass   replaces clusters by jit_launch ops
@@ -28,6 +29,7 @@ namespace kiln {
 
 struct PipelineOptions {
   // Which passes run. fuse_attention takes effect only with build_jit.
+  bool fuse_decompositions = false;
   bool fuse_attention = false;
   bool recompute = false;
   bool build_jit = false;

@@ -233,24 +233,25 @@ TEST_F(CliTest, DumpPassesWritesTheProgramAfterEachPass) {
   Result r = Kiln("train --model transformer --epochs 1 --max_steps 2 --progress=false --use_jit --dump_passes " + d);
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string passes =
-      "00_input.pbtxt 01_attention_fusion_pass.pbtxt 02_recompute_pass.pbtxt 03_build_jit_pass.pbtxt "
-      "04_inplace_pass.pbtxt ";
+      "00_input.pbtxt 01_decomposition_fusion_pass.pbtxt 02_attention_fusion_pass.pbtxt 03_recompute_pass.pbtxt "
+      "04_build_jit_pass.pbtxt 05_inplace_pass.pbtxt ";
   EXPECT_EQ(files(d), passes + "forward ");
   EXPECT_EQ(files(d + "/forward"), passes);
-  EXPECT_NE(ReadFile(d + "/01_attention_fusion_pass.pbtxt").find("type: \"fused_attention_grad\""),
+  EXPECT_NE(ReadFile(d + "/02_attention_fusion_pass.pbtxt").find("type: \"fused_attention_grad\""),
             std::string::npos);
-  EXPECT_NE(ReadFile(d + "/02_recompute_pass.pbtxt").find("s: \"recompute\""), std::string::npos);
-  EXPECT_NE(ReadFile(d + "/03_build_jit_pass.pbtxt").find("jit_launch"), std::string::npos);
+  EXPECT_NE(ReadFile(d + "/03_recompute_pass.pbtxt").find("s: \"recompute\""), std::string::npos);
+  EXPECT_NE(ReadFile(d + "/04_build_jit_pass.pbtxt").find("jit_launch"), std::string::npos);
 
   r = Kiln("run --program " + dir_ + "/p.pbtxt" + Feeds() + " --append_backward loss --fetch loss --use_inplace=false " +
            "--dump_passes " + dir_ + "/run_passes --out " + dir_ + "/out");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(files(dir_ + "/run_passes"), "00_input.pbtxt 01_recompute_pass.pbtxt ");
+  EXPECT_EQ(files(dir_ + "/run_passes"), "00_input.pbtxt 01_decomposition_fusion_pass.pbtxt 02_recompute_pass.pbtxt ");
 
   r = Kiln("dump --model mlp --recompute=false --dump_passes " + dir_ + "/dump_passes --out " + dir_ + "/dump");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(files(dir_ + "/dump_passes"),
-            "00_input.pbtxt 01_attention_fusion_pass.pbtxt 02_build_jit_pass.pbtxt 03_inplace_pass.pbtxt ");
+            "00_input.pbtxt 01_decomposition_fusion_pass.pbtxt 02_attention_fusion_pass.pbtxt 03_build_jit_pass.pbtxt "
+            "04_inplace_pass.pbtxt ");
 
   r = Kiln("train --model mlp --epochs 1 --progress=false --dump_passes " + dir_ + "/p.pbtxt/sub");
   EXPECT_NE(r.code, 0);

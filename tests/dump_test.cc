@@ -148,7 +148,7 @@ TEST_F(DumpTest, TransformerAttentionIsFusedAcrossClusters) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(Read(dir_ + "/u/cluster_c0/kernels.txt").find("attention"), std::string::npos);
   EXPECT_NE(Read(dir_ + "/u/cluster_c0/subgraph.txt").find(" = softmax("), std::string::npos);
-  EXPECT_NE(Read(dir_ + "/u/index.md").find("pass pipeline: recompute_pass, build_jit_pass"), std::string::npos);
+  EXPECT_NE(Read(dir_ + "/u/index.md").find("pass pipeline: decomposition_fusion_pass, recompute_pass, build_jit_pass"), std::string::npos);
 }
 
 TEST_F(DumpTest, DisassemblyShowsTheVectorCode) {

@@ -19,6 +19,7 @@ const std::map<std::string, Flags>& GroupFlags() {
       {"program", {"program", "append_backward", "fetch", "steps", "from"}},
       {"JIT",
        {"use_jit", "jit_launch_mode", "jit_isa", "jit_fuse_elementwise", "jit_reuse_buffers", "fuse_attention",
+        "fuse_decompositions",
         "jit_allow_ops", "jit_deny_ops", "jit_deny_clusters", "jit_min_cluster_size", "jit_cache_capacity",
         "jit_recompile_limit", "jit_explain", "jit_verbose", "jit_dump_dir", "jit_profile", "jit_shadow_every",
         "jit_shadow_rtol", "jit_shadow_atol"}},
@@ -95,7 +96,7 @@ std::vector<CommandInfo> MakeCommands() {
       {"import", "MODEL.onnx --out DIR [--input_shape NAME=d0,d1,...] [--trainable NAME,NAME,...]",
        "Imports an ONNX model: writes DIR, a checkpoint holding the program (DIR/program.pbtxt) and its initial "
        "values; start from it with kiln run --program DIR/program.pbtxt --from DIR (docs/onnx.md).",
-       {"out"},
+       {"out", "fuse_decompositions"},
        {{"--input_shape NAME=d0,d1,...",
          "dims of graph input NAME in place of the model's (-1: known at run time; repeat per input)"},
         {"--trainable NAME,NAME,...",

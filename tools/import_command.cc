@@ -18,6 +18,7 @@
 #include "framework/onnx/onnx_import.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
+#include "passes/decomposition_fusion_pass.h"
 #include "tools/commands.h"
 
 namespace kiln::tools {
@@ -100,7 +101,14 @@ int ImportCommand(const std::vector<std::string>& positional, const std::vector<
       options.trainable->insert(name);
     }
   }
-  const OnnxImport im = ImportOnnxModel(positional[0], options);
+  OnnxImport im = ImportOnnxModel(positional[0], options);
+  // Before any backward exists, so a program trained from DIR gets the
+  // fused ops' grad ops (the pass leaves patterns whose grads are there).
+  if (FLAGS_fuse_decompositions) {
+    std::set<std::string> keep(im.inputs.begin(), im.inputs.end());
+    keep.insert(im.outputs.begin(), im.outputs.end());
+    FuseImportedDecompositions(&im.main, im.startup, keep);
+  }
   Scope scope;
   Executor().RunProgram(im.startup, scope);
   SaveOptions save;

@@ -33,6 +33,7 @@ BuildJitPassOptions BuildJitPassOptionsFromFlags() {
 
 PipelineOptions PipelineOptionsFromFlags(const std::set<std::string>& keep) {
   PipelineOptions o;
+  o.fuse_decompositions = FLAGS_fuse_decompositions;
   o.fuse_attention = FLAGS_fuse_attention;
   o.recompute = FLAGS_recompute;
   const std::vector<std::string> recompute_ops = SplitOpList(FLAGS_recompute_ops);

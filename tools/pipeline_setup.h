@@ -19,7 +19,7 @@ std::vector<std::string> SplitOpList(const std::string& list);
 // empty: the pipeline adds the tool's feeds and fetch targets.
 BuildJitPassOptions BuildJitPassOptionsFromFlags();
 
-// --fuse_attention (which applies with the JIT), --recompute with
+// --fuse_decompositions, --fuse_attention (which applies with the JIT), --recompute with
 // --recompute_ops, --use_jit with the options above and
 // JitCompiler::Instance() as the subgraph sink, --use_inplace, and
 // --dump_passes as the dump directory. keep_vars: `keep` (feeds and fetch

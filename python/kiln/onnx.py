@@ -20,7 +20,7 @@ from . import unique_name
 from .framework import Program, Variable
 
 
-def load(path, input_shapes=None, input_values=None, trainable=None):
+def load(path, input_shapes=None, input_values=None, trainable=None, fuse=True):
     """Imports the ONNX model at `path`.
 
     Returns (program, startup_program, inputs, outputs): the program, the
@@ -39,12 +39,19 @@ def load(path, input_shapes=None, input_values=None, trainable=None):
     is an error. Without it, every float initializer is a parameter except
     those holding an inf or NaN (a -inf mask). BatchNormalization's running
     statistics are state updated in place in training mode.
+
+    With `fuse` (the default) the exporter's decomposed LayerNorm
+    (ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div, then Mul and Add by [d]
+    vectors) and erf GELU become kiln's layer_norm and gelu ops
+    (decomposition_fusion_pass), before any backward is appended, so
+    minimize() gives them their own grad ops and the JIT lowers them as in
+    a native model; fuse=False keeps the program node for node.
     """
     shapes = {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     if isinstance(trainable, str):
         raise TypeError("trainable: expected a list of initializer names, got the string %r" % trainable)
     names = None if trainable is None else {str(n) for n in trainable}
-    r = _kiln.onnx_import(str(path), shapes, dict(input_values or {}), names)
+    r = _kiln.onnx_import(str(path), shapes, dict(input_values or {}), names, bool(fuse))
     program, startup = Program(r["main"]), Program(r["startup"])
     unique_name.reserve(program._p.var_names())
     return (program, startup, [Variable(program, n) for n in r["inputs"]],

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/onnx/onnx_import.h"
+#include "passes/decomposition_fusion_pass.h"
 #include "python/src/binding.h"
 #include "python/src/tensor_convert.h"
 
@@ -20,7 +21,7 @@ void BindOnnx(py::module_& m) {
   m.def(
       "onnx_import",
       [](const std::string& path, const std::map<std::string, Dims>& input_shapes, const py::dict& input_values,
-         const std::optional<std::set<std::string>>& trainable) {
+         const std::optional<std::set<std::string>>& trainable, bool fuse) {
         OnnxImportOptions options;
         options.input_shapes = input_shapes;
         options.trainable = trainable;
@@ -35,6 +36,13 @@ void BindOnnx(py::module_& m) {
           py::gil_scoped_release release;
           r = ImportOnnxModel(path, options);
         }
+        std::string fused = "fused no decomposition";
+        if (fuse) {
+          // Before append_backward (minimize): the fused ops' grads then apply.
+          std::set<std::string> keep(r.inputs.begin(), r.inputs.end());
+          keep.insert(r.outputs.begin(), r.outputs.end());
+          fused = FuseImportedDecompositions(&r.main, r.startup, keep).ToString();
+        }
         Program main(std::move(r.main)), startup(std::move(r.startup));
         startup.set_is_startup(true);
         py::dict d;
@@ -48,9 +56,10 @@ void BindOnnx(py::module_& m) {
         d["state"] = r.state;
         d["frozen"] = r.frozen;
         d["opset"] = r.opset;
+        d["fused"] = fused;
         return d;
       },
-      py::arg("path"), py::arg("input_shapes"), py::arg("input_values"), py::arg("trainable"));
+      py::arg("path"), py::arg("input_shapes"), py::arg("input_values"), py::arg("trainable"), py::arg("fuse") = true);
 }
 
 }  // namespace kiln::python

@@ -4,7 +4,11 @@ causal mask) with an embedding and a linear head, and a GPT block in plain
 PyTorch ops (LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div, Erf GELU,
 masked_fill as Where, Split, the embedding as Gather). Both start from the
 exported weights; 20 steps of SGD and of Adam give PyTorch's losses within
-1e-4 relative, JIT off and on. Skipped without python3-torch or onnx.
+1e-4 relative, JIT off and on. kiln.onnx.load runs decomposition_fusion_pass
+(issue 28, point 3): the decomposed LayerNorms and erf GELUs train as
+layer_norm and gelu with their own grad ops, and the causal attention as
+attention_fusion_pass's pattern (fused_attention with the JIT). Skipped without python3-torch
+or onnx.
 """
 
 import copy
@@ -140,6 +144,31 @@ class TransformerFromPyTorchTest(unittest.TestCase):
 
     def test_gpt_block_in_plain_ops_trains_as_in_pytorch(self):
         self.check(GPTBlock)
+
+    def op_types(self, cls, fuse):
+        path, _ = self.export(cls)
+        trainable = [n for n, _ in cls().named_parameters()]
+        main = kiln.onnx.load(path, trainable=trainable, fuse=fuse)[0]
+        return [op["type"] for op in main.ops]
+
+    # The exporter's decompositions come back as kiln's ops; fuse=False keeps
+    # the program node for node. The attention's scores become one matmul
+    # (keys transposed by it, the 1/sqrt(d) in its alpha) and its causal mask
+    # (GPTBlock: where(tril == 0, -inf, s); EncoderLM: + a -inf triu buffer)
+    # the causal softmax, which attention_fusion_pass fuses with the JIT.
+    def test_import_fuses_the_decompositions(self):
+        for cls, norms, gelus, attns in ((GPTBlock, 2, 1, 1), (EncoderLM, 2 * LAYERS, LAYERS, LAYERS)):
+            fused = self.op_types(cls, True)
+            self.assertEqual(fused.count("layer_norm"), norms, cls.__name__)
+            self.assertEqual(fused.count("gelu"), gelus, cls.__name__)
+            self.assertEqual(fused.count("fused_softmax_mask_upper_triangle"), attns, cls.__name__)
+            for gone in ("reduce_mean", "pow", "sqrt", "erf", "softmax", "where", "equal", "expand_v2"):
+                self.assertNotIn(gone, fused, cls.__name__)
+            plain = self.op_types(cls, False)
+            for absent in ("layer_norm", "gelu", "fused_softmax_mask_upper_triangle"):
+                self.assertNotIn(absent, plain)
+            self.assertEqual(plain.count("erf"), gelus)
+            self.assertEqual(plain.count("softmax"), attns)
 
     # ONNX does not tell a buffer from a parameter. Without `trainable`, the
     # causal mask (it holds -inf) is frozen, not trained: an optimizer step
