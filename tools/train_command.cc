@@ -178,10 +178,12 @@ void SetCheckpointOptions(const Model& model, bool writes, TrainOptions* options
   options->save_dir = FLAGS_save_dir;
   options->save_every_steps = FLAGS_save_every_steps;
   options->keep_checkpoints = FLAGS_keep_checkpoints;
-  options->checkpoint_files = {{"startup.pbtxt", ProgramToText(model.startup)},
-                               {"train.pbtxt", ProgramToText(model.train)},
+  options->checkpoint_files = {{"train.pbtxt", ProgramToText(model.train)},
                                {"forward.pbtxt", ProgramToText(model.forward)},
                                {"model.json", ModelJson(model)}};
+  // An imported program's startup holds every imported value as text (six
+  // times the .npy bytes, each save); its start is --from DIR instead.
+  if (!ProgramModelFlagsSet()) options->checkpoint_files["startup.pbtxt"] = ProgramToText(model.startup);
 }
 
 TrainOptions OptionsFromFlags() {
