@@ -139,6 +139,11 @@ TEST_F(TrainProgramTest, AFixedBatchTrainsAtThatBatchSize) {
                               "give --batch_size 16, or import with --input_shape NAME=-1,... for any batch"),
             std::string::npos)
       << wrong.output;
+  const auto dp = Kiln("train --from " + dir_ + "/imp --dataset digits --batch_size 16 --data_parallel");
+  EXPECT_NE(dp.code, 0);
+  EXPECT_NE(dp.output.find("has a fixed batch of 16, which --data_parallel cannot split over its ranks"),
+            std::string::npos)
+      << dp.output;
 }
 
 TEST_F(TrainProgramTest, ModelsItCannotFeedAreRefusedBeforeTraining) {

@@ -134,6 +134,10 @@ Model BuildProgramModelFromFlags(const std::string& dataset) {
                          batch, ", and --batch_size is ", FLAGS_batch_size, ": give --batch_size ", batch,
                          ", or import with --input_shape NAME=-1,... for any batch");
   }
+  if (batch > 0 && FLAGS_data_parallel) {
+    ThrowInvalidArgument("the program's input '", c.input, "' has a fixed batch of ", batch,
+                         ", which --data_parallel cannot split over its ranks: import with --input_shape NAME=-1,...");
+  }
   if (batch > 0 && FLAGS_eval_batch_size != 0 && FLAGS_eval_batch_size != batch) {
     ThrowInvalidArgument("the program's input '", c.input, "' has a fixed batch of ", batch,
                          ", and --eval_batch_size is ", FLAGS_eval_batch_size, ": leave it out or give ", batch);

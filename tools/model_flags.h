@@ -23,7 +23,8 @@ bool ProgramModelFlagsSet();
 // 784 = 28x28, synthetic: seq_len x d_model; matched as a count of values,
 // as the built-in cnn reads digits as 1x8x8), when it has fewer classes than
 // the dataset (10), when its fixed batch is not --batch_size (nor
-// --eval_batch_size, when given) or when --model is given as well.
+// --eval_batch_size, when given) or meets --data_parallel, or when --model
+// is given as well.
 Model BuildProgramModelFromFlags(const std::string& dataset);
 
 }  // namespace kiln::tools
