@@ -69,10 +69,10 @@ DEFINE_bool(progress, true, "On a terminal, show a progress bar with an ETA (kil
 DEFINE_string(save_dir, "", "kiln train: write checkpoints (parameters, optimizer state, the loop's position) under DIR/ckpt-<step>/ every --save_every_steps steps and after the last step");
 DEFINE_int64(save_every_steps, 0, "kiln train: steps between checkpoints (0: only after the last step)");
 DEFINE_int32(keep_checkpoints, 0, "kiln train: keep the newest K checkpoints in --save_dir (0: all)");
-DEFINE_string(from, "", "kiln export: the checkpoint to export; kiln run: a checkpoint whose vars set the program's persistable vars once, as --feed would (kiln import's DIR, a ckpt-<step> folder, or a --save_dir: its newest)");
+DEFINE_string(from, "", "kiln export: the checkpoint to export; kiln run: a checkpoint whose vars set the program's persistable vars once, as --feed would (kiln import's DIR, a ckpt-<step> folder, or a --save_dir: its newest); kiln train: the DIR kiln import wrote, whose classifier (DIR/program.pbtxt unless --program) trains in place of --model");
 DEFINE_string(resume, "", "kiln train: continue from this checkpoint (a ckpt-<step> folder, or a --save_dir: its newest); the model flags and --batch_size must be those of the run that wrote it");
 
-DEFINE_string(program, "", "Program file (.pbtxt text, otherwise binary)");
+DEFINE_string(program, "", "Program file (.pbtxt text, otherwise binary); kiln train: the imported program to train, with --from DIR (default DIR/program.pbtxt)");
 DEFINE_string(fetch, "", "Variables to fetch, comma-separated");
 DEFINE_string(out, "", "Output directory (kiln run, kiln import, kiln export, kiln predict) or file (kiln program, kiln plot)");
 DEFINE_string(append_backward, "", "Insert the backward ops of this loss variable before running");

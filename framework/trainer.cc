@@ -2,6 +2,7 @@
 
 #include "framework/allocator.h"
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/op_desc.h"
 
 #include <algorithm>
 #include <chrono>
@@ -36,13 +37,23 @@ double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& sc
   bo.shuffle = false;
   bo.drop_last = false;
   Batcher batcher(data, bo);
+  // A program whose features have a fixed batch (an ONNX model imported at
+  // batch B) takes the last, short batch padded with copies of its last row;
+  // only the real rows count.
+  const int64_t fixed_batch = VarDims(RequireVarDesc(forward.blocks(0), model.features, "features"))[0];
   Dataset batch;
   int64_t correct = 0, total = 0;
   while (batcher.Next(&batch)) {
+    const int64_t rows = batch.size();
+    if (fixed_batch > 0 && rows < fixed_batch) {
+      std::vector<int64_t> padded(static_cast<size_t>(fixed_batch), rows - 1);
+      for (int64_t r = 0; r < rows; ++r) padded[static_cast<size_t>(r)] = r;
+      batch = GatherRows(batch, padded);
+    }
     FeedBatch(model, forward, scope, batch);
     exec.Run(*plan, scope);
     const Tensor& probs = scope.GetVar(model.probs)->Get();
-    const int64_t rows = probs.dim(0), classes = probs.dim(1);
+    const int64_t classes = probs.dim(1);
     const float* p = probs.data<float>();
     const int64_t* labels = batch.labels.data<int64_t>();
     for (int64_t r = 0; r < rows; ++r) {

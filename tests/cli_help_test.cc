@@ -60,7 +60,9 @@ TEST(CliHelpTest, HelpPerCommandShowsOnlyItsFlags) {
   ExpectHas(train, "--model=NAME                   Model to build: mlp | cnn | transformer (default \"mlp\")");
   ExpectHas(train, "--lr=X                         Learning rate (a finite number > 0) (default 0.1)");
   EXPECT_EQ(train.output.find("--bench_steps"), std::string::npos) << train.output;
-  EXPECT_EQ(train.output.find("--program"), std::string::npos) << train.output;
+  EXPECT_EQ(train.output.find("--fetch"), std::string::npos) << train.output;
+  ExpectHas(train, "\nprogram:\n  --from=CKPT");  // kiln train --from DIR: an imported program
+  ExpectHas(train, "--program=P.pbtxt");
   const CliResult run = Kiln("run --help");
   ExpectHas(run, "--feed NAME=FILE.npy");
   ExpectHas(run, "--fetch=NAME[,NAME]");

@@ -51,10 +51,11 @@ std::vector<CommandInfo> MakeCommands() {
   const std::pair<std::string, std::string> feed = {
       "--feed NAME=FILE.npy", "feed var NAME from a .npy file (repeat for each feed; `=` between, no space)"};
   return {
-      {"train", "[--flags]",
-       "Trains a model (--model) on a dataset, then prints the test accuracy, the final loss and, with --use_jit, "
-       "what the JIT compiled.",
-       Join({Group("model"), Group("data"), Group("training"), Running(), Group("distributed"),
+      {"train", "[--model M | --from DIR [--program DIR/program.pbtxt]] [--flags]",
+       "Trains a built-in model (--model) or the classifier kiln import wrote to DIR (--from: its one input takes "
+       "the dataset's samples, its one output the logits [batch, classes]; docs/onnx.md) on a dataset, then prints "
+       "the test accuracy, the final loss and, with --use_jit, what the JIT compiled.",
+       Join({Group("model"), {"from", "program"}, Group("data"), Group("training"), Running(), Group("distributed"),
              {"metrics_out", "history", "trace", "trace_steps", "trace_warmup", "save_dir", "save_every_steps",
               "keep_checkpoints", "dump_passes", "progress"}}),
        {}},
@@ -95,7 +96,8 @@ std::vector<CommandInfo> MakeCommands() {
        {{"--model MODEL_DIR", "the model directory kiln export (or kiln.save_inference_model) wrote"}, feed}},
       {"import", "MODEL.onnx --out DIR [--input_shape NAME=d0,d1,...] [--trainable NAME,NAME,...]",
        "Imports an ONNX model: writes DIR, a checkpoint holding the program (DIR/program.pbtxt) and its initial "
-       "values; start from it with kiln run --program DIR/program.pbtxt --from DIR (docs/onnx.md).",
+       "values; start from it with kiln run --program DIR/program.pbtxt --from DIR, or train it with kiln train --from DIR "
+       "(docs/onnx.md).",
        {"out", "fuse_decompositions"},
        {{"--input_shape NAME=d0,d1,...",
          "dims of graph input NAME in place of the model's (-1: known at run time; repeat per input)"},

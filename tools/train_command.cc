@@ -93,10 +93,14 @@ class TrainProgressPrinter {
   std::shared_ptr<ProgressBar> bar_;
 };
 
+// --model's name, or "program" for kiln train --from DIR.
+std::string ModelName() { return ProgramModelFlagsSet() ? "program" : FLAGS_model; }
+
 // What `kiln export` and `kiln predict` need besides the programs.
 std::string ModelJson(const Model& model) {
   nlohmann::ordered_json j;
-  j["model"] = FLAGS_model;
+  j["model"] = ModelName();
+  if (ProgramModelFlagsSet()) j["from"] = FLAGS_from;
   j["features"] = model.features;
   j["labels"] = model.labels;
   j["probs"] = model.probs;
@@ -139,7 +143,7 @@ nlohmann::ordered_json JitJson() {
 
 std::string MetricsJson(const std::string& dataset, const TrainResult& r, const MemoryFigures& mem) {
   nlohmann::ordered_json j;
-  j["model"] = FLAGS_model;
+  j["model"] = ModelName();
   j["dataset"] = dataset;
   j["test_accuracy"] = r.test_accuracy;
   j["first_loss"] = r.first_loss;
@@ -174,10 +178,12 @@ void SetCheckpointOptions(const Model& model, bool writes, TrainOptions* options
   options->save_dir = FLAGS_save_dir;
   options->save_every_steps = FLAGS_save_every_steps;
   options->keep_checkpoints = FLAGS_keep_checkpoints;
-  options->checkpoint_files = {{"startup.pbtxt", ProgramToText(model.startup)},
-                               {"train.pbtxt", ProgramToText(model.train)},
+  options->checkpoint_files = {{"train.pbtxt", ProgramToText(model.train)},
                                {"forward.pbtxt", ProgramToText(model.forward)},
                                {"model.json", ModelJson(model)}};
+  // An imported program's startup holds every imported value as text (six
+  // times the .npy bytes, each save); its start is --from DIR instead.
+  if (!ProgramModelFlagsSet()) options->checkpoint_files["startup.pbtxt"] = ProgramToText(model.startup);
 }
 
 TrainOptions OptionsFromFlags() {
@@ -246,8 +252,9 @@ void TraceWindow(int64_t step_done) {
 }
 
 void PrintStart(const std::string& dataset, const TrainTest& data, const DataParallelSetup& dp) {
+  const std::string model = ProgramModelFlagsSet() ? "the program of " + FLAGS_from : FLAGS_model;
   std::fprintf(stderr, "kiln train: %s on %s (%lld train / %lld test rows), %s lr %g, batch %d, %d epochs, %s kernels\n",
-               FLAGS_model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
+               model.c_str(), dataset.c_str(), static_cast<long long>(data.train.size()),
                static_cast<long long>(data.test.size()), FLAGS_optimizer.c_str(), FLAGS_lr, FLAGS_batch_size,
                FLAGS_epochs, FLAGS_use_onednn ? "oneDNN" : "reference");
   if (FLAGS_use_jit) std::fprintf(stderr, "kiln train: JIT on (%s launch mode)\n", FLAGS_jit_launch_mode.c_str());
@@ -265,7 +272,7 @@ int TrainCommand() {
     ThrowInvalidArgument("--lr must be a finite number greater than 0, got ", FLAGS_lr);
   }
   const std::string dataset = DatasetFromFlags();
-  Model model = BuildModelFromFlags(dataset);
+  Model model = ProgramModelFlagsSet() ? BuildProgramModelFromFlags(dataset) : BuildModelFromFlags(dataset);
   TrainOptions options = OptionsFromFlags();
   const DataParallelSetup dp = SetUpDataParallel(&model, &options);
   // Rank 0 alone writes files and prints; every output path is checked

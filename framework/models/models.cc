@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "framework/backward.h"
+#include "framework/checkpoint/inference.h"
 #include "framework/op_desc.h"
+#include "framework/ops/assign_value_op.h"
 #include "framework/optimizer_builder.h"
 #include "framework/program_builder.h"
 
@@ -43,10 +45,89 @@ Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
   m.train = b.main();
   m.startup = b.startup();
   m.params = b.params();
+  // A program built elsewhere declared its parameters itself: they are the
+  // persistable vars that got a gradient.
+  if (m.params.empty()) {
+    for (const auto& pg : params_grads) m.params.push_back(pg.first);
+  }
   return m;
 }
 
+// The checks of BuildFromProgram on its feed, its logits and the values of
+// its persistable vars.
+void CheckProgramClassifier(const ProgramClassifier& c) {
+  if (c.program.blocks_size() == 0) ThrowInvalidArgument("the program has no blocks");
+  const proto::BlockDesc& block = c.program.blocks(0);
+  const proto::VarDesc& in = RequireVarDesc(block, c.input, "input");
+  const Dims in_dims = VarDims(in);
+  if (FromProto(in.dtype()) != DataType::kFP32) {
+    ThrowInvalidArgument("the program's input '", c.input, "' takes ", DataTypeName(FromProto(in.dtype())),
+                         " (token ids?); kiln train's datasets feed f32 features");
+  }
+  bool known = in_dims.size() >= 2;
+  for (size_t i = 1; i < in_dims.size(); ++i) known = known && in_dims[i] > 0;
+  if (!known) {
+    ThrowInvalidArgument("the program's input '", c.input, "' is ", DimsToString(in_dims),
+                         ": kiln train needs [batch, sample dims...] with every sample dim known (kiln import "
+                         "--input_shape NAME=-1,d1,... sets them)");
+  }
+  const proto::VarDesc& out = RequireVarDesc(block, c.output, "output");
+  const Dims out_dims = VarDims(out);
+  if (out_dims.size() == 3) {
+    ThrowInvalidArgument("the program's output '", c.output, "' is ", DimsToString(out_dims),
+                         ", logits per token [batch, tokens, classes]; kiln train's datasets have one label per "
+                         "sample, so it trains only models with logits [batch, classes]");
+  }
+  if (out_dims.size() != 2 || out_dims[1] < 1 || FromProto(out.dtype()) != DataType::kFP32) {
+    ThrowInvalidArgument("the program's output '", c.output, "' is ", DataTypeName(FromProto(out.dtype())),
+                         DimsToString(out_dims), "; kiln train needs f32 logits [batch, classes]");
+  }
+  for (const proto::VarDesc& v : block.vars()) {
+    if (!v.persistable()) continue;
+    const auto it = c.values.find(v.name());
+    if (it == c.values.end()) ThrowInvalidArgument("persistable var '", v.name(), "' of the program has no value");
+    if (it->second.dtype() != FromProto(v.dtype()) || it->second.dims() != VarDims(v)) {
+      ThrowInvalidArgument("the value of '", v.name(), "' is ", it->second.ShapeString(), "; the program declares ",
+                           DataTypeName(FromProto(v.dtype())), DimsToString(VarDims(v)));
+    }
+  }
+  for (const auto& [name, value] : c.values) {
+    const proto::VarDesc* v = FindVarDesc(block, name);
+    if (v == nullptr || !v->persistable()) {
+      ThrowInvalidArgument("value '", name, "': the program has no persistable var of that name");
+    }
+  }
+}
+
 }  // namespace
+
+Model BuildFromProgram(const ProgramClassifier& c, const TrainConfig& tc) {
+  CheckProgramClassifier(c);
+  proto::ProgramDesc main = c.program;
+  proto::ProgramDesc startup = EmptyProgram();
+  // The values first: the optimizer's state initialisers follow them.
+  for (const auto& [name, value] : c.values) {
+    const proto::VarDesc& v = *FindVarDesc(main.blocks(0), name);
+    *startup.mutable_blocks(0)->add_vars() = v;
+    *startup.mutable_blocks(0)->add_ops() = AssignValueOp(name, value);
+  }
+  ProgramBuilder b(&main, &startup, tc.seed);
+  Model m;
+  const Dims in_dims = VarDims(RequireVarDesc(main.blocks(0), c.input, "input"));
+  m.sample_dims.assign(in_dims.begin() + 1, in_dims.end());
+  m.features = c.input;
+  const int64_t batch = VarDims(RequireVarDesc(main.blocks(0), c.output, "output"))[0];
+  const std::string labels = FindVarDesc(main.blocks(0), "labels") == nullptr ? "labels" : b.UniqueName("labels");
+  m.labels = b.Data(labels, {batch, 1}, DataType::kINT64);
+  ClassifierLoss(b, m, c.output);
+  m = Finish(b, std::move(m), tc);
+  if (m.params.empty()) {
+    ThrowInvalidArgument("no var of the program trains: the loss depends on no persistable var that is not "
+                         "stop_gradient (kiln import --trainable names the initializers that train)");
+  }
+  SetIsTest(&m.forward);
+  return m;
+}
 
 Model BuildMlp(const MlpConfig& c, const TrainConfig& tc) {
   ProgramBuilder b(tc.seed);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,30 @@ struct Model {
 Model BuildMlp(const MlpConfig& config, const TrainConfig& train);
 Model BuildCnn(const CnnConfig& config, const TrainConfig& train);
 Model BuildTransformer(const TransformerConfig& config, const TrainConfig& train);
+
+// A classifier someone else wrote as a program (kiln import's DIR): `program`
+// reads the samples from its one feed `input` (f32 [B, sample dims...], B
+// -1 or fixed) and writes the logits to `output` (f32 [B, classes]);
+// `values` holds the initial value of every persistable var it reads
+// (parameters, running statistics, constants), as a checkpoint does.
+struct ProgramClassifier {
+  proto::ProgramDesc program;
+  std::string input;
+  std::string output;
+  std::map<std::string, Tensor> values;
+};
+
+// The Model that trains it like the built-in ones: softmax cross-entropy and
+// mean on the logits with an INT64 [B, 1] label var, append_backward and the
+// optimizer of `train` (only vars that are persistable and not stop_gradient
+// train: the importer's parameters, not its frozen initializers or state);
+// the startup program fills `values` (assign_value) before the optimizer's
+// state; the forward program is evaluated with is_test set (batch_norm on
+// its running statistics, no dropout). Throws InvalidArgument naming the var
+// when `input` is not f32 with known sample dims, `output` is not
+// [B, classes] (per-token logits [B, T, classes] are refused: kiln's
+// datasets have one label per sample), a persistable var has no value, or a
+// value has no persistable var or the wrong dtype or dims.
+Model BuildFromProgram(const ProgramClassifier& classifier, const TrainConfig& train);
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
+#include "framework/ops/assign_value_op.h"
 
 namespace kiln::onnx_import {
 namespace {
@@ -17,28 +18,6 @@ proto::VarDesc* DeclareVar(proto::ProgramDesc& program, const std::string& name,
   v->set_dtype(ToProto(dtype));
   for (int64_t d : dims) v->add_dims(d);
   return v;
-}
-
-// assign_value's attributes for `t` (f32, i64, i32, bool).
-proto::OpDesc AssignValueOp(const std::string& var, const Tensor& t) {
-  OpBuilder op("assign_value");
-  op.Out("Out", {var}).Attr("shape", std::vector<int64_t>(t.dims().begin(), t.dims().end()));
-  op.Attr("dtype", static_cast<int64_t>(ToProto(t.dtype())));
-  const int64_t n = t.numel();
-  switch (t.dtype()) {
-    case DataType::kFP32:
-      op.Attr("fp32_values", std::vector<float>(t.data<float>(), t.data<float>() + n));
-      break;
-    case DataType::kINT64:
-      op.Attr("int64_values", std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + n));
-      break;
-    case DataType::kINT32:
-      op.Attr("int32_values", std::vector<int64_t>(t.data<int32_t>(), t.data<int32_t>() + n));
-      break;
-    default:
-      op.Attr("bool_values", std::vector<int64_t>(t.data<bool>(), t.data<bool>() + n));
-  }
-  return op.Build();
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "framework/op_desc.h"
 #include "framework/op_registry.h"
+#include "framework/ops/assign_value_op.h"
 #include "framework/ops/kernel_util_a.h"
 #include "framework/ops/ops.h"
 
@@ -108,6 +110,31 @@ void AssignValueKernel(ExecContext& ctx) {
 }
 
 }  // namespace
+
+// assign_value's attributes for `t` (f32, i64, i32, bool).
+proto::OpDesc AssignValueOp(const std::string& var, const Tensor& t) {
+  OpBuilder op("assign_value");
+  op.Out("Out", {var}).Attr("shape", std::vector<int64_t>(t.dims().begin(), t.dims().end()));
+  op.Attr("dtype", static_cast<int64_t>(ToProto(t.dtype())));
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DataType::kFP32:
+      op.Attr("fp32_values", std::vector<float>(t.data<float>(), t.data<float>() + n));
+      break;
+    case DataType::kINT64:
+      op.Attr("int64_values", std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + n));
+      break;
+    case DataType::kINT32:
+      op.Attr("int32_values", std::vector<int64_t>(t.data<int32_t>(), t.data<int32_t>() + n));
+      break;
+    case DataType::kBOOL:
+      op.Attr("bool_values", std::vector<int64_t>(t.data<bool>(), t.data<bool>() + n));
+      break;
+    default:
+      ThrowInvalidArgument("assign_value for '", var, "': holds f32, i64, i32 or bool, not ", DataTypeName(t.dtype()));
+  }
+  return op.Build();
+}
 
 void RegisterAssignValueOps(OpRegistry& r) {
   OpInfo op;
