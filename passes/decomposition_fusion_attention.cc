@@ -11,6 +11,7 @@
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/scope.h"
+#include "passes/decomposition_fusion_match.h"
 
 namespace kiln::decomposition_fusion {
 namespace {
@@ -40,10 +41,9 @@ struct Match {
   bool causal = false;
 };
 
-class Matcher {
+class Matcher : public decomposition_fusion::GraphMatcher {
  public:
-  Matcher(const Graph& g, const DecompositionFusionPassOptions& o, const OpRegistry& r)
-      : g_(g), options_(o), registry_(r) {}
+  using GraphMatcher::GraphMatcher;
 
   std::optional<Match> At(NodeId sm) const {
     if (!Is(sm, "softmax")) return std::nullopt;
@@ -147,22 +147,6 @@ class Matcher {
   }
 
  private:
-  NodeId In(NodeId op, std::string_view slot) const { return Single(g_.InputSlot(op, slot)); }
-  NodeId Out(NodeId op, std::string_view slot) const { return Single(g_.OutputSlot(op, slot)); }
-  static NodeId Single(const std::vector<NodeId>& args) { return args.size() == 1 ? args[0] : kNoNode; }
-  bool Is(NodeId op, std::string_view type) const {
-    return g_.op(op).type() == type && !HasOpRole(g_.op(op), kOpRoleRecompute);
-  }
-  template <typename T>
-  T Attr(NodeId op, const std::string& name) const {
-    return std::get<T>(ResolveAttrs(registry_.Get(g_.op(op).type()), g_.op(op), -1).at(name));
-  }
-  bool F32(NodeId v) const { return v != kNoNode && g_.IsDeclared(v) && g_.var(v).dtype() == proto::FP32; }
-  bool Intermediate(NodeId v) const {
-    if (!F32(v)) return false;
-    const proto::VarDesc& d = g_.var(v);
-    return !d.persistable() && !options_.keep_vars.count(d.name()) && g_.VarVersions(d.name()).size() == 1;
-  }
   bool SingleUse(NodeId v) const { return Intermediate(v) && g_.outputs(v).size() == 1; }
   bool IsConstant(NodeId v) const {
     const proto::VarDesc& d = g_.var(v);
@@ -292,10 +276,6 @@ class Matcher {
     }
     return q[r - 2] == s[r - 2] && k[r - 2] == s[r - 1] && q[r - 1] == k[r - 1] && q[r - 1] > 0;
   }
-
-  const Graph& g_;
-  const DecompositionFusionPassOptions& options_;
-  const OpRegistry& registry_;
 };
 
 void Rewrite(Graph& g, const Match& m, const std::set<std::string>& keep) {

@@ -8,6 +8,7 @@
 #include "framework/executor.h"
 #include "framework/scope.h"
 #include "passes/decomposition_fusion_attention.h"
+#include "passes/decomposition_fusion_match.h"
 #include "framework/ir/graph.h"
 #include "framework/op_desc.h"
 
@@ -25,10 +26,9 @@ struct Match {
   float epsilon = 0;
 };
 
-class Matcher {
+class Matcher : public decomposition_fusion::GraphMatcher {
  public:
-  Matcher(const Graph& g, const DecompositionFusionPassOptions& o, const OpRegistry& r)
-      : g_(g), options_(o), registry_(r) {}
+  using GraphMatcher::GraphMatcher;
 
   // The LayerNorm whose first reduce_mean is `op`.
   std::optional<Match> LayerNormAt(NodeId op) const {
@@ -149,25 +149,6 @@ class Matcher {
   }
 
  private:
-  NodeId In(NodeId op, std::string_view slot) const { return Single(g_.InputSlot(op, slot)); }
-  NodeId Out(NodeId op, std::string_view slot) const { return Single(g_.OutputSlot(op, slot)); }
-  static NodeId Single(const std::vector<NodeId>& args) { return args.size() == 1 ? args[0] : kNoNode; }
-
-  bool Is(NodeId op, std::string_view type) const {
-    return g_.op(op).type() == type && !HasOpRole(g_.op(op), kOpRoleRecompute);
-  }
-  template <typename T>
-  T Attr(NodeId op, const std::string& name) const {
-    return std::get<T>(ResolveAttrs(registry_.Get(g_.op(op).type()), g_.op(op), -1).at(name));
-  }
-  bool F32(NodeId v) const { return v != kNoNode && g_.IsDeclared(v) && g_.var(v).dtype() == proto::FP32; }
-
-  // Declared f32, not persistable, not kept, its name written once.
-  bool Intermediate(NodeId v) const {
-    if (!F32(v)) return false;
-    const proto::VarDesc& d = g_.var(v);
-    return !d.persistable() && !options_.keep_vars.count(d.name()) && g_.VarVersions(d.name()).size() == 1;
-  }
   // The one op reading `v` when it is a `type` and `v` is an intermediate.
   NodeId OnlyReader(NodeId v, std::string_view type) const {
     if (v == kNoNode || !Intermediate(v)) return kNoNode;
@@ -211,10 +192,6 @@ class Matcher {
     }
     return it->second.data<float>()[0];
   }
-
-  const Graph& g_;
-  const DecompositionFusionPassOptions& options_;
-  const OpRegistry& registry_;
 };
 
 // "<y><suffix>", numbered when a var of that name exists.
