@@ -61,7 +61,11 @@ class Sandbox:
     def run(self, command, timeout=900):
         command = command.replace("/tmp/kiln-", self.dir + "/tmp-kiln-")
         # mpirun refuses root unless told; the docs' commands are written for users.
-        env = dict(os.environ, FLAGS_progress="false", PYTHONPATH=os.path.join(self.dir, "build", "python"),
+        # The docs show the installed `kiln` and `python3 -c "import kiln"`:
+        # here they are the build's (build/tools first on PATH, build/python
+        # on PYTHONPATH), whatever is installed on the machine.
+        path = os.path.join(self.dir, "build", "tools") + os.pathsep + os.environ.get("PATH", "")
+        env = dict(os.environ, FLAGS_progress="false", PATH=path, PYTHONPATH=os.path.join(self.dir, "build", "python"),
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         return subprocess.run(["bash", "-c", "set -o pipefail; " + command], cwd=self.dir, env=env,
                               capture_output=True, text=True, timeout=timeout)

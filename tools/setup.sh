@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets kiln up on a Debian machine: installs the missing Debian packages,
-# configures a Release build in build/ and builds it. Then:
+# configures a Release build in build/, builds it and installs it (under
+# $KILN_PREFIX, default /usr/local as root, none otherwise). Then:
 #   bash tools/setup.sh          set up only
 #   bash tools/setup.sh --train  set up, then train the MLP on the bundled digits data (JIT on)
 #   bash tools/setup.sh --test   set up, then run the whole test suite (ctest), then the
@@ -52,7 +53,27 @@ fi
 jobs="${KILN_JOBS:-2}"
 # shellcheck disable=SC2086
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j "$jobs"
+if [ "$mode" = "--train" ]; then
+  # Training needs the kiln command only (and the Python package, which is
+  # installed with it), not the tests.
+  targets=(kiln)
+  if grep -q '^KILN_PYTHON:BOOL=ON' build/CMakeCache.txt; then targets+=(kiln_python); fi
+  cmake --build build -j "$jobs" --target "${targets[@]}"
+else
+  cmake --build build -j "$jobs"
+fi
+
+# Install (cmake --install, docs/usage.md "Install"): under $KILN_PREFIX, or
+# /usr/local as root; KILN_PREFIX=0 skips it.
+prefix="${KILN_PREFIX:-}"
+if [ -z "$prefix" ] && [ "$(id -u)" -eq 0 ]; then prefix=/usr/local; fi
+if [ -z "$prefix" ]; then
+  echo "kiln setup: not installing (not root): KILN_PREFIX=DIR installs under DIR; ./build/tools/kiln and PYTHONPATH=build/python work without it"
+elif [ "$prefix" != 0 ]; then
+  cmake --install build --prefix "$prefix" >/dev/null
+  site=$(sed -n 's/^KILN_PYTHON_INSTALL_DIR:STRING=//p' build/CMakeCache.txt)
+  echo "kiln setup: installed into $prefix: $prefix/bin/kiln${site:+, the Python package in $prefix/$site}, headers and find_package(kiln)"
+fi
 
 case "$mode" in
   --train)

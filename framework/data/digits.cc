@@ -41,7 +41,11 @@ std::string DefaultDigitsPath() {
 #endif
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back((exe.parent_path() / "../../tools/data/digits.csv.gz").string());
+  if (!ec) {
+    candidates.push_back((exe.parent_path() / "../../tools/data/digits.csv.gz").string());
+    // An installed kiln (cmake --install): PREFIX/bin/kiln, PREFIX/share/kiln/.
+    candidates.push_back((exe.parent_path() / "../share/kiln/digits.csv.gz").string());
+  }
   for (const auto& c : candidates) {
     if (std::filesystem::is_regular_file(c, ec)) return c;
   }
