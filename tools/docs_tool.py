@@ -57,14 +57,19 @@ class Sandbox:
         os.symlink(os.path.abspath(build), os.path.join(self.dir, "build"))
         for d in ("examples", "tools"):
             os.symlink(os.path.join(ROOT, d), os.path.join(self.dir, d))
+        # The docs show the installed `kiln` and Debian's `python3` (as on a
+        # fresh Debian machine, whatever python3 comes first on PATH here):
+        # both first on PATH, kiln being the build's, with the build's Python
+        # package on PYTHONPATH (run), whatever is installed on the machine.
+        self.bin = os.path.join(self.dir, "bin")
+        os.mkdir(self.bin)
+        os.symlink(os.path.join(os.path.abspath(build), "tools", "kiln"), os.path.join(self.bin, "kiln"))
+        os.symlink("/usr/bin/python3", os.path.join(self.bin, "python3"))
 
     def run(self, command, timeout=900):
         command = command.replace("/tmp/kiln-", self.dir + "/tmp-kiln-")
         # mpirun refuses root unless told; the docs' commands are written for users.
-        # The docs show the installed `kiln` and `python3 -c "import kiln"`:
-        # here they are the build's (build/tools first on PATH, build/python
-        # on PYTHONPATH), whatever is installed on the machine.
-        path = os.path.join(self.dir, "build", "tools") + os.pathsep + os.environ.get("PATH", "")
+        path = self.bin + os.pathsep + os.environ.get("PATH", "")
         env = dict(os.environ, FLAGS_progress="false", PATH=path, PYTHONPATH=os.path.join(self.dir, "build", "python"),
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         return subprocess.run(["bash", "-c", "set -o pipefail; " + command], cwd=self.dir, env=env,
