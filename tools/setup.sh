@@ -69,7 +69,9 @@ prefix="${KILN_PREFIX:-}"
 if [ -z "$prefix" ] && [ "$(id -u)" -eq 0 ]; then prefix=/usr/local; fi
 if [ -z "$prefix" ]; then
   echo "kiln setup: not installing (not root): KILN_PREFIX=DIR installs under DIR; ./build/tools/kiln and PYTHONPATH=build/python work without it"
-elif [ "$prefix" != 0 ]; then
+elif [ "$prefix" = 0 ]; then
+  echo "kiln setup: not installing (KILN_PREFIX=0)"
+else
   cmake --install build --prefix "$prefix" >/dev/null
   site=$(sed -n 's/^KILN_PYTHON_INSTALL_DIR:STRING=//p' build/CMakeCache.txt)
   echo "kiln setup: installed into $prefix: $prefix/bin/kiln${site:+, the Python package in $prefix/$site}, headers and find_package(kiln)"
