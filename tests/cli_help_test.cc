@@ -141,7 +141,7 @@ TEST(CliHelpTest, BashCompletion) {
   EXPECT_EQ(Complete("kiln tr", 1), "train\n");
   EXPECT_EQ(Complete("kiln train --mo", 2), "--model\n");
   EXPECT_EQ(Complete("kiln train --model \"\"", 3), "mlp cnn transformer\n");
-  EXPECT_EQ(Complete("kiln train --optimizer = a", 4), "adam\n");  // --optimizer=a
+  EXPECT_EQ(Complete("kiln train --optimizer = a", 4), "adam adamw\n");  // --optimizer=a
   EXPECT_EQ(Complete("kiln train --jit_launch_mode \"\"", 3), "runtime executor\n");
   EXPECT_EQ(Complete("kiln run --fe", 2), "--fetch --feed\n");
   EXPECT_EQ(Complete("kiln help pr", 2), "program predict\n");
