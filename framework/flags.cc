@@ -47,7 +47,7 @@ DEFINE_int32(batch_size, 32, "Samples per training step");
 DEFINE_int32(eval_batch_size, 0, "Samples per evaluation step (0: --batch_size)");
 DEFINE_double(lr, 0.1, "Learning rate (a finite number > 0)");
 DEFINE_bool(stop_on_nonfinite, true, "kiln train: stop with an error naming the step and the last finite loss when the loss becomes NaN or Inf");
-DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam");
+DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam | adamw (decoupled weight decay 0.01)");
 DEFINE_uint64(seed, 1, "Seed of parameter initialisation, shuffling and synthetic data");
 DEFINE_string(metrics_out, "", "Write training metrics as JSON to this file");
 DEFINE_string(history, "", "kiln train: write one JSON line per step (step, loss, samples/s, step ms) and per epoch (test accuracy) to this file");

@@ -14,7 +14,10 @@ void CheckConfig(const OptimizerConfig& c) {
   if (c.kind == OptimizerKind::kMomentum && !(c.momentum >= 0 && c.momentum < 1)) {
     ThrowInvalidArgument("momentum must be in [0, 1), got ", c.momentum);
   }
-  if (c.kind == OptimizerKind::kAdam) {
+  if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0)) {
+    ThrowInvalidArgument("weight_decay must be finite and >= 0, got ", c.weight_decay);
+  }
+  if (c.kind == OptimizerKind::kAdam || c.kind == OptimizerKind::kAdamW) {
     if (!(c.beta1 >= 0 && c.beta1 < 1)) ThrowInvalidArgument("adam beta1 must be in [0, 1), got ", c.beta1);
     if (!(c.beta2 >= 0 && c.beta2 < 1)) ThrowInvalidArgument("adam beta2 must be in [0, 1), got ", c.beta2);
     if (!(c.epsilon > 0)) ThrowInvalidArgument("adam epsilon must be > 0, got ", c.epsilon);
@@ -24,9 +27,16 @@ void CheckConfig(const OptimizerConfig& c) {
 proto::OpDesc UpdateOp(ProgramBuilder& b, const std::string& p, const std::string& g, const std::string& lr,
                        const OptimizerConfig& c) {
   const Dims dims = b.VarDimsOf(p);
+  // Decay attributes only when there is decay: programs without it (and
+  // their fingerprints) stay as they were.
+  const float decay = c.no_decay.count(p) ? 0.f : c.weight_decay;
   switch (c.kind) {
-    case OptimizerKind::kSgd:
-      return OpBuilder("sgd").In("Param", {p}).In("Grad", {g}).In("LearningRate", {lr}).Out("ParamOut", {p}).Build();
+    case OptimizerKind::kSgd: {
+      OpBuilder op("sgd");
+      op.In("Param", {p}).In("Grad", {g}).In("LearningRate", {lr}).Out("ParamOut", {p});
+      if (decay != 0.f) op.Attr("regularization_coeff", decay);
+      return op.Build();
+    }
     case OptimizerKind::kMomentum: {
       const std::string v = b.Persistable(p + ".velocity", dims, 0.f);
       OpBuilder op("momentum");
@@ -35,20 +45,26 @@ proto::OpDesc UpdateOp(ProgramBuilder& b, const std::string& p, const std::strin
       // Attributes at their op default stay out, so the built-in models'
       // programs (and their fingerprints) do not change.
       if (c.use_nesterov) op.Attr("use_nesterov", true);
+      if (decay != 0.f) op.Attr("regularization_coeff", decay);
       return op.Build();
     }
-    case OptimizerKind::kAdam: {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: {
+      const bool adamw = c.kind == OptimizerKind::kAdamW;
       const std::string m1 = b.Persistable(p + ".moment1", dims, 0.f);
       const std::string m2 = b.Persistable(p + ".moment2", dims, 0.f);
       const std::string p1 = b.Persistable(p + ".beta1_pow", {1}, c.beta1);
       const std::string p2 = b.Persistable(p + ".beta2_pow", {1}, c.beta2);
-      OpBuilder op("adam");
+      OpBuilder op(adamw ? "adamw" : "adam");
       op.In("Param", {p}).In("Grad", {g}).In("Moment1", {m1}).In("Moment2", {m2}).In("LearningRate", {lr});
       op.In("Beta1Pow", {p1}).In("Beta2Pow", {p2});
       op.Out("ParamOut", {p}).Out("Moment1Out", {m1}).Out("Moment2Out", {m2});
       op.Out("Beta1PowOut", {p1}).Out("Beta2PowOut", {p2});
       op.Attr("beta1", c.beta1).Attr("beta2", c.beta2);
       if (c.epsilon != 1e-8f) op.Attr("epsilon", c.epsilon);
+      // adamw always states its coeff (the op's default is Paddle's 0.01).
+      if (adamw) op.Attr("coeff", decay);
+      if (!adamw && decay != 0.f) op.Attr("regularization_coeff", decay);
       return op.Build();
     }
   }
@@ -61,8 +77,9 @@ OptimizerKind ParseOptimizer(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "momentum") return OptimizerKind::kMomentum;
   if (name == "adam") return OptimizerKind::kAdam;
-  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum or adam",
-                       DidYouMean(name, {"sgd", "momentum", "adam"}));
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  ThrowInvalidArgument("unknown optimizer '", name, "': expected sgd, momentum, adam or adamw",
+                       DidYouMean(name, {"sgd", "momentum", "adam", "adamw"}));
 }
 
 std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,

@@ -1,10 +1,11 @@
 // Optimizer updates appended to a training program: the learning rate and
 // each parameter's optimizer state as persistable vars (initialised by the
-// startup program), then one sgd / momentum / adam op per parameter, updating
+// startup program), then one sgd / momentum / adam / adamw op per parameter, updating
 // it in place. Shared by the model builders and the Python front end
 // (kiln.optimizer.*.minimize).
 #pragma once
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,8 +14,8 @@
 
 namespace kiln {
 
-enum class OptimizerKind { kSgd, kMomentum, kAdam };
-// "sgd" | "momentum" | "adam"; throws InvalidArgument otherwise.
+enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdamW };
+// "sgd" | "momentum" | "adam" | "adamw"; throws InvalidArgument otherwise.
 OptimizerKind ParseOptimizer(const std::string& name);
 
 struct OptimizerConfig {
@@ -25,13 +26,20 @@ struct OptimizerConfig {
   float beta1 = 0.9f;  // adam
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
+  // sgd, momentum, adam: Paddle's L2Decay, g += weight_decay * p inside the
+  // update op (its regularization_coeff). adamw: the decoupled decay
+  // p *= 1 - lr * weight_decay (its coeff). Zero: no decay.
+  float weight_decay = 0.f;
+  // Parameters that take no weight decay (AdamW's apply_decay_param_fun
+  // returned false for them): their adamw op has coeff 0.
+  std::set<std::string> no_decay;
   // The learning-rate var; empty: "learning_rate", or a fresh name when the
   // program declares that one already.
   std::string lr_name;
 };
 
 // Declares the learning rate (config.lr_name) and the state of every parameter ("<p>.velocity";
-// "<p>.moment1", "<p>.moment2", "<p>.beta1_pow", "<p>.beta2_pow"), then
+// "<p>.moment1", "<p>.moment2", "<p>.beta1_pow", "<p>.beta2_pow" for adam and adamw), then
 // appends the update of each (param, grad) pair to b.main(), with op_role
 // "optimize". Returns the
 // learning-rate var. Throws InvalidArgument for a learning rate that is not

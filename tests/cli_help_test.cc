@@ -96,7 +96,7 @@ blocks { idx: 0 parent_idx: -1
       {"train --modle mlp", "unknown flag --modle; did you mean --model?"},
       {"train --epocs=3", "unknown flag --epocs; did you mean --epochs?"},
       {"train --model mpl", "unknown model 'mpl': expected mlp, cnn or transformer; did you mean 'mlp'?"},
-      {"train --optimizer adma", "unknown optimizer 'adma': expected sgd, momentum or adam; did you mean 'adam'?"},
+      {"train --optimizer adma", "unknown optimizer 'adma': expected sgd, momentum, adam or adamw; did you mean 'adam'?"},
       {"train --dataset digit", "did you mean 'digits'?"},
       {"train --epochs ten", "--epochs takes an integer (int32), got 'ten'"},
       {"train --lr", "--lr needs a value: --lr N"},
@@ -141,7 +141,7 @@ TEST(CliHelpTest, BashCompletion) {
   EXPECT_EQ(Complete("kiln tr", 1), "train\n");
   EXPECT_EQ(Complete("kiln train --mo", 2), "--model\n");
   EXPECT_EQ(Complete("kiln train --model \"\"", 3), "mlp cnn transformer\n");
-  EXPECT_EQ(Complete("kiln train --optimizer = a", 4), "adam\n");  // --optimizer=a
+  EXPECT_EQ(Complete("kiln train --optimizer = a", 4), "adam adamw\n");  // --optimizer=a
   EXPECT_EQ(Complete("kiln train --jit_launch_mode \"\"", 3), "runtime executor\n");
   EXPECT_EQ(Complete("kiln run --fe", 2), "--fetch --feed\n");
   EXPECT_EQ(Complete("kiln help pr", 2), "program predict\n");

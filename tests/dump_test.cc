@@ -128,6 +128,41 @@ TEST_F(DumpTest, MlpGoldenAndDeterministic) {
   EXPECT_EQ(std::system(("diff -r -x index.md -x index.html " + dir_ + "/a " + dir_ + "/b >/dev/null").c_str()), 0);
 }
 
+// --optimizer adamw (decay 0.01 from the command line): each parameter's
+// update, decoupled decay included, is one generated kernel whose program
+// scales the parameter by 1 - lr * 0.01 before Adam's step.
+TEST_F(DumpTest, AdamwDecayIsInsideTheGeneratedUpdateKernel) {
+  const Result r = Kiln("dump --model mlp --optimizer adamw --batch_size 32 --out " + dir_ + "/w");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string kernels = Read(dir_ + "/w/cluster_c0/kernels.txt");
+  std::stringstream in(kernels);
+  std::string line, section;
+  int fused = 0, decayed = 0;
+  std::vector<std::string> sections;
+  while (std::getline(in, line)) {
+    const std::string tail = "fusing adamw";
+    if (line.size() >= tail.size() && line.compare(line.size() - tail.size(), tail.size(), tail) == 0) {
+      EXPECT_NE(line.find("generated"), std::string::npos) << line;
+      ++fused;
+    }
+    if (line.rfind("# kernel ", 0) == 0) {
+      sections.push_back(section);
+      section.clear();
+    }
+    section += line + "\n";
+  }
+  sections.push_back(section);
+  for (const std::string& k : sections) {
+    if (k.find(" ops=[adamw] ") == std::string::npos) continue;
+    // %a = const 0.00999999978; %b = mul lr, %a; %c = sub 1, %b; %d = mul param, %c.
+    EXPECT_NE(k.find("= const 0.00999999978\n"), std::string::npos) << k;
+    ++decayed;
+  }
+  EXPECT_EQ(fused, 4) << kernels;  // fc0.w, fc0.b, fc1.w, fc1.b
+  EXPECT_EQ(decayed, 4) << kernels;
+  EXPECT_EQ(kernels.find("framework kernel (reference) adamw"), std::string::npos) << kernels;
+}
+
 // The transformer's attention is fused (attention_fusion_pass) and its
 // forward and backward land in different clusters: the backward's cluster
 // reads the LSE the pass made, which the dump shapes from the subgraph.

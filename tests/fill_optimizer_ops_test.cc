@@ -393,8 +393,118 @@ TEST(OptimizerOpsTest, AdamFp64AndNotInPlace) {
   for (int64_t i = 0; i < 7; ++i) EXPECT_NE(ValueAt(out, i), ValueAt(p, i));
 }
 
+Tensor Copied(const Tensor& t) {
+  Tensor c;
+  c.CopyFrom(t);
+  return c;
+}
+
+// ---- weight decay: L2 (regularization_coeff) and adamw's decoupled coeff ------------
+
+// An update with regularization_coeff c equals the same update without it on
+// the gradient g + c * p (Paddle's L2Decay), for each op that takes it.
+TEST(OptimizerOpsTest, L2DecayIsTheUpdateOfGradPlusCoeffTimesParam) {
+  std::mt19937 rng(4);
+  const float c = 0.3f;
+  for (DataType dtype : {DataType::kFP32, DataType::kFP64}) {
+    for (const std::string type : {"sgd", "momentum", "adam"}) {
+      SCOPED_TRACE(type + " " + DataTypeName(dtype));
+      const int64_t n = 17;
+      const Tensor p = RandomTensor({n}, dtype, rng), g = RandomTensor({n}, dtype, rng);
+      std::vector<float> g_l2_values(n);
+      for (int64_t i = 0; i < n; ++i) g_l2_values[i] = static_cast<float>(ValueAt(g, i) + c * ValueAt(p, i));
+      const Tensor g_l2 = test::CastTo(FloatTensor({n}, g_l2_values), dtype);
+      std::map<std::string, Tensor> in = {{"p", p}, {"lr", FloatTensor({1}, {0.1f})}};
+      proto::OpDesc op = type == "sgd" ? OpBuilder("sgd")
+                                             .In("Param", {"p"})
+                                             .In("Grad", {"g"})
+                                             .In("LearningRate", {"lr"})
+                                             .Out("ParamOut", {"p"})
+                                             .Build()
+                         : type == "momentum" ? Momentum(0.9f, false)
+                                              : Adam();
+      if (type == "momentum") in["v"] = RandomTensor({n}, dtype, rng);
+      if (type == "adam") {
+        in["m1"] = RandomTensor({n}, dtype, rng);
+        in["m2"] = RandomTensor({n}, dtype, rng, 0.0, 1.0);
+        in["b1p"] = FloatTensor({1}, {0.81f});
+        in["b2p"] = FloatTensor({1}, {0.998f});
+      }
+      in["g"] = g_l2;
+      auto want = RunOp(op, in);
+      SetAttr(&op, "regularization_coeff", c);
+      in["g"] = g;
+      auto got = RunOp(op, in);
+      for (const std::string var : {"p", "v", "m1", "m2"}) {
+        if (!in.count(var)) continue;
+        EXPECT_EQ(CompareTensors(got->GetVar(var)->Get(), want->GetVar(var)->Get(), 1e-6, 1e-6), "") << var;
+      }
+      // And it decays: the parameter moved further than without the term.
+      SetAttr(&op, "regularization_coeff", 0.f);
+      auto plain = RunOp(op, in);
+      EXPECT_NE(CompareTensors(got->GetVar("p")->Get(), plain->GetVar("p")->Get(), 1e-6, 0), "");
+    }
+  }
+}
+
+proto::OpDesc AdamW(float coeff) {
+  proto::OpDesc op = Adam();
+  op.set_type("adamw");
+  SetAttr(&op, "coeff", coeff);
+  return op;
+}
+
+// adamw against PyTorch's AdamW formula in double: p *= 1 - lr * coeff, then
+// Adam's bias-corrected step, three steps in place; coeff 0 is adam exactly.
+TEST(OptimizerOpsTest, AdamWThreeStepsMatchDecoupledDecayFormula) {
+  std::mt19937 rng(5);
+  const int64_t n = 33;
+  const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, lr = 0.05f, coeff = 0.2f;
+  const Tensor p0 = RandomTensor({n}, DataType::kFP32, rng);
+  std::map<std::string, Tensor> state = {{"p", p0},
+                                         {"m1", FloatTensor({n}, std::vector<float>(n, 0.0f))},
+                                         {"m2", FloatTensor({n}, std::vector<float>(n, 0.0f))},
+                                         {"lr", FloatTensor({1}, {lr})},
+                                         {"b1p", FloatTensor({1}, {beta1})},
+                                         {"b2p", FloatTensor({1}, {beta2})}};
+  std::map<std::string, Tensor> adam_state = state;
+  std::vector<double> p(n), m(n, 0.0), v(n, 0.0);
+  for (int64_t i = 0; i < n; ++i) p[i] = ValueAt(p0, i);
+  double b1p = beta1, b2p = beta2;
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = RandomTensor({n}, DataType::kFP32, rng);
+    state["g"] = g;
+    auto scope = RunOp(AdamW(coeff), state);
+    for (auto& [name, t] : state) t = Copied(scope->GetVar(name)->Get());
+    adam_state["g"] = g;
+    auto adam_w0 = RunOp(AdamW(0.f), adam_state);
+    auto adam = RunOp(Adam(), adam_state);
+    for (const std::string var : {"p", "m1", "m2", "b1p", "b2p"}) {
+      EXPECT_EQ(CompareTensors(adam_w0->GetVar(var)->Get(), adam->GetVar(var)->Get(), 0, 0), "") << var;
+    }
+    for (auto& [name, t] : adam_state) t = Copied(adam->GetVar(name)->Get());
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = ValueAt(g, i);
+      p[i] *= 1 - static_cast<double>(lr) * coeff;
+      m[i] = beta1 * m[i] + (1 - static_cast<double>(beta1)) * gi;
+      v[i] = beta2 * v[i] + (1 - static_cast<double>(beta2)) * gi * gi;
+      const double m_hat = m[i] / (1 - b1p), v_hat = v[i] / (1 - b2p);
+      p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+    b1p *= beta1;
+    b2p *= beta2;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(ValueAt(state["p"], i), p[i], 2e-6) << "step " << step << " i " << i;
+      EXPECT_NEAR(ValueAt(state["m1"], i), m[i], 1e-6) << "step " << step;
+      EXPECT_NEAR(ValueAt(state["m2"], i), v[i], 1e-7) << "step " << step;
+    }
+  }
+  // The decay moved the parameters: adamw and adam differ after three steps.
+  EXPECT_NE(CompareTensors(state["p"], adam_state["p"], 1e-5, 0), "");
+}
+
 TEST(OptimizerOpsTest, RegistryEntries) {
-  const std::map<std::string, size_t> inplace_pairs = {{"sgd", 1}, {"momentum", 2}, {"adam", 5}};
+  const std::map<std::string, size_t> inplace_pairs = {{"sgd", 1}, {"momentum", 2}, {"adam", 5}, {"adamw", 5}};
   for (const auto& [type, pairs] : inplace_pairs) {
     const OpInfo& info = OpRegistry::Global().Get(type);
     EXPECT_FALSE(info.doc.empty());
@@ -405,6 +515,11 @@ TEST(OptimizerOpsTest, RegistryEntries) {
     EXPECT_EQ(info.no_grad_inputs.size(), info.inputs.size()) << type;
   }
   EXPECT_EQ(std::get<float>(*OpRegistry::Global().Get("adam").FindAttr("epsilon")->default_value), 1e-8f);
+  for (const std::string type : {"sgd", "momentum", "adam"}) {
+    EXPECT_EQ(std::get<float>(*OpRegistry::Global().Get(type).FindAttr("regularization_coeff")->default_value), 0.f);
+  }
+  EXPECT_EQ(OpRegistry::Global().Get("adamw").FindAttr("regularization_coeff"), nullptr);
+  EXPECT_EQ(std::get<float>(*OpRegistry::Global().Get("adamw").FindAttr("coeff")->default_value), 0.01f);
 }
 
 TEST(OptimizerOpsTest, BadInputsNameTheOp) {

@@ -405,17 +405,20 @@ TEST(JitOpsTest, UnaryGrad) {
 
 TEST(JitOpsTest, Sgd) {
   std::mt19937 rng(6);
-  for (int64_t n : kSizes) {
-    Cluster c;
-    c.ops = {OpBuilder("sgd")
-                 .In("Param", {"p"})
-                 .In("Grad", {"g"})
-                 .In("LearningRate", {"lr"})
-                 .Out("ParamOut", {"p"})
-                 .Build()};
-    c.inputs = {{"p", Uniform({n}, rng)}, {"g", Uniform({n}, rng)}, {"lr", Scalar(0.01f)}};
-    c.outputs = {"p"};
-    CheckCluster("sgd " + SizeName(n), c, kOneGeneratedKernel);
+  for (float l2 : {0.f, 0.05f}) {
+    for (int64_t n : kSizes) {
+      Cluster c;
+      c.ops = {OpBuilder("sgd")
+                   .In("Param", {"p"})
+                   .In("Grad", {"g"})
+                   .In("LearningRate", {"lr"})
+                   .Out("ParamOut", {"p"})
+                   .Attr("regularization_coeff", l2)
+                   .Build()};
+      c.inputs = {{"p", Uniform({n}, rng)}, {"g", Uniform({n}, rng)}, {"lr", Scalar(0.01f)}};
+      c.outputs = {"p"};
+      CheckCluster("sgd l2=" + std::to_string(l2) + " " + SizeName(n), c, kOneGeneratedKernel);
+    }
   }
 }
 
@@ -423,6 +426,7 @@ TEST(JitOpsTest, Momentum) {
   std::mt19937 rng(7);
   for (bool nesterov : {false, true}) {
     for (int64_t n : kSizes) {
+      const float l2 = nesterov ? 0.f : 0.05f;  // L2 decay on one of the two forms
       Cluster c;
       c.ops = {OpBuilder("momentum")
                    .In("Param", {"p"})
@@ -433,6 +437,7 @@ TEST(JitOpsTest, Momentum) {
                    .Out("VelocityOut", {"v"})
                    .Attr("mu", 0.9f)
                    .Attr("use_nesterov", nesterov)
+                   .Attr("regularization_coeff", l2)
                    .Build()};
       c.inputs = {{"p", Uniform({n}, rng)}, {"g", Uniform({n}, rng)}, {"v", Uniform({n}, rng)},
                   {"lr", Scalar(0.01f)}};
@@ -443,35 +448,46 @@ TEST(JitOpsTest, Momentum) {
   }
 }
 
+// adam, adam with L2 decay (regularization_coeff) and adamw's decoupled
+// decay (coeff): each fused into the generated update kernel.
 TEST(JitOpsTest, Adam) {
   std::mt19937 rng(8);
-  for (int64_t n : kSizes) {
-    Cluster c;
-    c.ops = {OpBuilder("adam")
-                 .In("Param", {"p"})
-                 .In("Grad", {"g"})
-                 .In("Moment1", {"m1"})
-                 .In("Moment2", {"m2"})
-                 .In("LearningRate", {"lr"})
-                 .In("Beta1Pow", {"b1p"})
-                 .In("Beta2Pow", {"b2p"})
-                 .Out("ParamOut", {"p"})
-                 .Out("Moment1Out", {"m1"})
-                 .Out("Moment2Out", {"m2"})
-                 .Out("Beta1PowOut", {"b1p"})
-                 .Out("Beta2PowOut", {"b2p"})
-                 .Build()};
-    c.inputs = {{"p", Uniform({n}, rng)},
-                {"g", Uniform({n}, rng)},
-                {"m1", Uniform({n}, rng, -1, 1)},
-                {"m2", Uniform({n}, rng, 0, 3)},
-                {"lr", Scalar(0.01f)},
-                {"b1p", Scalar(0.9f * 0.9f * 0.9f)},
-                {"b2p", Scalar(0.999f * 0.999f * 0.999f)}};
-    c.outputs = {"p", "m1", "m2", "b1p", "b2p"};
-    // The parameter-sized update and the [1]-sized beta-power update are two
-    // iteration spaces, one space when the parameter has one element.
-    CheckCluster("adam " + SizeName(n), c, KernelCount{n == 1 ? 1 : 2, 0});
+  struct Form {
+    std::string type, attr;
+    float value;
+  };
+  for (const Form& form : {Form{"adam", "", 0.f}, Form{"adam", "regularization_coeff", 0.05f},
+                           Form{"adamw", "coeff", 0.1f}, Form{"adamw", "coeff", 0.f}}) {
+    for (int64_t n : kSizes) {
+      OpBuilder op(form.type);
+      op.In("Param", {"p"})
+          .In("Grad", {"g"})
+          .In("Moment1", {"m1"})
+          .In("Moment2", {"m2"})
+          .In("LearningRate", {"lr"})
+          .In("Beta1Pow", {"b1p"})
+          .In("Beta2Pow", {"b2p"})
+          .Out("ParamOut", {"p"})
+          .Out("Moment1Out", {"m1"})
+          .Out("Moment2Out", {"m2"})
+          .Out("Beta1PowOut", {"b1p"})
+          .Out("Beta2PowOut", {"b2p"});
+      if (!form.attr.empty()) op.Attr(form.attr, form.value);
+      Cluster c;
+      c.ops = {op.Build()};
+      c.inputs = {{"p", Uniform({n}, rng)},
+                  {"g", Uniform({n}, rng)},
+                  {"m1", Uniform({n}, rng, -1, 1)},
+                  {"m2", Uniform({n}, rng, 0, 3)},
+                  {"lr", Scalar(0.01f)},
+                  {"b1p", Scalar(0.9f * 0.9f * 0.9f)},
+                  {"b2p", Scalar(0.999f * 0.999f * 0.999f)}};
+      c.outputs = {"p", "m1", "m2", "b1p", "b2p"};
+      // The parameter-sized update and the [1]-sized beta-power update are two
+      // iteration spaces, one space when the parameter has one element.
+      CheckCluster(form.type + " " + form.attr + "=" + std::to_string(form.value) + " " + SizeName(n), c,
+                   KernelCount{n == 1 ? 1 : 2, 0});
+    }
   }
 }
 
@@ -826,7 +842,7 @@ TEST(JitOpsTest, AGroupThatCannotBeLaidOutFallsBackAlone) {
 
 // Every op the registry marks as lowerable to generated code has a case above.
 TEST(JitOpsTest, EveryLowerableOpIsCovered) {
-  std::set<std::string> covered = {"sgd", "momentum", "adam"};
+  std::set<std::string> covered = {"sgd", "momentum", "adam", "adamw"};
   for (const std::string& t : kBinaryOps) covered.insert({t, t + "_grad"});
   for (const UnaryCase& u : UnaryCases()) covered.insert({u.op.type(), u.op.type() + "_grad"});
   covered.insert("dropout_grad");  // DropoutGradTest.JitMatchesReferenceOnBothIsas (dropout_op_test.cc)

@@ -27,5 +27,23 @@ TEST(WeightGradFoldTest, DoesNotFireWhenTheGradientIsReadElsewhere) {
   EXPECT_FALSE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
 }
 
+// An sgd with L2 decay (regularization_coeff) needs lr * coeff * W, which the
+// matmul primitive has no term for: it stays a generated update, and the
+// numbers are the reference's.
+TEST(WeightGradFoldTest, DoesNotFireForSgdWithL2Decay) {
+  LoweringCase c = GradAndSgd("weight_grad_fold_l2", 6, 5, 7, true);
+  int sgds = 0;
+  for (proto::OpDesc& op : c.ops) {
+    if (op.type() != "sgd") continue;
+    SetAttr(&op, "regularization_coeff", 0.5f);
+    ++sgds;
+  }
+  ASSERT_EQ(sgds, 1);
+  const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-4);
+  EXPECT_FALSE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
+  EXPECT_EQ(obj->Listing().find("W -= lr * X^T dY"), std::string::npos) << obj->Listing();
+  EXPECT_NE(obj->Listing().find("fusing sgd"), std::string::npos) << obj->Listing();
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -39,7 +39,7 @@ std::string BashCompletion() {
        "    --model) if [ \"$cmd\" = predict ]; then COMPREPLY=($(compgen -d -- \"$cur\"));"
        " else COMPREPLY=($(compgen -W \"mlp cnn transformer\" -- \"$cur\")); fi; return ;;\n"
        "    --dataset) COMPREPLY=($(compgen -W \"digits fashion-mnist synthetic\" -- \"$cur\")); return ;;\n"
-       "    --optimizer) COMPREPLY=($(compgen -W \"sgd momentum adam\" -- \"$cur\")); return ;;\n"
+       "    --optimizer) COMPREPLY=($(compgen -W \"sgd momentum adam adamw\" -- \"$cur\")); return ;;\n"
        "    --jit_launch_mode) COMPREPLY=($(compgen -W \"runtime executor\" -- \"$cur\")); return ;;\n"
        "    --program|--out|--from|--save_dir|--resume|--metrics_out|--data_dir|--feed|--dump_passes|--jit_dump_dir)"
        " COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"

@@ -29,6 +29,9 @@ TrainConfig TrainConfigFromFlags() {
   tc.optimizer = ParseOptimizer(FLAGS_optimizer);
   tc.lr = static_cast<float>(FLAGS_lr);
   tc.seed = FLAGS_seed;
+  // The command line has no --weight_decay yet: adamw decays by Paddle's
+  // default coefficient.
+  if (tc.optimizer == OptimizerKind::kAdamW) tc.weight_decay = 0.01f;
   return tc;
 }
 

@@ -52,6 +52,9 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
   }
   const int j = OnlyPendingConsumer(c, units, unit_of, i, g, kStep, {"sgd"});
   if (j < 0 || c.In(j, "Param") != w || c.Out(j, "ParamOut") != w || c.In(j, "Grad") != g) return -1;
+  // The primitive computes W -= lr * X^T dY and has no term for L2 decay's
+  // lr * coeff * W: such an sgd stays a generated elementwise update.
+  if (c.Attr<float>(j, "regularization_coeff") != 0.f) return -1;
   const std::string lr = c.In(j, "LearningRate");
   // The step moves up to the matmul_grad: nothing in between may touch W or
   // write the operands.

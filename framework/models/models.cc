@@ -41,6 +41,7 @@ Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
   oc.kind = tc.optimizer;
   oc.lr = tc.lr;
   oc.momentum = tc.momentum;
+  oc.weight_decay = tc.weight_decay;
   AppendOptimizer(b, params_grads, oc);
   m.train = b.main();
   m.startup = b.startup();

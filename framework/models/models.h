@@ -21,6 +21,7 @@ struct TrainConfig {
   float lr = 0.1f;
   uint64_t seed = 1;
   float momentum = 0.9f;  // momentum's mu
+  float weight_decay = 0.f;  // OptimizerConfig::weight_decay
 };
 
 struct MlpConfig {

@@ -1,4 +1,4 @@
-// sgd, momentum and adam. Outputs normally name the same vars as their inputs
+// sgd, momentum, adam and adamw. Outputs normally name the same vars as their inputs
 // (ParamOut is Param): every kernel reads scalars first and then updates each
 // element from that element alone, so running in place is safe.
 #include <cmath>
@@ -51,9 +51,18 @@ void CheckRuntimeSameDims(const ExecContext& ctx, const std::vector<std::string>
   }
 }
 
+// Paddle's L2Decay as the update ops' `regularization_coeff`: the gradient
+// the step sees is g + coeff * p, computed inside the update (no extra pass
+// over the weights). Zero (the default) leaves g untouched bit for bit.
+template <typename T>
+T L2Grad(T g, T p, T coeff) {
+  return coeff == T(0) ? g : g + coeff * p;
+}
+
 void SgdKernel(ExecContext& ctx) {
   CheckRuntimeSameDims(ctx, {"Grad"});
   const double lr = ops_a::ReadScalar(ctx, "LearningRate");
+  const double l2 = ctx.Attr<float>("regularization_coeff");
   const Tensor& param = ctx.Input("Param");
   const Tensor& grad = ctx.Input("Grad");
   Tensor* param_out = ctx.Output("ParamOut");
@@ -63,7 +72,8 @@ void SgdKernel(ExecContext& ctx) {
     const T* g = grad.data<T>();
     T* po = param_out->mutable_data<T>();
     const T lr_t = static_cast<T>(lr);
-    for (int64_t i = 0; i < param.numel(); ++i) po[i] = p[i] - lr_t * g[i];
+    const T l2_t = static_cast<T>(l2);
+    for (int64_t i = 0; i < param.numel(); ++i) po[i] = p[i] - lr_t * L2Grad(g[i], p[i], l2_t);
   });
 }
 
@@ -72,6 +82,7 @@ void MomentumKernel(ExecContext& ctx) {
   const double lr = ops_a::ReadScalar(ctx, "LearningRate");
   const double mu = ctx.Attr<float>("mu");
   const bool nesterov = ctx.Attr<bool>("use_nesterov");
+  const double l2 = ctx.Attr<float>("regularization_coeff");
   const Tensor& param = ctx.Input("Param");
   const Tensor& grad = ctx.Input("Grad");
   const Tensor& velocity = ctx.Input("Velocity");
@@ -86,16 +97,21 @@ void MomentumKernel(ExecContext& ctx) {
     T* vo = velocity_out->mutable_data<T>();
     const T lr_t = static_cast<T>(lr);
     const T mu_t = static_cast<T>(mu);
+    const T l2_t = static_cast<T>(l2);
     for (int64_t i = 0; i < param.numel(); ++i) {
-      const T v_new = mu_t * v[i] + g[i];
-      const T step = nesterov ? g[i] + mu_t * v_new : v_new;
+      const T gi = L2Grad(g[i], p[i], l2_t);
+      const T v_new = mu_t * v[i] + gi;
+      const T step = nesterov ? gi + mu_t * v_new : v_new;
       vo[i] = v_new;
       po[i] = p[i] - lr_t * step;
     }
   });
 }
 
-void AdamKernel(ExecContext& ctx) {
+// adam (l2: regularization_coeff, decay 0) and adamw (l2 0, decay: coeff).
+// adamw decays decoupled from the moments, as PyTorch's AdamW:
+// p = p * (1 - lr * coeff), then the Adam step.
+void AdamStep(ExecContext& ctx, double l2, double decay) {
   CheckRuntimeSameDims(ctx, {"Grad", "Moment1", "Moment2"});
   const double lr = ops_a::ReadScalar(ctx, "LearningRate");
   // The pows are read before Beta*PowOut (usually the same vars) is written.
@@ -128,17 +144,24 @@ void AdamKernel(ExecContext& ctx) {
     const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
     const T c1 = static_cast<T>(1 - beta1), c2 = static_cast<T>(1 - beta2);
     const T lr_c = static_cast<T>(lr_t), eps_c = static_cast<T>(eps_t);
+    const T l2_t = static_cast<T>(l2);
+    const T keep = static_cast<T>(1 - lr * decay);
     for (int64_t i = 0; i < param.numel(); ++i) {
-      const T m = b1 * m1[i] + c1 * g[i];
-      const T v = b2 * m2[i] + c2 * g[i] * g[i];
+      const T gi = L2Grad(g[i], p[i], l2_t);
+      const T m = b1 * m1[i] + c1 * gi;
+      const T v = b2 * m2[i] + c2 * gi * gi;
       m1o[i] = m;
       m2o[i] = v;
-      po[i] = p[i] - lr_c * m / (std::sqrt(v) + eps_c);
+      const T pd = decay == 0 ? p[i] : p[i] * keep;
+      po[i] = pd - lr_c * m / (std::sqrt(v) + eps_c);
     }
   });
   ops_a::WriteScalar(ctx.Output("Beta1PowOut"), b1_pow_dtype, b1_pow * beta1);
   ops_a::WriteScalar(ctx.Output("Beta2PowOut"), b2_pow_dtype, b2_pow * beta2);
 }
+
+void AdamKernel(ExecContext& ctx) { AdamStep(ctx, ctx.Attr<float>("regularization_coeff"), 0); }
+void AdamWKernel(ExecContext& ctx) { AdamStep(ctx, 0, ctx.Attr<float>("coeff")); }
 
 void InferAdam(InferShapeContext& ctx) {
   InferParamLike(ctx, {"Grad", "Moment1", "Moment2"}, {"LearningRate", "Beta1Pow", "Beta2Pow"});
@@ -167,6 +190,11 @@ OpInfo OptimizerInfo(const std::string& type, const std::string& doc, const std:
   return op;
 }
 
+// g + coeff * p inside the fused update (L2Grad's form); nothing emitted at 0.
+EwValue EwL2Grad(EwProgram& p, EwValue g, EwValue param, float coeff) {
+  return coeff == 0.f ? g : p.Fma(p.Const(coeff), param, g);
+}
+
 // The JIT's form of the updates (EwProgram fragments over Param's dims; the
 // [1] learning rate and beta powers are read at every point).
 std::vector<EwFragment> EwSgd(const EwOpView& v) {
@@ -174,8 +202,9 @@ std::vector<EwFragment> EwSgd(const EwOpView& v) {
   f.iter = v.DimsOf(v.In("Param"));
   f.reads = {v.Full(v.In("Param")), v.Full(v.In("Grad")), EwOpView::Scalar(v.In("LearningRate"), f.iter.size())};
   f.writes = {v.Full(v.Out("ParamOut"))};
-  f.emit = [](EwProgram& p, const std::vector<EwValue>& in) {
-    return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[2], in[1]))};
+  const float l2 = v.Attr<float>("regularization_coeff");
+  f.emit = [l2](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[2], EwL2Grad(p, in[1], in[0], l2)))};
   };
   return {f};
 }
@@ -188,9 +217,11 @@ std::vector<EwFragment> EwMomentum(const EwOpView& v) {
   f.writes = {v.Full(v.Out("ParamOut")), v.Full(v.Out("VelocityOut"))};
   const float mu = v.Attr<float>("mu");
   const bool nesterov = v.Attr<bool>("use_nesterov");
-  f.emit = [mu, nesterov](EwProgram& p, const std::vector<EwValue>& in) {
-    const EwValue vel = p.Fma(p.Const(mu), in[2], in[1]);
-    const EwValue step = nesterov ? p.Fma(p.Const(mu), vel, in[1]) : vel;
+  const float l2 = v.Attr<float>("regularization_coeff");
+  f.emit = [mu, nesterov, l2](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue g = EwL2Grad(p, in[1], in[0], l2);
+    const EwValue vel = p.Fma(p.Const(mu), in[2], g);
+    const EwValue step = nesterov ? p.Fma(p.Const(mu), vel, g) : vel;
     return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[3], step)), vel};
   };
   return {f};
@@ -198,8 +229,9 @@ std::vector<EwFragment> EwMomentum(const EwOpView& v) {
 
 // Two fragments: the parameter-sized update, and the [1]-sized advance of the
 // beta powers (which the JIT runs after every update of the cluster, so that
-// those of all parameters share one kernel).
-std::vector<EwFragment> EwAdam(const EwOpView& v) {
+// those of all parameters share one kernel). adam's L2 (l2) and adamw's
+// decoupled decay (decay) are emitted into the parameter-sized fragment.
+std::vector<EwFragment> EwAdamStep(const EwOpView& v, float l2, float decay) {
   EwFragment f;
   f.iter = v.DimsOf(v.In("Param"));
   const size_t r = f.iter.size();
@@ -209,14 +241,16 @@ std::vector<EwFragment> EwAdam(const EwOpView& v) {
              EwOpView::Scalar(b1p, r),        EwOpView::Scalar(b2p, r)};
   f.writes = {v.Full(v.Out("ParamOut")), v.Full(v.Out("Moment1Out")), v.Full(v.Out("Moment2Out"))};
   const float beta1 = v.Attr<float>("beta1"), beta2 = v.Attr<float>("beta2"), eps = v.Attr<float>("epsilon");
-  f.emit = [beta1, beta2, eps](EwProgram& p, const std::vector<EwValue>& in) {
-    const EwValue g = in[1];
+  f.emit = [beta1, beta2, eps, l2, decay](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue g = EwL2Grad(p, in[1], in[0], l2);
     const EwValue m = p.Fma(p.Const(beta1), in[2], p.Mul(p.Const(1.f - beta1), g));
     const EwValue vv = p.Fma(p.Const(beta2), in[3], p.Mul(p.Const(1.f - beta2), p.Mul(g, g)));
     const EwValue c2 = p.Sqrt(p.Sub(p.Const(1.f), in[6]));  // sqrt(1 - beta2^t)
     const EwValue lr_t = p.Div(p.Mul(in[4], c2), p.Sub(p.Const(1.f), in[5]));
     const EwValue denom = p.Fma(p.Const(eps), c2, p.Sqrt(vv));
-    return std::vector<EwValue>{p.Sub(in[0], p.Div(p.Mul(lr_t, m), denom)), m, vv};
+    // p * (1 - lr * coeff): the decay uses the plain learning rate, not lr_t.
+    const EwValue param = decay == 0.f ? in[0] : p.Mul(in[0], p.Sub(p.Const(1.f), p.Mul(in[4], p.Const(decay))));
+    return std::vector<EwValue>{p.Sub(param, p.Div(p.Mul(lr_t, m), denom)), m, vv};
   };
   EwFragment pows;
   pows.iter = v.DimsOf(b1p);
@@ -228,29 +262,42 @@ std::vector<EwFragment> EwAdam(const EwOpView& v) {
   return {f, pows};
 }
 
+std::vector<EwFragment> EwAdam(const EwOpView& v) { return EwAdamStep(v, v.Attr<float>("regularization_coeff"), 0.f); }
+std::vector<EwFragment> EwAdamW(const EwOpView& v) { return EwAdamStep(v, 0.f, v.Attr<float>("coeff")); }
+
+// The attribute every update op but adamw takes for Paddle's L2Decay.
+AttrDef L2Attr() { return {"regularization_coeff", AttrKind::kFloat, Attribute(0.f)}; }
+
 }  // namespace
 
 void RegisterOptimizerOps(OpRegistry& r) {
   {
-    OpInfo op = OptimizerInfo("sgd", "ParamOut = Param - LearningRate * Grad", {"Param", "Grad", "LearningRate"},
-                              {"ParamOut"}, {{"Param", "ParamOut"}});
+    OpInfo op = OptimizerInfo("sgd", "ParamOut = Param - LearningRate * (Grad + regularization_coeff * Param)",
+                              {"Param", "Grad", "LearningRate"}, {"ParamOut"}, {{"Param", "ParamOut"}});
+    op.attrs = {L2Attr()};
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad"}, {"LearningRate"}); };
     op.reference_kernel = SgdKernel;
     op.elementwise = EwSgd;
     r.Add(std::move(op));
   }
   {
-    OpInfo op = OptimizerInfo("momentum", "v = mu * v + g; p -= lr * v (nesterov: p -= lr * (g + mu * v))",
+    OpInfo op = OptimizerInfo("momentum",
+                              "g += regularization_coeff * p; v = mu * v + g; p -= lr * v (nesterov: p -= lr * (g + mu "
+                              "* v))",
                               {"Param", "Grad", "Velocity", "LearningRate"}, {"ParamOut", "VelocityOut"},
                               {{"Param", "ParamOut"}, {"Velocity", "VelocityOut"}});
-    op.attrs = {{"mu", AttrKind::kFloat, Attribute(0.9f)}, {"use_nesterov", AttrKind::kBool, Attribute(false)}};
+    op.attrs = {{"mu", AttrKind::kFloat, Attribute(0.9f)},
+                {"use_nesterov", AttrKind::kBool, Attribute(false)},
+                L2Attr()};
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad", "Velocity"}, {"LearningRate"}); };
     op.reference_kernel = MomentumKernel;
     op.elementwise = EwMomentum;
     r.Add(std::move(op));
   }
   {
-    OpInfo op = OptimizerInfo("adam", "Adam step with bias correction; Beta1Pow/Beta2Pow hold beta^t and are advanced",
+    OpInfo op = OptimizerInfo("adam",
+                              "Adam step with bias correction (g += regularization_coeff * p first); Beta1Pow/Beta2Pow "
+                              "hold beta^t and are advanced",
                               {"Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow"},
                               {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"},
                               {{"Param", "ParamOut"},
@@ -260,10 +307,31 @@ void RegisterOptimizerOps(OpRegistry& r) {
                                {"Beta2Pow", "Beta2PowOut"}});
     op.attrs = {{"beta1", AttrKind::kFloat, Attribute(0.9f)},
                 {"beta2", AttrKind::kFloat, Attribute(0.999f)},
-                {"epsilon", AttrKind::kFloat, Attribute(1e-8f)}};
+                {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
+                L2Attr()};
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamKernel;
     op.elementwise = EwAdam;
+    r.Add(std::move(op));
+  }
+  {
+    OpInfo op = OptimizerInfo("adamw",
+                              "AdamW: p *= 1 - LearningRate * coeff (decoupled weight decay, as PyTorch's AdamW), then "
+                              "adam's step",
+                              {"Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow"},
+                              {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"},
+                              {{"Param", "ParamOut"},
+                               {"Moment1", "Moment1Out"},
+                               {"Moment2", "Moment2Out"},
+                               {"Beta1Pow", "Beta1PowOut"},
+                               {"Beta2Pow", "Beta2PowOut"}});
+    op.attrs = {{"beta1", AttrKind::kFloat, Attribute(0.9f)},
+                {"beta2", AttrKind::kFloat, Attribute(0.999f)},
+                {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
+                {"coeff", AttrKind::kFloat, Attribute(0.01f)}};
+    op.infer_shape = InferAdam;
+    op.reference_kernel = AdamWKernel;
+    op.elementwise = EwAdamW;
     r.Add(std::move(op));
   }
 }

@@ -24,4 +24,4 @@ from .executor import Executor, Scope, global_scope, jit_stats  # noqa: F401
 from .io import (save_program, load_program, dump, save, load, save_inference_model,  # noqa: F401
                  load_inference_model)
 from .history import History  # noqa: F401
-from . import ops, nn, optimizer, datasets, distributed, amp, onnx  # noqa: F401
+from . import ops, nn, optimizer, regularizer, datasets, distributed, amp, onnx  # noqa: F401

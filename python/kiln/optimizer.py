@@ -1,12 +1,19 @@
 """Optimizers: ``minimize(loss)`` appends the backward pass of the loss and
-one update op per parameter (sgd, momentum, adam: updated in place) to the
+one update op per parameter (sgd, momentum, adam, adamw: updated in place) to the
 loss's program, and their state (learning rate, velocities, moments) to the
 default startup program. The loss must be one element; a program's
 parameters are updated by one optimizer each (a second ``minimize`` of the
-same parameters is refused)."""
+same parameters is refused).
+
+``weight_decay=`` (a float or ``kiln.regularizer.L2Decay``) adds
+``coeff * param`` to the gradient inside the update op (Paddle's L2Decay,
+PyTorch's ``weight_decay`` of SGD/Adam); ``AdamW`` decays decoupled from the
+moments instead. Either way the decay is part of the same fused update
+kernel, with no extra pass over the weights."""
 
 from . import _kiln
 from .framework import Variable, atomic, default_startup_program, fresh_state_name
+from .regularizer import _coeff
 
 
 class Optimizer:
@@ -30,36 +37,67 @@ class Optimizer:
         if parameter_list is not None:
             params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
         startup.is_startup = True
-        lr, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, self._settings, params,
+        settings = dict(self._settings, **self._decay_settings(program, params))
+        lr, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, settings, params,
                                    fresh_state_name((program, startup), "learning_rate"))
         self.learning_rate_var = Variable(program, lr)
         return self.learning_rate_var, [(Variable(program, p), Variable(program, g)) for p, g in pairs]
+
+    def _decay_settings(self, program, params):
+        return {}
 
 
 class SGD(Optimizer):
     """p -= lr * g"""
     _kind = "sgd"
 
-    def __init__(self, learning_rate):
-        super().__init__(learning_rate)
+    def __init__(self, learning_rate, weight_decay=None):
+        super().__init__(learning_rate, weight_decay=_coeff(weight_decay, "SGD"))
 
 
 class Momentum(Optimizer):
     """v = momentum * v + g; p -= lr * v (nesterov: p -= lr * (g + momentum * v))"""
     _kind = "momentum"
 
-    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False):
-        super().__init__(learning_rate, momentum=float(momentum), use_nesterov=bool(use_nesterov))
+    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False, weight_decay=None):
+        super().__init__(learning_rate, momentum=float(momentum), use_nesterov=bool(use_nesterov),
+                         weight_decay=_coeff(weight_decay, "Momentum"))
 
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) with bias correction, as OPS.md's adam op."""
     _kind = "adam"
 
-    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
-        super().__init__(learning_rate, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon))
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None):
+        super().__init__(learning_rate, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
+                         weight_decay=_coeff(weight_decay, "Adam"))
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter; PyTorch's
+    AdamW): p *= 1 - lr * weight_decay, then Adam's step, in one adamw op.
+    ``apply_decay_param_fun(name)`` picks the parameters that decay (None:
+    all), e.g. ``lambda n: not n.endswith(".b")`` to leave fc biases alone."""
+    _kind = "adamw"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.01,
+                 apply_decay_param_fun=None):
+        if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+            raise TypeError("AdamW: weight_decay must be a float, got %r" % (weight_decay,))
+        if apply_decay_param_fun is not None and not callable(apply_decay_param_fun):
+            raise TypeError("AdamW: apply_decay_param_fun must be callable or None")
+        super().__init__(learning_rate, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
+                         weight_decay=float(weight_decay))
+        self._apply_decay_param_fun = apply_decay_param_fun
+
+    def _decay_settings(self, program, params):
+        if self._apply_decay_param_fun is None:
+            return {}
+        names = params if params is not None else [p.name for p in program.all_parameters()]
+        return {"no_decay": [n for n in names if not self._apply_decay_param_fun(n)]}
 
 
 SGDOptimizer = SGD
 MomentumOptimizer = Momentum
 AdamOptimizer = Adam
+AdamWOptimizer = AdamW

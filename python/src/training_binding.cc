@@ -32,6 +32,10 @@ OptimizerConfig OptimizerFromPython(const std::string& kind, const py::dict& arg
     else if (key == "beta1") c.beta1 = v.cast<float>();
     else if (key == "beta2") c.beta2 = v.cast<float>();
     else if (key == "epsilon") c.epsilon = v.cast<float>();
+    else if (key == "weight_decay") c.weight_decay = v.cast<float>();
+    else if (key == "no_decay") {
+      for (const auto& name : v.cast<std::vector<std::string>>()) c.no_decay.insert(name);
+    }
     else ThrowInvalidArgument("optimizer ", kind, ": unknown setting '", key, "'");
   }
   return c;
