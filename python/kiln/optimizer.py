@@ -5,16 +5,26 @@ default startup program. The loss must be one element; a program's
 parameters are updated by one optimizer each (a second ``minimize`` of the
 same parameters is refused)."""
 
+import sys
+
 from . import _kiln
+from . import lr
 from .framework import Variable, atomic, default_startup_program, fresh_state_name
+
+# `import kiln.optimizer.lr` works as with Paddle's paddle.optimizer.lr.
+sys.modules[__name__ + ".lr"] = lr
 
 
 class Optimizer:
     _kind = None
 
     def __init__(self, learning_rate, **settings):
-        self._settings = dict(settings, learning_rate=float(learning_rate))
+        # A schedule (kiln.optimizer.lr) overwrites the learning-rate var
+        # before every update; 1.0 only initialises it.
+        self._schedule = learning_rate if isinstance(learning_rate, lr.LRScheduler) else None
+        self._settings = dict(settings, learning_rate=1.0 if self._schedule else float(learning_rate))
         self.learning_rate_var = None
+        self.lr_step_var = None
 
     @atomic
     def minimize(self, loss, startup_program=None, parameter_list=None):
@@ -30,9 +40,12 @@ class Optimizer:
         if parameter_list is not None:
             params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
         startup.is_startup = True
-        lr, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, self._settings, params,
-                                   fresh_state_name((program, startup), "learning_rate"))
-        self.learning_rate_var = Variable(program, lr)
+        lr_name, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, self._settings, params,
+                                        fresh_state_name((program, startup), "learning_rate"))
+        self.learning_rate_var = Variable(program, lr_name)
+        if self._schedule is not None:
+            step = _kiln.append_lr_schedule(program._p, startup._p, lr_name, self._schedule._settings())
+            self.lr_step_var = Variable(program, step)
         return self.learning_rate_var, [(Variable(program, p), Variable(program, g)) for p, g in pairs]
 
 
