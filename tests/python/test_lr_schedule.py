@@ -2,10 +2,14 @@
 rate of each step and the losses of a small model trained with SGD and
 Momentum within 1e-6, with the JIT off and on; a run saved with kiln.save and
 resumed with kiln.load in a fresh scope continues the schedule exactly;
-clone(for_test=True) has no schedule op. Skipped without python3-torch."""
+clone(for_test=True) has no schedule op; docs/python.md's schedule snippet
+runs. Skipped without python3-torch."""
 
 import math
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -171,6 +175,19 @@ class LrScheduleTest(unittest.TestCase):
         with self.assertRaises(kiln.Error) as e:
             build(lr.PiecewiseDecay([5, 2], [0.1, 0.2, 0.3]), False)
         self.assertIn("boundaries must increase", str(e.exception))
+
+    def test_the_docs_snippet_runs_and_prints_its_lr_column(self):
+        root = os.environ.get("KILN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+        with open(os.path.join(root, "docs", "python.md")) as f:
+            text = f.read()
+        section = text.split("## Learning-rate schedules", 1)[1].split("\n## ", 1)[0]
+        code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, "-c", code], cwd=d, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertTrue(os.path.exists(os.path.join(d, "checkpoint", "manifest.json")))
+        lrs = re.findall(r"lr ([0-9.]+)", r.stdout)
+        self.assertEqual(lrs, ["0.0000", "0.0200", "0.0400", "0.0600", "0.0800", "0.1000", "0.0994", "0.0976"])
 
 
 if __name__ == "__main__":
