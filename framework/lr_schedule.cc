@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "framework/op_desc.h"
 #include "framework/operator.h"
@@ -37,6 +38,89 @@ void CheckLrSchedule(const LrSchedule& s) {
   if (s.linear_warmup_steps < 0) {
     ThrowInvalidArgument("LinearWarmup: warmup_steps must be >= 0, got ", s.linear_warmup_steps);
   }
+}
+
+namespace {
+
+int64_t ParseInt(const std::string& spec, const std::string& key, const std::string& v) {
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size()) ThrowInvalidArgument("--lr_schedule=", spec, ": ", key, " needs an integer, got '", v, "'");
+  return n;
+}
+
+float ParseFloat(const std::string& spec, const std::string& key, const std::string& v) {
+  size_t used = 0;
+  float f = 0;
+  try {
+    f = std::stof(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size()) ThrowInvalidArgument("--lr_schedule=", spec, ": ", key, " needs a number, got '", v, "'");
+  return f;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = s.find(sep, begin);
+    parts.push_back(s.substr(begin, end - begin));
+    if (end == std::string::npos) return parts;
+    begin = end + 1;
+  }
+}
+
+}  // namespace
+
+LrSchedule ParseLrSchedule(const std::string& spec, float lr) {
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::vector<std::string> kinds = {"cosine", "exponential", "piecewise", "noam", "warmup"};
+  if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+    ThrowInvalidArgument("--lr_schedule=", spec, ": unknown schedule '", kind,
+                         "': expected cosine, exponential, piecewise, noam or warmup", DidYouMean(kind, kinds));
+  }
+  LrSchedule s;
+  s.kind = kind == "warmup" ? "constant" : kind;
+  s.learning_rate = lr;
+  s.end_lr = lr;
+  if (kind == "cosine") s.T_max = 0;  // required
+  const std::vector<std::string> keys = {"T_max", "eta_min", "gamma", "boundaries", "values",
+                                         "d_model", "warmup_steps", "warmup", "start_lr"};
+  if (colon != std::string::npos) {
+    for (const std::string& kv : Split(spec.substr(colon + 1), ',')) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) ThrowInvalidArgument("--lr_schedule=", spec, ": expected KEY=VALUE, got '", kv, "'");
+      const std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
+      if (key == "T_max") s.T_max = ParseInt(spec, key, v);
+      else if (key == "eta_min") s.eta_min = ParseFloat(spec, key, v);
+      else if (key == "gamma") s.gamma = ParseFloat(spec, key, v);
+      else if (key == "d_model") s.d_model = ParseFloat(spec, key, v);
+      else if (key == "warmup_steps") s.warmup_steps = ParseInt(spec, key, v);
+      else if (key == "warmup") s.linear_warmup_steps = ParseInt(spec, key, v);
+      else if (key == "start_lr") s.start_lr = ParseFloat(spec, key, v);
+      else if (key == "boundaries") {
+        for (const auto& b : Split(v, '/')) s.boundaries.push_back(ParseInt(spec, key, b));
+      } else if (key == "values") {
+        for (const auto& f : Split(v, '/')) s.values.push_back(ParseFloat(spec, key, f));
+      } else {
+        ThrowInvalidArgument("--lr_schedule=", spec, ": unknown key '", key, "'", DidYouMean(key, keys));
+      }
+    }
+  }
+  if (kind == "cosine" && s.T_max <= 0) ThrowInvalidArgument("--lr_schedule=", spec, ": cosine needs T_max=N (N > 0)");
+  if (kind == "warmup" && s.linear_warmup_steps <= 0) {
+    ThrowInvalidArgument("--lr_schedule=", spec, ": warmup needs warmup=N (N > 0)");
+  }
+  CheckLrSchedule(s);
+  return s;
 }
 
 std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrSchedule& s) {

@@ -40,6 +40,15 @@ struct LrSchedule {
 // increasing or not one fewer than values; a negative warmup).
 void CheckLrSchedule(const LrSchedule& s);
 
+// kiln train --lr_schedule: "KIND[:KEY=VALUE[,KEY=VALUE]]" over the base
+// learning rate `lr`. KIND is cosine (T_max, eta_min), exponential (gamma),
+// piecewise (boundaries=N/N, values=F/F/F: the rates themselves), noam
+// (d_model, warmup_steps; scaled by lr) or warmup (a constant lr); any kind
+// takes warmup=N and start_lr (default 0): a linear warmup from start_lr to
+// lr first. Throws InvalidArgument naming the spec for an unknown kind or
+// key, a malformed value, or what CheckLrSchedule refuses.
+LrSchedule ParseLrSchedule(const std::string& spec, float lr);
+
 // Declares "<lr>.step" (persistable fp32 [1], 0 in the startup program) and
 // inserts an lr_schedule op with op_role "lr_sched" that writes `lr`, before
 // the first op of b.main() that reads `lr` (at the end when none does).

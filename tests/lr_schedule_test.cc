@@ -2,7 +2,8 @@
 // Paddle's paddle.optimizer.lr schedules, at step 0, at warmup and piecewise
 // boundaries and past T_max; StepOut advances the counter; AppendLrSchedule
 // (framework/lr_schedule.h) places the op before the first update, with
-// op_role lr_sched, and a test clone drops it; bad schedules are refused.
+// op_role lr_sched, and a test clone drops it; bad schedules are refused;
+// ParseLrSchedule reads kiln train --lr_schedule.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -162,6 +163,37 @@ TEST(LrScheduleTest, BadSchedulesAreRefused) {
               ProgramBuilder b(1);
               AppendLrSchedule(b, "nope", LrSchedule{});
             }).find("declares no variable 'nope'"),
+            std::string::npos);
+}
+
+// kiln train --lr_schedule's form.
+TEST(LrScheduleTest, ParseReadsEachKindOverTheBaseRate) {
+  LrSchedule s = ParseLrSchedule("cosine:T_max=60,eta_min=0.001,warmup=10,start_lr=0.01", 0.1f);
+  EXPECT_EQ(s.kind, "cosine");
+  EXPECT_EQ(s.learning_rate, 0.1f);
+  EXPECT_EQ(s.T_max, 60);
+  EXPECT_EQ(s.eta_min, 0.001f);
+  EXPECT_EQ(s.linear_warmup_steps, 10);
+  EXPECT_EQ(s.start_lr, 0.01f);
+  EXPECT_EQ(s.end_lr, 0.1f);
+  s = ParseLrSchedule("piecewise:boundaries=100/200,values=0.1/0.01/0.001", 0.5f);
+  EXPECT_EQ(s.boundaries, (std::vector<int64_t>{100, 200}));
+  EXPECT_EQ(s.values, (std::vector<float>{0.1f, 0.01f, 0.001f}));
+  s = ParseLrSchedule("warmup:warmup=5", 0.2f);
+  EXPECT_EQ(s.kind, "constant");
+  EXPECT_FLOAT_EQ(Lr(s, 0), 0.f);
+  EXPECT_FLOAT_EQ(Lr(s, 5), 0.2f);
+  EXPECT_EQ(ParseLrSchedule("noam:d_model=512,warmup_steps=4000", 1.f).warmup_steps, 4000);
+  EXPECT_EQ(ParseLrSchedule("exponential:gamma=0.5", 1.f).gamma, 0.5f);
+
+  auto error = [](const std::string& spec) { return ErrorOf([&] { ParseLrSchedule(spec, 0.1f); }); };
+  EXPECT_NE(error("cosin:T_max=3").find("--lr_schedule=cosin:T_max=3: unknown schedule 'cosin'"), std::string::npos);
+  EXPECT_NE(error("cosine").find("cosine needs T_max=N"), std::string::npos) << error("cosine");
+  EXPECT_NE(error("cosine:T_max=x").find("T_max needs an integer, got 'x'"), std::string::npos);
+  EXPECT_NE(error("exponential:gamma").find("expected KEY=VALUE, got 'gamma'"), std::string::npos);
+  EXPECT_NE(error("exponential:gama=0.5").find("unknown key 'gama'"), std::string::npos);
+  EXPECT_NE(error("warmup").find("warmup needs warmup=N"), std::string::npos);
+  EXPECT_NE(error("piecewise:boundaries=3,values=1").find("expected one more value than boundaries"),
             std::string::npos);
 }
 

@@ -41,7 +41,8 @@ Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
   oc.kind = tc.optimizer;
   oc.lr = tc.lr;
   oc.momentum = tc.momentum;
-  AppendOptimizer(b, params_grads, oc);
+  const std::string lr = AppendOptimizer(b, params_grads, oc);
+  if (tc.lr_schedule) AppendLrSchedule(b, lr, *tc.lr_schedule);
   m.train = b.main();
   m.startup = b.startup();
   m.params = b.params();

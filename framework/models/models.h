@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "framework/lr_schedule.h"
 #include "framework/optimizer_builder.h"
 #include "framework/proto/framework.pb.h"
 #include "framework/tensor.h"
@@ -21,6 +23,8 @@ struct TrainConfig {
   float lr = 0.1f;
   uint64_t seed = 1;
   float momentum = 0.9f;  // momentum's mu
+  // A learning-rate schedule over the learning-rate var (kind empty: none).
+  std::optional<LrSchedule> lr_schedule;
 };
 
 struct MlpConfig {
