@@ -65,6 +65,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterFillOps(r);
   RegisterAssignValueOps(r);
   RegisterOptimizerOps(r);
+  RegisterLrScheduleOps(r);
   RegisterConcatSplitSliceOps(r);
   RegisterClipLogSoftmaxOps(r);
   RegisterBatchNormOps(r);

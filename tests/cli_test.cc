@@ -192,6 +192,35 @@ TEST_F(CliTest, NonFiniteLearningRateAndLossStopTraining) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+// --lr_schedule: the schedule is in the program (an lr_schedule op), its step
+// counter is in the checkpoint, and a resumed run ends where an uninterrupted
+// one does; a bad spec fails before training, naming the key.
+TEST_F(CliTest, LrScheduleRunsInTheProgramAndResumes) {
+  const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer momentum --lr 0.1 "
+                            "--progress=false --lr_schedule cosine:T_max=60,warmup=10,start_lr=0.01 --max_steps ";
+  Result r = Kiln(train + "30 --save_dir " + dir_ + "/ckpt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = Kiln(train + "60 --save_dir " + dir_ + "/ckpt --resume " + dir_ + "/ckpt --metrics_out " + dir_ + "/b.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = Kiln(train + "60 --metrics_out " + dir_ + "/c.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto final_loss = [](const std::string& json) {
+    const size_t at = json.find("\"final_loss\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  EXPECT_EQ(final_loss(ReadFile(dir_ + "/b.json")), final_loss(ReadFile(dir_ + "/c.json")));
+  EXPECT_NE(final_loss(ReadFile(dir_ + "/c.json")), "none");
+  const Tensor step = ReadNpy(dir_ + "/ckpt/ckpt-60/learning_rate.step.npy");
+  EXPECT_EQ(step.data<float>()[0], 60.f);
+  r = Kiln("program --model mlp --lr_schedule exponential:gamma=0.9 --out " + dir_ + "/p.pbtxt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(ReadFile(dir_ + "/p.pbtxt").find("lr_schedule"), std::string::npos);
+  r = Kiln("train --model mlp --epochs 1 --progress=false --lr_schedule cosine:Tmax=5");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--lr_schedule=cosine:Tmax=5: unknown key 'Tmax'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, TrainWritesMetrics) {
   const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
   ASSERT_EQ(r.code, 0) << r.output;

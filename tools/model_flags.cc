@@ -11,6 +11,7 @@
 #include "framework/error.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
+#include "framework/lr_schedule.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
 #include "framework/suggest.h"
@@ -28,6 +29,7 @@ TrainConfig TrainConfigFromFlags() {
   TrainConfig tc;
   tc.optimizer = ParseOptimizer(FLAGS_optimizer);
   tc.lr = static_cast<float>(FLAGS_lr);
+  if (!FLAGS_lr_schedule.empty()) tc.lr_schedule = ParseLrSchedule(FLAGS_lr_schedule, tc.lr);
   tc.seed = FLAGS_seed;
   // The command line has no --weight_decay yet: adamw decays by Paddle's
   // default coefficient.

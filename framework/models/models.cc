@@ -42,7 +42,8 @@ Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
   oc.lr = tc.lr;
   oc.momentum = tc.momentum;
   oc.weight_decay = tc.weight_decay;
-  AppendOptimizer(b, params_grads, oc);
+  const std::string lr = AppendOptimizer(b, params_grads, oc);
+  if (tc.lr_schedule) AppendLrSchedule(b, lr, *tc.lr_schedule);
   m.train = b.main();
   m.startup = b.startup();
   m.params = b.params();

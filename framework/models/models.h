@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "framework/lr_schedule.h"
 #include "framework/optimizer_builder.h"
 #include "framework/proto/framework.pb.h"
 #include "framework/tensor.h"
@@ -22,6 +24,8 @@ struct TrainConfig {
   uint64_t seed = 1;
   float momentum = 0.9f;  // momentum's mu
   float weight_decay = 0.f;  // OptimizerConfig::weight_decay
+  // A learning-rate schedule over the learning-rate var (kind empty: none).
+  std::optional<LrSchedule> lr_schedule;
 };
 
 struct MlpConfig {

@@ -11,17 +11,27 @@ PyTorch's ``weight_decay`` of SGD/Adam); ``AdamW`` decays decoupled from the
 moments instead. Either way the decay is part of the same fused update
 kernel, with no extra pass over the weights."""
 
+import sys
+
 from . import _kiln
+from . import lr
 from .framework import Variable, atomic, default_startup_program, fresh_state_name
 from .regularizer import _coeff
+
+# `import kiln.optimizer.lr` works as with Paddle's paddle.optimizer.lr.
+sys.modules[__name__ + ".lr"] = lr
 
 
 class Optimizer:
     _kind = None
 
     def __init__(self, learning_rate, **settings):
-        self._settings = dict(settings, learning_rate=float(learning_rate))
+        # A schedule (kiln.optimizer.lr) overwrites the learning-rate var
+        # before every update; 1.0 only initialises it.
+        self._schedule = learning_rate if isinstance(learning_rate, lr.LRScheduler) else None
+        self._settings = dict(settings, learning_rate=1.0 if self._schedule else float(learning_rate))
         self.learning_rate_var = None
+        self.lr_step_var = None
 
     @atomic
     def minimize(self, loss, startup_program=None, parameter_list=None):
@@ -38,9 +48,12 @@ class Optimizer:
             params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
         startup.is_startup = True
         settings = dict(self._settings, **self._decay_settings(program, params))
-        lr, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, settings, params,
-                                   fresh_state_name((program, startup), "learning_rate"))
-        self.learning_rate_var = Variable(program, lr)
+        lr_name, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, settings, params,
+                                        fresh_state_name((program, startup), "learning_rate"))
+        self.learning_rate_var = Variable(program, lr_name)
+        if self._schedule is not None:
+            step = _kiln.append_lr_schedule(program._p, startup._p, lr_name, self._schedule._settings())
+            self.lr_step_var = Variable(program, step)
         return self.learning_rate_var, [(Variable(program, p), Variable(program, g)) for p, g in pairs]
 
     def _decay_settings(self, program, params):

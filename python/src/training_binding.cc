@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "framework/backward.h"
+#include "framework/lr_schedule.h"
 #include "framework/minimize.h"
 #include "framework/op_desc.h"
 #include "python/src/binding.h"
@@ -58,6 +59,38 @@ std::pair<std::string, ParamGrads> MinimizeFromPython(Program& main, Program& st
   return {r.lr, r.params_grads};
 }
 
+LrSchedule LrScheduleFromPython(const py::dict& args) {
+  LrSchedule s;
+  for (const auto& [k, v] : args) {
+    const std::string key = k.cast<std::string>();
+    if (key == "kind") s.kind = v.cast<std::string>();
+    else if (key == "learning_rate") s.learning_rate = v.cast<float>();
+    else if (key == "T_max") s.T_max = v.cast<int64_t>();
+    else if (key == "eta_min") s.eta_min = v.cast<float>();
+    else if (key == "gamma") s.gamma = v.cast<float>();
+    else if (key == "d_model") s.d_model = v.cast<float>();
+    else if (key == "warmup_steps") s.warmup_steps = v.cast<int64_t>();
+    else if (key == "boundaries") s.boundaries = v.cast<std::vector<int64_t>>();
+    else if (key == "values") s.values = v.cast<std::vector<float>>();
+    else if (key == "linear_warmup_steps") s.linear_warmup_steps = v.cast<int64_t>();
+    else if (key == "start_lr") s.start_lr = v.cast<float>();
+    else if (key == "end_lr") s.end_lr = v.cast<float>();
+    else ThrowInvalidArgument("learning-rate schedule: unknown setting '", key, "'");
+  }
+  return s;
+}
+
+// AppendLrSchedule on copies of the programs; returns the step var.
+std::string AppendLrScheduleFromPython(Program& main, Program& startup, const std::string& lr, const py::dict& args) {
+  const LrSchedule s = LrScheduleFromPython(args);
+  proto::ProgramDesc m = main.desc(), st = startup.desc();
+  ProgramBuilder b(&m, &st, startup.random_seed());
+  const std::string step = AppendLrSchedule(b, lr, s);
+  main.mutable_desc() = std::move(m);
+  startup.mutable_desc() = std::move(st);
+  return step;
+}
+
 // Paddle's gradients(targets, inputs, target_gradients): the gradient var of
 // each input (None where no target depends on it).
 std::vector<std::optional<std::string>> Gradients(Program& p, const std::vector<std::string>& targets,
@@ -87,6 +120,8 @@ std::vector<std::optional<std::string>> Gradients(Program& p, const std::vector<
 void BindTraining(py::module_& m) {
   m.def("minimize", &MinimizeFromPython, py::arg("main"), py::arg("startup"), py::arg("loss"), py::arg("kind"),
         py::arg("settings"), py::arg("parameters"), py::arg("lr_name"));
+  m.def("append_lr_schedule", &AppendLrScheduleFromPython, py::arg("main"), py::arg("startup"), py::arg("lr"),
+        py::arg("settings"));
   m.def(
       "append_backward",
       [](Program& p, const std::string& loss, const py::object& parameters) {
