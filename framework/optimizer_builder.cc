@@ -17,6 +17,14 @@ void CheckConfig(const OptimizerConfig& c) {
   if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0)) {
     ThrowInvalidArgument("weight_decay must be finite and >= 0, got ", c.weight_decay);
   }
+  if (!(std::isfinite(c.grad_clip_norm) && c.grad_clip_norm >= 0)) {
+    ThrowInvalidArgument("grad_clip_norm (ClipGradByGlobalNorm's clip_norm) must be finite and > 0 (0: no clipping), "
+                         "got ", c.grad_clip_norm);
+  }
+  if (std::isnan(c.grad_clip_min) || std::isnan(c.grad_clip_max) || !(c.grad_clip_min < c.grad_clip_max)) {
+    ThrowInvalidArgument("gradient clipping by value: min must be below max, got min ", c.grad_clip_min, ", max ",
+                         c.grad_clip_max);
+  }
   if (c.kind == OptimizerKind::kAdam || c.kind == OptimizerKind::kAdamW) {
     if (!(c.beta1 >= 0 && c.beta1 < 1)) ThrowInvalidArgument("adam beta1 must be in [0, 1), got ", c.beta1);
     if (!(c.beta2 >= 0 && c.beta2 < 1)) ThrowInvalidArgument("adam beta2 must be in [0, 1), got ", c.beta2);
@@ -71,6 +79,31 @@ proto::OpDesc UpdateOp(ProgramBuilder& b, const std::string& p, const std::strin
   KILN_CHECK(false, "unhandled optimizer kind");
 }
 
+// The update op with the gradient clipping of `c`: GradScale reads the global
+// norm's factor (`scale`, "" without), and the value bounds where finite.
+proto::OpDesc ClippedUpdateOp(ProgramBuilder& b, const std::string& p, const std::string& g, const std::string& lr,
+                              const std::string& scale, const OptimizerConfig& c) {
+  proto::OpDesc op = UpdateOp(b, p, g, lr, c);
+  if (!scale.empty()) SetInput(&op, "GradScale", {scale});
+  if (std::isfinite(c.grad_clip_min)) SetAttr(&op, "grad_clip_min", Attribute(c.grad_clip_min));
+  if (std::isfinite(c.grad_clip_max)) SetAttr(&op, "grad_clip_max", Attribute(c.grad_clip_max));
+  return op;
+}
+
+// clip_by_global_norm over every gradient: returns its Scale var.
+std::string AppendGlobalNormClip(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
+                                 float clip_norm) {
+  std::vector<std::string> grads;
+  for (const auto& pg : params_grads) grads.push_back(pg.second);
+  const std::string scale = b.UniqueName("grad_clip_scale");
+  OpBuilder op("clip_by_global_norm");
+  op.In("X", grads).Out("Scale", {scale}).Attr("clip_norm", clip_norm);
+  proto::OpDesc desc = op.Build();
+  SetAttr(&desc, kOpRoleAttr, Attribute(std::string(kOpRoleOptimize)));
+  b.RawOp(desc);
+  return scale;
+}
+
 }  // namespace
 
 OptimizerKind ParseOptimizer(const std::string& name) {
@@ -91,8 +124,9 @@ std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::
     lr_name = taken ? b.UniqueName("learning_rate") : "learning_rate";
   }
   const std::string lr = b.Persistable(lr_name, {1}, c.lr);
+  const std::string scale = c.grad_clip_norm > 0 ? AppendGlobalNormClip(b, params_grads, c.grad_clip_norm) : "";
   for (const auto& [p, g] : params_grads) {
-    proto::OpDesc update = UpdateOp(b, p, g, lr, c);
+    proto::OpDesc update = ClippedUpdateOp(b, p, g, lr, scale, c);
     SetAttr(&update, kOpRoleAttr, Attribute(std::string(kOpRoleOptimize)));
     b.RawOp(update);
   }

@@ -5,6 +5,7 @@
 // (kiln.optimizer.*.minimize).
 #pragma once
 
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -33,6 +34,14 @@ struct OptimizerConfig {
   // Parameters that take no weight decay (AdamW's apply_decay_param_fun
   // returned false for them): their adamw op has coeff 0.
   std::set<std::string> no_decay;
+  // Gradient clipping (Paddle's grad_clip), applied to the raw gradient
+  // inside the update ops, before weight decay. grad_clip_norm > 0:
+  // ClipGradByGlobalNorm, one clip_by_global_norm op over all the gradients
+  // whose Scale every update reads (GradScale). grad_clip_min/max finite:
+  // ClipGradByValue, g clamped to [min, max] (update-op attributes).
+  float grad_clip_norm = 0.f;
+  float grad_clip_min = -std::numeric_limits<float>::infinity();
+  float grad_clip_max = std::numeric_limits<float>::infinity();
   // The learning-rate var; empty: "learning_rate", or a fresh name when the
   // program declares that one already.
   std::string lr_name;
@@ -40,10 +49,12 @@ struct OptimizerConfig {
 
 // Declares the learning rate (config.lr_name) and the state of every parameter ("<p>.velocity";
 // "<p>.moment1", "<p>.moment2", "<p>.beta1_pow", "<p>.beta2_pow" for adam and adamw), then
-// appends the update of each (param, grad) pair to b.main(), with op_role
-// "optimize". Returns the
+// appends to b.main(), with op_role "optimize", the clip_by_global_norm of all
+// the gradients when config.grad_clip_norm > 0 and the update of each
+// (param, grad) pair. Returns the
 // learning-rate var. Throws InvalidArgument for a learning rate that is not
-// finite and positive, or hyperparameters outside their range.
+// finite and positive, or hyperparameters outside their range
+// (grad_clip_norm not finite or < 0, grad_clip_min not below grad_clip_max).
 std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::string, std::string>>& params_grads,
                             const OptimizerConfig& config);
 

@@ -526,6 +526,81 @@ TEST(JitOpsTest, TwoAdamsShareOneBetaPowerKernel) {
   CheckCluster("two adams", c, KernelCount{3, 0});
 }
 
+// An update op of `type` over p, g (and its state) with clipping: GradScale
+// reads s when `scaled`, and g is clamped to [lo, hi] when lo < hi.
+proto::OpDesc ClippedUpdate(const std::string& type, const std::string& p, const std::string& g, bool scaled,
+                            float lo, float hi) {
+  OpBuilder op(type);
+  op.In("Param", {p}).In("Grad", {g}).In("LearningRate", {"lr"}).Out("ParamOut", {p});
+  if (type == "momentum") op.In("Velocity", {p + ".v"}).Out("VelocityOut", {p + ".v"});
+  if (type == "adam" || type == "adamw") {
+    op.In("Moment1", {p + ".m1"}).In("Moment2", {p + ".m2"}).In("Beta1Pow", {p + ".b1p"}).In("Beta2Pow", {p + ".b2p"});
+    op.Out("Moment1Out", {p + ".m1"}).Out("Moment2Out", {p + ".m2"});
+    op.Out("Beta1PowOut", {p + ".b1p"}).Out("Beta2PowOut", {p + ".b2p"});
+  }
+  if (scaled) op.In("GradScale", {"s"});
+  if (lo < hi) op.Attr("grad_clip_min", lo).Attr("grad_clip_max", hi);
+  return op.Build();
+}
+
+// The state of ClippedUpdate's parameter p of dims `dims` (outputs to compare too).
+void AddUpdateState(Cluster& c, const std::string& type, const std::string& p, const Dims& dims, std::mt19937& rng) {
+  c.inputs[p] = Uniform(dims, rng);
+  c.outputs.push_back(p);
+  std::vector<std::string> state;
+  if (type == "momentum") state = {".v"};
+  if (type == "adam" || type == "adamw") state = {".m1", ".m2", ".b1p", ".b2p"};
+  for (const std::string& suffix : state) {
+    const bool pow = suffix == ".b1p" || suffix == ".b2p";
+    c.inputs[p + suffix] = pow ? Scalar(suffix == ".b1p" ? 0.729f : 0.997f) : Uniform(dims, rng, 0, 1);
+    c.outputs.push_back(p + suffix);
+  }
+}
+
+// ClipGradByGlobalNorm's factor (GradScale, a [1] read) and ClipGradByValue's
+// clamp inside every generated update, with L2 decay after them on sgd: still
+// one generated kernel per iteration space.
+TEST(JitOpsTest, UpdatesWithGradClip) {
+  std::mt19937 rng(15);
+  for (const std::string type : {"sgd", "momentum", "adam", "adamw"}) {
+    for (int form = 0; form < 3; ++form) {  // scale only, clamp only, both
+      for (int64_t n : kSizes) {
+        const bool scaled = form != 1;
+        const float lo = form == 0 ? 0.f : -0.7f, hi = form == 0 ? 0.f : 0.4f;
+        Cluster c;
+        c.ops = {ClippedUpdate(type, "p", "g", scaled, lo, hi)};
+        if (type == "sgd" && form == 2) SetAttr(&c.ops[0], "regularization_coeff", 0.05f);
+        AddUpdateState(c, type, "p", {n}, rng);
+        c.inputs["g"] = Uniform({n}, rng);
+        c.inputs["lr"] = Scalar(0.01f);
+        if (scaled) c.inputs["s"] = Scalar(0.3f);
+        const bool adam = type == "adam" || type == "adamw";
+        CheckCluster(type + " clip form " + std::to_string(form) + " " + SizeName(n), c,
+                     KernelCount{adam && n != 1 ? 2 : 1, 0});
+      }
+    }
+  }
+}
+
+// clip_by_global_norm in the cluster (its framework kernel) and the updates
+// of two parameters of different shapes reading its Scale in generated code.
+TEST(JitOpsTest, GlobalNormClipBeforeGeneratedUpdates) {
+  std::mt19937 rng(16);
+  for (float clip : {0.5f, 1e4f}) {  // clipping active, and not
+    Cluster c;
+    c.ops = {OpBuilder("clip_by_global_norm").In("X", {"g", "h"}).Out("Scale", {"s"}).Attr("clip_norm", clip).Build(),
+             ClippedUpdate("sgd", "p", "g", true, 0, 0), ClippedUpdate("adamw", "q", "h", true, 0, 0)};
+    AddUpdateState(c, "sgd", "p", {4099}, rng);
+    AddUpdateState(c, "adamw", "q", {17, 3}, rng);
+    c.inputs["g"] = Uniform({4099}, rng);
+    c.inputs["h"] = Uniform({17, 3}, rng);
+    c.inputs["lr"] = Scalar(0.01f);
+    c.outputs.push_back("s");
+    // sgd's, adamw's and the beta powers' kernels generated; the norm a framework kernel.
+    CheckCluster("global norm clip " + std::to_string(clip), c, KernelCount{3, 1});
+  }
+}
+
 // ---- long fused chains ----------------------------------------------------------------
 
 proto::OpDesc Binary(const std::string& type, const std::string& x, const std::string& y, const std::string& out) {

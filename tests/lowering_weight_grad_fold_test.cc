@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/lowering_test_util.h"
+#include "tests/op_test_util.h"
 
 namespace kiln::test {
 namespace {
@@ -43,6 +44,30 @@ TEST(WeightGradFoldTest, DoesNotFireForSgdWithL2Decay) {
   EXPECT_FALSE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
   EXPECT_EQ(obj->Listing().find("W -= lr * X^T dY"), std::string::npos) << obj->Listing();
   EXPECT_NE(obj->Listing().find("fusing sgd"), std::string::npos) << obj->Listing();
+}
+
+// Nor for a clipped sgd (GradScale, grad_clip_min/max): the step needs the
+// gradient itself.
+TEST(WeightGradFoldTest, DoesNotFireForSgdWithGradClip) {
+  for (bool scaled : {false, true}) {
+    LoweringCase c = GradAndSgd("weight_grad_fold_clip", 6, 5, 7, true);
+    for (proto::OpDesc& op : c.ops) {
+      if (op.type() != "sgd") continue;
+      if (scaled) {
+        SetInput(&op, "GradScale", {"s"});
+      } else {
+        SetAttr(&op, "grad_clip_min", -0.01f);
+        SetAttr(&op, "grad_clip_max", 0.01f);
+      }
+    }
+    if (scaled) {
+      c.inputs.push_back({"s", {1}});
+      c.given["s"] = FloatTensor({1}, {0.5f});
+    }
+    const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-4);
+    EXPECT_FALSE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
+    EXPECT_EQ(obj->Listing().find("W -= lr * X^T dY"), std::string::npos) << obj->Listing();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "compiler/lowering/weight_grad_fold.h"
 
+#include <cmath>
+
 #include "compiler/onednn_lowering.h"
 #include "framework/op_desc.h"
 
@@ -55,6 +57,12 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
   // The primitive computes W -= lr * X^T dY and has no term for L2 decay's
   // lr * coeff * W: such an sgd stays a generated elementwise update.
   if (c.Attr<float>(j, "regularization_coeff") != 0.f) return -1;
+  // Nor for gradient clipping, which needs the gradient itself (a scaled or
+  // clamped g).
+  if (!c.In(j, "GradScale").empty() || std::isfinite(c.Attr<float>(j, "grad_clip_min")) ||
+      std::isfinite(c.Attr<float>(j, "grad_clip_max"))) {
+    return -1;
+  }
   const std::string lr = c.In(j, "LearningRate");
   // The step moves up to the matmul_grad: nothing in between may touch W or
   // write the operands.

@@ -1,7 +1,9 @@
 // sgd, momentum, adam and adamw. Outputs normally name the same vars as their inputs
 // (ParamOut is Param): every kernel reads scalars first and then updates each
 // element from that element alone, so running in place is safe.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,9 @@ void InferParamLike(InferShapeContext& ctx, const std::vector<std::string>& like
     ops_a::CheckSameDims(ctx, slot, dims, "Param");
   }
   for (const auto& slot : scalars) CheckScalarInput(ctx, slot);
+  if (ctx.HasInput("GradScale")) CheckScalarInput(ctx, "GradScale");
+  const float lo = ctx.Attr<float>("grad_clip_min"), hi = ctx.Attr<float>("grad_clip_max");
+  if (!(lo <= hi)) ctx.Fail("attributes grad_clip_min, grad_clip_max: expected min <= max, got ", lo, ", ", hi);
   ctx.SetOutput("ParamOut", dims, dtype);
   for (const auto& slot : like_param) {
     if (slot != "Grad") ctx.SetOutput(slot + "Out", dims, dtype);
@@ -59,6 +64,24 @@ T L2Grad(T g, T p, T coeff) {
   return coeff == T(0) ? g : g + coeff * p;
 }
 
+// Paddle's grad_clip inside the update, on the raw gradient and so before
+// the L2 term above (Paddle's order): g * GradScale (ClipGradByGlobalNorm's
+// factor, which clip_by_global_norm computes; 1 when the input is absent),
+// then clamped to [grad_clip_min, grad_clip_max] (ClipGradByValue; the
+// infinite defaults leave g as it is, NaN included).
+template <typename T>
+struct GradClip {
+  T scale, lo, hi;
+  T operator()(T g) const { return std::min(std::max(g * scale, lo), hi); }
+};
+
+template <typename T>
+GradClip<T> ReadGradClip(const ExecContext& ctx) {
+  const double scale = ctx.InputOrNull("GradScale") ? ops_a::ReadScalar(ctx, "GradScale") : 1.0;
+  return {static_cast<T>(scale), static_cast<T>(ctx.Attr<float>("grad_clip_min")),
+          static_cast<T>(ctx.Attr<float>("grad_clip_max"))};
+}
+
 void SgdKernel(ExecContext& ctx) {
   CheckRuntimeSameDims(ctx, {"Grad"});
   const double lr = ops_a::ReadScalar(ctx, "LearningRate");
@@ -73,7 +96,8 @@ void SgdKernel(ExecContext& ctx) {
     T* po = param_out->mutable_data<T>();
     const T lr_t = static_cast<T>(lr);
     const T l2_t = static_cast<T>(l2);
-    for (int64_t i = 0; i < param.numel(); ++i) po[i] = p[i] - lr_t * L2Grad(g[i], p[i], l2_t);
+    const GradClip<T> clip = ReadGradClip<T>(ctx);
+    for (int64_t i = 0; i < param.numel(); ++i) po[i] = p[i] - lr_t * L2Grad(clip(g[i]), p[i], l2_t);
   });
 }
 
@@ -98,8 +122,9 @@ void MomentumKernel(ExecContext& ctx) {
     const T lr_t = static_cast<T>(lr);
     const T mu_t = static_cast<T>(mu);
     const T l2_t = static_cast<T>(l2);
+    const GradClip<T> clip = ReadGradClip<T>(ctx);
     for (int64_t i = 0; i < param.numel(); ++i) {
-      const T gi = L2Grad(g[i], p[i], l2_t);
+      const T gi = L2Grad(clip(g[i]), p[i], l2_t);
       const T v_new = mu_t * v[i] + gi;
       const T step = nesterov ? gi + mu_t * v_new : v_new;
       vo[i] = v_new;
@@ -146,8 +171,9 @@ void AdamStep(ExecContext& ctx, double l2, double decay) {
     const T lr_c = static_cast<T>(lr_t), eps_c = static_cast<T>(eps_t);
     const T l2_t = static_cast<T>(l2);
     const T keep = static_cast<T>(1 - lr * decay);
+    const GradClip<T> clip = ReadGradClip<T>(ctx);
     for (int64_t i = 0; i < param.numel(); ++i) {
-      const T gi = L2Grad(g[i], p[i], l2_t);
+      const T gi = L2Grad(clip(g[i]), p[i], l2_t);
       const T m = b1 * m1[i] + c1 * gi;
       const T v = b2 * m2[i] + c2 * gi * gi;
       m1o[i] = m;
@@ -180,13 +206,16 @@ OpInfo OptimizerInfo(const std::string& type, const std::string& doc, const std:
                      std::vector<std::pair<std::string, std::string>> inplace) {
   OpInfo op;
   op.type = type;
-  op.doc = doc;
+  op.doc = doc + "; Grad is first multiplied by GradScale when given (clip_by_global_norm's Scale) and clamped to "
+                 "[grad_clip_min, grad_clip_max]";
   op.inputs = Slots(inputs);
+  op.inputs.push_back(ops_a::Optional("GradScale"));  // GradClip's factor
   op.outputs = Slots(outputs);
   op.inplace = std::move(inplace);
   op.jit = JitLowering::kOptimizer;
   // Optimizers are not differentiable: no gradient flows through any input.
   op.no_grad_inputs = inputs;
+  op.no_grad_inputs.push_back("GradScale");
   return op;
 }
 
@@ -194,6 +223,30 @@ OpInfo OptimizerInfo(const std::string& type, const std::string& doc, const std:
 EwValue EwL2Grad(EwProgram& p, EwValue g, EwValue param, float coeff) {
   return coeff == 0.f ? g : p.Fma(p.Const(coeff), param, g);
 }
+
+// GradClip's form: reads the [1] GradScale after a fragment's other reads
+// when the op has one; emits nothing for what the op does not clip.
+class EwGradClip {
+ public:
+  EwGradClip(const EwOpView& v, EwFragment& f)
+      : lo_(v.Attr<float>("grad_clip_min")), hi_(v.Attr<float>("grad_clip_max")) {
+    const std::string scale = v.In("GradScale");
+    if (scale.empty()) return;
+    scale_read_ = static_cast<int>(f.reads.size());
+    f.reads.push_back(EwOpView::Scalar(scale, f.iter.size()));
+  }
+  EwValue operator()(EwProgram& p, const std::vector<EwValue>& in, EwValue g) const {
+    if (scale_read_ >= 0) g = p.Mul(g, in[scale_read_]);
+    if (lo_ != -kInf) g = p.Max(g, p.Const(lo_));
+    if (hi_ != kInf) g = p.Min(g, p.Const(hi_));
+    return g;
+  }
+
+ private:
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+  float lo_, hi_;
+  int scale_read_ = -1;
+};
 
 // The JIT's form of the updates (EwProgram fragments over Param's dims; the
 // [1] learning rate and beta powers are read at every point).
@@ -203,8 +256,9 @@ std::vector<EwFragment> EwSgd(const EwOpView& v) {
   f.reads = {v.Full(v.In("Param")), v.Full(v.In("Grad")), EwOpView::Scalar(v.In("LearningRate"), f.iter.size())};
   f.writes = {v.Full(v.Out("ParamOut"))};
   const float l2 = v.Attr<float>("regularization_coeff");
-  f.emit = [l2](EwProgram& p, const std::vector<EwValue>& in) {
-    return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[2], EwL2Grad(p, in[1], in[0], l2)))};
+  const EwGradClip clip(v, f);
+  f.emit = [l2, clip](EwProgram& p, const std::vector<EwValue>& in) {
+    return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[2], EwL2Grad(p, clip(p, in, in[1]), in[0], l2)))};
   };
   return {f};
 }
@@ -218,8 +272,9 @@ std::vector<EwFragment> EwMomentum(const EwOpView& v) {
   const float mu = v.Attr<float>("mu");
   const bool nesterov = v.Attr<bool>("use_nesterov");
   const float l2 = v.Attr<float>("regularization_coeff");
-  f.emit = [mu, nesterov, l2](EwProgram& p, const std::vector<EwValue>& in) {
-    const EwValue g = EwL2Grad(p, in[1], in[0], l2);
+  const EwGradClip clip(v, f);
+  f.emit = [mu, nesterov, l2, clip](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue g = EwL2Grad(p, clip(p, in, in[1]), in[0], l2);
     const EwValue vel = p.Fma(p.Const(mu), in[2], g);
     const EwValue step = nesterov ? p.Fma(p.Const(mu), vel, g) : vel;
     return std::vector<EwValue>{p.Sub(in[0], p.Mul(in[3], step)), vel};
@@ -241,8 +296,9 @@ std::vector<EwFragment> EwAdamStep(const EwOpView& v, float l2, float decay) {
              EwOpView::Scalar(b1p, r),        EwOpView::Scalar(b2p, r)};
   f.writes = {v.Full(v.Out("ParamOut")), v.Full(v.Out("Moment1Out")), v.Full(v.Out("Moment2Out"))};
   const float beta1 = v.Attr<float>("beta1"), beta2 = v.Attr<float>("beta2"), eps = v.Attr<float>("epsilon");
-  f.emit = [beta1, beta2, eps, l2, decay](EwProgram& p, const std::vector<EwValue>& in) {
-    const EwValue g = EwL2Grad(p, in[1], in[0], l2);
+  const EwGradClip clip(v, f);
+  f.emit = [beta1, beta2, eps, l2, decay, clip](EwProgram& p, const std::vector<EwValue>& in) {
+    const EwValue g = EwL2Grad(p, clip(p, in, in[1]), in[0], l2);
     const EwValue m = p.Fma(p.Const(beta1), in[2], p.Mul(p.Const(1.f - beta1), g));
     const EwValue vv = p.Fma(p.Const(beta2), in[3], p.Mul(p.Const(1.f - beta2), p.Mul(g, g)));
     const EwValue c2 = p.Sqrt(p.Sub(p.Const(1.f), in[6]));  // sqrt(1 - beta2^t)
@@ -268,13 +324,24 @@ std::vector<EwFragment> EwAdamW(const EwOpView& v) { return EwAdamStep(v, 0.f, v
 // The attribute every update op but adamw takes for Paddle's L2Decay.
 AttrDef L2Attr() { return {"regularization_coeff", AttrKind::kFloat, Attribute(0.f)}; }
 
+// ClipGradByValue's bounds, which every update op takes (GradClip).
+std::vector<AttrDef> ClipAttrs() {
+  const float inf = std::numeric_limits<float>::infinity();
+  return {{"grad_clip_min", AttrKind::kFloat, Attribute(-inf)}, {"grad_clip_max", AttrKind::kFloat, Attribute(inf)}};
+}
+
+std::vector<AttrDef> WithClipAttrs(std::vector<AttrDef> attrs) {
+  for (AttrDef& a : ClipAttrs()) attrs.push_back(std::move(a));
+  return attrs;
+}
+
 }  // namespace
 
 void RegisterOptimizerOps(OpRegistry& r) {
   {
     OpInfo op = OptimizerInfo("sgd", "ParamOut = Param - LearningRate * (Grad + regularization_coeff * Param)",
                               {"Param", "Grad", "LearningRate"}, {"ParamOut"}, {{"Param", "ParamOut"}});
-    op.attrs = {L2Attr()};
+    op.attrs = WithClipAttrs({L2Attr()});
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad"}, {"LearningRate"}); };
     op.reference_kernel = SgdKernel;
     op.elementwise = EwSgd;
@@ -286,9 +353,9 @@ void RegisterOptimizerOps(OpRegistry& r) {
                               "* v))",
                               {"Param", "Grad", "Velocity", "LearningRate"}, {"ParamOut", "VelocityOut"},
                               {{"Param", "ParamOut"}, {"Velocity", "VelocityOut"}});
-    op.attrs = {{"mu", AttrKind::kFloat, Attribute(0.9f)},
-                {"use_nesterov", AttrKind::kBool, Attribute(false)},
-                L2Attr()};
+    op.attrs = WithClipAttrs({{"mu", AttrKind::kFloat, Attribute(0.9f)},
+                              {"use_nesterov", AttrKind::kBool, Attribute(false)},
+                              L2Attr()});
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad", "Velocity"}, {"LearningRate"}); };
     op.reference_kernel = MomentumKernel;
     op.elementwise = EwMomentum;
@@ -305,10 +372,10 @@ void RegisterOptimizerOps(OpRegistry& r) {
                                {"Moment2", "Moment2Out"},
                                {"Beta1Pow", "Beta1PowOut"},
                                {"Beta2Pow", "Beta2PowOut"}});
-    op.attrs = {{"beta1", AttrKind::kFloat, Attribute(0.9f)},
-                {"beta2", AttrKind::kFloat, Attribute(0.999f)},
-                {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
-                L2Attr()};
+    op.attrs = WithClipAttrs({{"beta1", AttrKind::kFloat, Attribute(0.9f)},
+                              {"beta2", AttrKind::kFloat, Attribute(0.999f)},
+                              {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
+                              L2Attr()});
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamKernel;
     op.elementwise = EwAdam;
@@ -325,10 +392,10 @@ void RegisterOptimizerOps(OpRegistry& r) {
                                {"Moment2", "Moment2Out"},
                                {"Beta1Pow", "Beta1PowOut"},
                                {"Beta2Pow", "Beta2PowOut"}});
-    op.attrs = {{"beta1", AttrKind::kFloat, Attribute(0.9f)},
-                {"beta2", AttrKind::kFloat, Attribute(0.999f)},
-                {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
-                {"coeff", AttrKind::kFloat, Attribute(0.01f)}};
+    op.attrs = WithClipAttrs({{"beta1", AttrKind::kFloat, Attribute(0.9f)},
+                              {"beta2", AttrKind::kFloat, Attribute(0.999f)},
+                              {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
+                              {"coeff", AttrKind::kFloat, Attribute(0.01f)}});
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamWKernel;
     op.elementwise = EwAdamW;
