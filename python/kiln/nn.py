@@ -16,6 +16,7 @@ from . import ops as _ops
 from .framework import (DTYPE_CODES, Variable, atomic, create_parameter, create_persistable,
                         default_main_program, default_startup_program, dtype_name, fresh_name)
 from .ops import *  # noqa: F401,F403  (one function per registered op)
+from .clip import ClipGradByGlobalNorm, ClipGradByValue  # noqa: F401  (an optimizer's grad_clip=)
 
 _ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid", "exp", "softmax", "leaky_relu", "softplus", "abs", "sqrt",
                 "log")

@@ -9,12 +9,17 @@ same parameters is refused).
 ``coeff * param`` to the gradient inside the update op (Paddle's L2Decay,
 PyTorch's ``weight_decay`` of SGD/Adam); ``AdamW`` decays decoupled from the
 moments instead. Either way the decay is part of the same fused update
-kernel, with no extra pass over the weights."""
+kernel, with no extra pass over the weights.
+
+``grad_clip=`` (``kiln.nn.ClipGradByGlobalNorm(clip_norm)`` or
+``kiln.nn.ClipGradByValue(max, min=None)``) clips the raw gradients before
+the decay, inside the same update kernels (kiln/clip.py)."""
 
 import sys
 
 from . import _kiln
 from . import lr
+from .clip import _clip_settings
 from .framework import Variable, atomic, default_startup_program, fresh_state_name
 from .regularizer import _coeff
 
@@ -25,7 +30,8 @@ sys.modules[__name__ + ".lr"] = lr
 class Optimizer:
     _kind = None
 
-    def __init__(self, learning_rate, **settings):
+    def __init__(self, learning_rate, grad_clip=None, **settings):
+        settings.update(_clip_settings(grad_clip, type(self).__name__))
         # A schedule (kiln.optimizer.lr) overwrites the learning-rate var
         # before every update; 1.0 only initialises it.
         self._schedule = learning_rate if isinstance(learning_rate, lr.LRScheduler) else None
@@ -64,16 +70,16 @@ class SGD(Optimizer):
     """p -= lr * g"""
     _kind = "sgd"
 
-    def __init__(self, learning_rate, weight_decay=None):
-        super().__init__(learning_rate, weight_decay=_coeff(weight_decay, "SGD"))
+    def __init__(self, learning_rate, weight_decay=None, grad_clip=None):
+        super().__init__(learning_rate, grad_clip, weight_decay=_coeff(weight_decay, "SGD"))
 
 
 class Momentum(Optimizer):
     """v = momentum * v + g; p -= lr * v (nesterov: p -= lr * (g + momentum * v))"""
     _kind = "momentum"
 
-    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False, weight_decay=None):
-        super().__init__(learning_rate, momentum=float(momentum), use_nesterov=bool(use_nesterov),
+    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False, weight_decay=None, grad_clip=None):
+        super().__init__(learning_rate, grad_clip, momentum=float(momentum), use_nesterov=bool(use_nesterov),
                          weight_decay=_coeff(weight_decay, "Momentum"))
 
 
@@ -81,8 +87,9 @@ class Adam(Optimizer):
     """Adam (Kingma & Ba) with bias correction, as OPS.md's adam op."""
     _kind = "adam"
 
-    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None):
-        super().__init__(learning_rate, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None,
+                 grad_clip=None):
+        super().__init__(learning_rate, grad_clip, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
                          weight_decay=_coeff(weight_decay, "Adam"))
 
 
@@ -94,12 +101,12 @@ class AdamW(Optimizer):
     _kind = "adamw"
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.01,
-                 apply_decay_param_fun=None):
+                 apply_decay_param_fun=None, grad_clip=None):
         if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
             raise TypeError("AdamW: weight_decay must be a float, got %r" % (weight_decay,))
         if apply_decay_param_fun is not None and not callable(apply_decay_param_fun):
             raise TypeError("AdamW: apply_decay_param_fun must be callable or None")
-        super().__init__(learning_rate, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
+        super().__init__(learning_rate, grad_clip, beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
                          weight_decay=float(weight_decay))
         self._apply_decay_param_fun = apply_decay_param_fun
 

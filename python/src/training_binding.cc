@@ -34,6 +34,9 @@ OptimizerConfig OptimizerFromPython(const std::string& kind, const py::dict& arg
     else if (key == "beta2") c.beta2 = v.cast<float>();
     else if (key == "epsilon") c.epsilon = v.cast<float>();
     else if (key == "weight_decay") c.weight_decay = v.cast<float>();
+    else if (key == "grad_clip_norm") c.grad_clip_norm = v.cast<float>();
+    else if (key == "grad_clip_min") c.grad_clip_min = v.cast<float>();
+    else if (key == "grad_clip_max") c.grad_clip_max = v.cast<float>();
     else if (key == "no_decay") {
       for (const auto& name : v.cast<std::vector<std::string>>()) c.no_decay.insert(name);
     }
