@@ -221,6 +221,29 @@ TEST_F(CliTest, LrScheduleRunsInTheProgramAndResumes) {
   EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
 }
 
+// --grad_clip_norm: one clip_by_global_norm op in the program, whose Scale
+// the updates read; training runs with it, JIT off and on; a bad value fails
+// before training.
+TEST_F(CliTest, GradClipNormIsInTheProgramAndTrains) {
+  Result r = Kiln("program --model mlp --optimizer adam --grad_clip_norm 0.5 --out " + dir_ + "/p.pbtxt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string program = ReadFile(dir_ + "/p.pbtxt");
+  EXPECT_NE(program.find("type: \"clip_by_global_norm\""), std::string::npos);
+  EXPECT_NE(program.find("name: \"GradScale\""), std::string::npos);
+  for (const std::string jit : {"false", "true"}) {
+    r = Kiln("train --model mlp --dataset digits --epochs 1 --max_steps 20 --progress=false --grad_clip_norm 0.5 "
+             "--use_jit=" + jit);
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+  }
+  r = Kiln("train --model mlp --epochs 1 --progress=false --grad_clip_norm -1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("grad_clip_norm (ClipGradByGlobalNorm's clip_norm) must be finite and > 0"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, TrainWritesMetrics) {
   const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
   ASSERT_EQ(r.code, 0) << r.output;

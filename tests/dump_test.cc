@@ -163,6 +163,47 @@ TEST_F(DumpTest, AdamwDecayIsInsideTheGeneratedUpdateKernel) {
   EXPECT_EQ(kernels.find("framework kernel (reference) adamw"), std::string::npos) << kernels;
 }
 
+// --grad_clip_norm: one clip_by_global_norm (a framework kernel) reads the
+// gradients, and each sgd stays one generated kernel that reads its Scale
+// and multiplies the gradient by it (no pass scaling the gradients, none
+// over the weights); the weight-gradient fold into sgd does not apply.
+TEST_F(DumpTest, GlobalNormClipScaleIsInsideTheGeneratedUpdateKernels) {
+  const Result r = Kiln("dump --model mlp --grad_clip_norm 1 --batch_size 32 --out " + dir_ + "/c");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string kernels = Read(dir_ + "/c/cluster_c0/kernels.txt");
+  std::stringstream in(kernels);
+  std::string line, section;
+  int norms = 0, fused = 0, scaled = 0;
+  std::vector<std::string> sections;
+  while (std::getline(in, line)) {
+    if (line.find("# framework kernel (reference) clip_by_global_norm") != std::string::npos) ++norms;
+    const std::string tail = "fusing sgd";
+    if (line.size() >= tail.size() && line.compare(line.size() - tail.size(), tail.size(), tail) == 0) {
+      EXPECT_NE(line.find("generated"), std::string::npos) << line;
+      // The scale is the kernel's last input (in3).
+      EXPECT_NE(line.find(":grad_clip_scale_0 -> "), std::string::npos) << line;
+      ++fused;
+    }
+    if (line.rfind("# kernel ", 0) == 0) {
+      sections.push_back(section);
+      section.clear();
+    }
+    section += line + "\n";
+  }
+  sections.push_back(section);
+  for (const std::string& k : sections) {
+    if (k.find(" ops=[sgd] ") == std::string::npos) continue;
+    // p - lr * (g * scale): in1 the gradient, in3 the scale read at every point.
+    EXPECT_NE(k.find(" in3=[0] "), std::string::npos) << k;
+    EXPECT_NE(k.find("%4 = mul %1, %3\n"), std::string::npos) << k;
+    ++scaled;
+  }
+  EXPECT_EQ(norms, 1) << kernels;
+  EXPECT_EQ(fused, 4) << kernels;  // fc0.w, fc0.b, fc1.w, fc1.b
+  EXPECT_EQ(scaled, 4) << kernels;
+  EXPECT_EQ(kernels.find("W -= lr * X^T dY"), std::string::npos) << kernels;
+}
+
 // The transformer's attention is fused (attention_fusion_pass) and its
 // forward and backward land in different clusters: the backward's cluster
 // reads the LSE the pass made, which the dump shapes from the subgraph.

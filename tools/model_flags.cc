@@ -34,6 +34,7 @@ TrainConfig TrainConfigFromFlags() {
   // The command line has no --weight_decay yet: adamw decays by Paddle's
   // default coefficient.
   if (tc.optimizer == OptimizerKind::kAdamW) tc.weight_decay = 0.01f;
+  tc.grad_clip_norm = static_cast<float>(FLAGS_grad_clip_norm);
   return tc;
 }
 

@@ -24,6 +24,7 @@ struct TrainConfig {
   uint64_t seed = 1;
   float momentum = 0.9f;  // momentum's mu
   float weight_decay = 0.f;  // OptimizerConfig::weight_decay
+  float grad_clip_norm = 0.f;  // OptimizerConfig::grad_clip_norm (0: no clipping)
   // A learning-rate schedule over the learning-rate var (kind empty: none).
   std::optional<LrSchedule> lr_schedule;
 };
