@@ -141,16 +141,13 @@ std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrS
   }
   proto::OpDesc desc = op.Build();
   SetAttr(&desc, kOpRoleAttr, Attribute(std::string(kOpRoleLRSched)));
-  // The first reader of the learning rate, found before the op is appended.
-  int first_reader = block->ops_size();
-  for (int i = 0; i < block->ops_size() && first_reader == block->ops_size(); ++i) {
-    for (const auto& in : block->ops(i).inputs()) {
-      if (std::find(in.args().begin(), in.args().end(), lr) != in.args().end()) first_reader = i;
-    }
-  }
+  // First in the block: the op reads only its own counter, and an early write
+  // of the learning rate lets a compiled cluster fold each update into the
+  // op that makes its gradient (weight_grad_fold), which an lr write between
+  // the two would forbid.
   b.RawOp(desc);
   auto* ops = block->mutable_ops();
-  for (int i = ops->size() - 1; i > first_reader; --i) ops->SwapElements(i, i - 1);
+  for (int i = ops->size() - 1; i > 0; --i) ops->SwapElements(i, i - 1);
   return step;
 }
 

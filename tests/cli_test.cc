@@ -194,25 +194,30 @@ TEST_F(CliTest, NonFiniteLearningRateAndLossStopTraining) {
 
 // --lr_schedule: the schedule is in the program (an lr_schedule op), its step
 // counter is in the checkpoint, and a resumed run ends where an uninterrupted
-// one does; a bad spec fails before training, naming the key.
+// one does, with the JIT off and on (the op then in the compiled cluster);
+// a bad spec fails before training, naming the key.
 TEST_F(CliTest, LrScheduleRunsInTheProgramAndResumes) {
-  const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer momentum --lr 0.1 "
-                            "--progress=false --lr_schedule cosine:T_max=60,warmup=10,start_lr=0.01 --max_steps ";
-  Result r = Kiln(train + "30 --save_dir " + dir_ + "/ckpt");
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = Kiln(train + "60 --save_dir " + dir_ + "/ckpt --resume " + dir_ + "/ckpt --metrics_out " + dir_ + "/b.json");
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = Kiln(train + "60 --metrics_out " + dir_ + "/c.json");
-  ASSERT_EQ(r.code, 0) << r.output;
   auto final_loss = [](const std::string& json) {
     const size_t at = json.find("\"final_loss\"");
     return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
   };
-  EXPECT_EQ(final_loss(ReadFile(dir_ + "/b.json")), final_loss(ReadFile(dir_ + "/c.json")));
-  EXPECT_NE(final_loss(ReadFile(dir_ + "/c.json")), "none");
-  const Tensor step = ReadNpy(dir_ + "/ckpt/ckpt-60/learning_rate.step.npy");
-  EXPECT_EQ(step.data<float>()[0], 60.f);
-  r = Kiln("program --model mlp --lr_schedule exponential:gamma=0.9 --out " + dir_ + "/p.pbtxt");
+  for (const std::string jit : {"--use_jit=false", "--use_jit"}) {
+    SCOPED_TRACE(jit);
+    const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer momentum --lr 0.1 " + jit +
+                              " --progress=false --lr_schedule cosine:T_max=60,warmup=10,start_lr=0.01 --max_steps ";
+    const std::string ckpt = dir_ + "/ckpt" + std::to_string(jit.size());
+    Result r = Kiln(train + "30 --save_dir " + ckpt);
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = Kiln(train + "60 --save_dir " + ckpt + " --resume " + ckpt + " --metrics_out " + dir_ + "/b.json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = Kiln(train + "60 --metrics_out " + dir_ + "/c.json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(final_loss(ReadFile(dir_ + "/b.json")), final_loss(ReadFile(dir_ + "/c.json")));
+    EXPECT_NE(final_loss(ReadFile(dir_ + "/c.json")), "none");
+    const Tensor step = ReadNpy(ckpt + "/ckpt-60/learning_rate.step.npy");
+    EXPECT_EQ(step.data<float>()[0], 60.f);
+  }
+  Result r = Kiln("program --model mlp --lr_schedule exponential:gamma=0.9 --out " + dir_ + "/p.pbtxt");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(ReadFile(dir_ + "/p.pbtxt").find("lr_schedule"), std::string::npos);
   r = Kiln("train --model mlp --epochs 1 --progress=false --lr_schedule cosine:Tmax=5");

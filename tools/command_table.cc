@@ -71,7 +71,7 @@ std::vector<CommandInfo> MakeCommands() {
       {"dump", "(--model M | --program P.pbtxt) --out DIR [--flags]",
        "Compiles every cluster of a model's training program or a program file for --batch_size and writes what "
        "was compiled (docs/dump.md).",
-       Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "seed", "batch_size"},
+       Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "lr_schedule", "seed", "batch_size"},
              {"program", "append_backward", "fetch", "out", "dump_passes", "data_parallel", "dp_bucket_mb"},
              Running()}),
        {}},
@@ -82,7 +82,7 @@ std::vector<CommandInfo> MakeCommands() {
       {"bench", "[--flags]",
        "Times training steps of a model on random data, oneDNN matmul or memcpy bandwidth, or a run over many batch "
        "sizes (churn: cache sizes and RSS); prints one JSON line.",
-       Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "seed", "batch_size", "progress"},
+       Join({Group("model"), {"dataset", "data_dir", "optimizer", "lr", "lr_schedule", "seed", "batch_size", "progress"},
              Group("bench"), Running()}),
        {}},
       {"export", "--from CKPT --out MODEL_DIR [--onnx]",

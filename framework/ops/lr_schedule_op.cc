@@ -103,6 +103,12 @@ void RegisterLrScheduleOps(OpRegistry& r) {
               {"end_lr", AttrKind::kFloat, Attribute(0.0f)}};
   op.inplace = {{"Step", "StepOut"}};
   op.no_grad_inputs = {"Step"};
+  // Clustered with the updates, running this kernel there: the rate is one
+  // scalar, and its double-precision closed forms (cos, pow) keep JIT-on
+  // rates equal to JIT-off ones bit for bit, where generated exp/log would be
+  // ~1e-7 off and EwProgram has no cos. The kernel reads Step before it
+  // writes StepOut, so the cluster may update the counter in place.
+  op.jit = JitLowering::kFramework;
   op.infer_shape = InferLrSchedule;
   op.reference_kernel = LrScheduleKernel;
   r.Add(std::move(op));
