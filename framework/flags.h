@@ -63,6 +63,7 @@ DECLARE_double(lr);
 DECLARE_string(lr_schedule);
 DECLARE_bool(stop_on_nonfinite);
 DECLARE_string(optimizer);
+DECLARE_double(weight_decay);
 DECLARE_uint64(seed);
 DECLARE_string(metrics_out);
 DECLARE_string(history);

@@ -226,6 +226,51 @@ TEST_F(CliTest, LrScheduleRunsInTheProgramAndResumes) {
   EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
 }
 
+// --weight_decay: L2 for momentum changes the run (0 is the default's run);
+// adamw's decoupled coefficient is 0.01 unless given; a negative, non-finite
+// or malformed value fails before anything is built or trained.
+TEST_F(CliTest, WeightDecayChangesTheRunAndABadValueFailsFast) {
+  auto final_loss = [this](const std::string& flags) {
+    const Result r = Kiln("train --model mlp --dataset digits --epochs 1 --max_steps 40 --optimizer momentum --lr 0.1 "
+                          "--progress=false " + flags + " --metrics_out " + dir_ + "/wd.json");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string json = ReadFile(dir_ + "/wd.json");
+    const size_t at = json.find("\"final_loss\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  const std::string plain = final_loss("");
+  EXPECT_NE(plain, "none");
+  EXPECT_EQ(final_loss("--weight_decay 0"), plain);
+  EXPECT_NE(final_loss("--weight_decay 0.5"), plain);
+  auto coeffs = [this](const std::string& flags) {
+    const Result r = Kiln("program --model mlp " + flags + " --out " + dir_ + "/wd.pbtxt");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string p = ReadFile(dir_ + "/wd.pbtxt");
+    std::string found;
+    for (size_t at = p.find("name: \"coeff\""); at != std::string::npos; at = p.find("name: \"coeff\"", at + 1)) {
+      const size_t f = p.find("f: ", at);
+      found += p.substr(f + 3, p.find('\n', f) - f - 3) + " ";
+    }
+    return found + std::to_string(p.find("regularization_coeff") != std::string::npos);
+  };
+  EXPECT_EQ(coeffs("--optimizer adamw"), "0.01 0.01 0.01 0.01 0");
+  EXPECT_EQ(coeffs("--optimizer adamw --weight_decay 0.25"), "0.25 0.25 0.25 0.25 0");
+  EXPECT_EQ(coeffs("--optimizer adam"), "0");
+  EXPECT_EQ(coeffs("--optimizer adam --weight_decay 0.001"), "1");
+  for (const char* bad : {"-0.1", "-1", "nan", "inf", "1e300"}) {
+    const Result r =
+        Kiln(std::string("train --model mlp --dataset digits --epochs 1 --progress=false --weight_decay=") + bad);
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.output.find("--weight_decay must be a finite number >= 0 (leave it out for the optimizer's default)"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+  }
+  const Result r = Kiln("dump --model mlp --weight_decay abc --out " + dir_ + "/wd");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--weight_decay takes a number, got 'abc'"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, TrainWritesMetrics) {
   const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -167,7 +167,9 @@ TEST_F(LrScheduleJitTest, RunsInTheUpdatesClusterAndMatchesJitOff) {
         for (int i = 0; i < kSteps; ++i) {
           EXPECT_NEAR(on.losses[i], off.losses[i], 1e-5 * std::max(1.0f, std::fabs(off.losses[i]))) << "step " << i;
         }
-        for (const auto& [p, want] : off.params) EXPECT_EQ(test::CompareTensors(on.params.at(p), want, 1e-5, 1e-5), "") << p;
+        for (const auto& [p, want] : off.params) {
+          EXPECT_EQ(test::CompareTensors(on.params.at(p), want, 1e-5, 1e-5), "") << p;
+        }
         if (mode != jit::LaunchMode::kRuntime) continue;
         const std::set<std::string> kernels = CompiledKernels();
         EXPECT_EQ(kernels.count("lr_schedule"), 1u);
