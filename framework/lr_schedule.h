@@ -52,8 +52,11 @@ LrSchedule ParseLrSchedule(const std::string& spec, float lr);
 // Declares "<lr>.step" (persistable fp32 [1], 0 in the startup program) and
 // inserts an lr_schedule op with op_role "lr_sched" that writes `lr`, before
 // the first op of b.main() that reads `lr` (at the end when none does).
+// When the updates reading `lr` merge gradients (grad_merge.h), the op reads
+// their Apply flag and the step counts updates, not steps run.
 // Returns the step var. Throws InvalidArgument (CheckLrSchedule) changing
-// nothing, or when main does not declare `lr`.
+// nothing, when main does not declare `lr`, or when only some of its
+// updates merge gradients.
 std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrSchedule& s);
 
 }  // namespace kiln
