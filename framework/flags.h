@@ -61,6 +61,7 @@ DECLARE_int32(batch_size);
 DECLARE_int32(eval_batch_size);
 DECLARE_double(lr);
 DECLARE_string(lr_schedule);
+DECLARE_int32(grad_merge_steps);
 DECLARE_bool(stop_on_nonfinite);
 DECLARE_string(optimizer);
 DECLARE_double(weight_decay);

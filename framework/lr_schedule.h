@@ -54,9 +54,12 @@ LrSchedule ParseLrSchedule(const std::string& spec, float lr);
 // Declares "<lr>.step" (persistable fp32 [1], 0 in the startup program) and
 // inserts an lr_schedule op with op_role "lr_sched" that writes `lr` as the
 // first op of b.main() (so before every op that reads `lr`, the ones
-// appended later included).
+// appended later included). When the updates reading `lr` merge gradients
+// (grad_merge.h), the op reads their Apply flag, sits right after the flag's
+// producer, and the step counts updates, not steps run.
 // Returns the step var. Throws InvalidArgument (CheckLrSchedule) changing
-// nothing, or when main does not declare `lr`.
+// nothing, when main does not declare `lr`, or when only some of its
+// updates merge gradients.
 std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrSchedule& s);
 
 }  // namespace kiln

@@ -66,6 +66,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterAssignValueOps(r);
   RegisterOptimizerOps(r);
   RegisterLrScheduleOps(r);
+  RegisterGradMergeOps(r);
   RegisterConcatSplitSliceOps(r);
   RegisterClipLogSoftmaxOps(r);
   RegisterBatchNormOps(r);

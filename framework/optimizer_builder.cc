@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/grad_merge.h"
 #include "framework/op_desc.h"
 #include "framework/operator.h"
 #include "framework/suggest.h"
@@ -22,6 +23,7 @@ void CheckConfig(const OptimizerConfig& c) {
     if (!(c.beta2 >= 0 && c.beta2 < 1)) ThrowInvalidArgument("adam beta2 must be in [0, 1), got ", c.beta2);
     if (!(c.epsilon > 0)) ThrowInvalidArgument("adam epsilon must be > 0, got ", c.epsilon);
   }
+  if (c.grad_merge_steps < 1) ThrowInvalidArgument("gradient merge: k_steps must be >= 1, got ", c.grad_merge_steps);
 }
 
 proto::OpDesc UpdateOp(ProgramBuilder& b, const std::string& p, const std::string& g, const std::string& lr,
@@ -91,8 +93,11 @@ std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::
     lr_name = taken ? b.UniqueName("learning_rate") : "learning_rate";
   }
   const std::string lr = b.Persistable(lr_name, {1}, c.lr);
+  const std::string apply = c.grad_merge_steps > 1 ? AppendGradMergeStep(b, lr, c.grad_merge_steps) : "";
   for (const auto& [p, g] : params_grads) {
-    proto::OpDesc update = UpdateOp(b, p, g, lr, c);
+    const std::string grad = apply.empty() ? g : AppendGradMerge(b, p, g, apply, c.grad_merge_steps, c.grad_merge_avg);
+    proto::OpDesc update = UpdateOp(b, p, grad, lr, c);
+    if (!apply.empty()) SetInput(&update, "Apply", {apply});
     SetAttr(&update, kOpRoleAttr, Attribute(std::string(kOpRoleOptimize)));
     b.RawOp(update);
   }

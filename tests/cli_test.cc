@@ -271,6 +271,36 @@ TEST_F(CliTest, WeightDecayChangesTheRunAndABadValueFailsFast) {
   EXPECT_NE(r.output.find("--weight_decay takes a number, got 'abc'"), std::string::npos) << r.output;
 }
 
+// --grad_merge_steps: the merge is in the program, its counter (steps since
+// the last update) in the checkpoint, a run resumed mid-cycle ends where an
+// uninterrupted one does; 0 fails before training, naming the flag.
+TEST_F(CliTest, GradMergeStepsAccumulatesAndResumesMidCycle) {
+  const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer adam --lr 0.01 "
+                            "--progress=false --grad_merge_steps 4 --lr_schedule exponential:gamma=0.9 --max_steps ";
+  Result r = Kiln(train + "10 --save_dir " + dir_ + "/ckpt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(ReadNpy(dir_ + "/ckpt/ckpt-10/learning_rate.grad_merge_step.npy").data<float>()[0], 2.f);
+  // The schedule counts the two updates, not the ten steps.
+  EXPECT_EQ(ReadNpy(dir_ + "/ckpt/ckpt-10/learning_rate.step.npy").data<float>()[0], 2.f);
+  r = Kiln(train + "22 --save_dir " + dir_ + "/ckpt --resume " + dir_ + "/ckpt --metrics_out " + dir_ + "/b.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = Kiln(train + "22 --metrics_out " + dir_ + "/c.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto final_loss = [](const std::string& json) {
+    const size_t at = json.find("\"final_loss\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  EXPECT_EQ(final_loss(ReadFile(dir_ + "/b.json")), final_loss(ReadFile(dir_ + "/c.json")));
+  EXPECT_NE(final_loss(ReadFile(dir_ + "/c.json")), "none");
+  r = Kiln("program --model mlp --grad_merge_steps 3 --out " + dir_ + "/p.pbtxt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(ReadFile(dir_ + "/p.pbtxt").find("grad_merge_step"), std::string::npos);
+  r = Kiln("train --model mlp --epochs 1 --progress=false --grad_merge_steps 0");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--grad_merge_steps must be >= 1, got 0"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, TrainWritesMetrics) {
   const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -46,6 +46,8 @@ TrainConfig TrainConfigFromFlags() {
   tc.optimizer = ParseOptimizer(FLAGS_optimizer);
   tc.lr = static_cast<float>(FLAGS_lr);
   if (!FLAGS_lr_schedule.empty()) tc.lr_schedule = ParseLrSchedule(FLAGS_lr_schedule, tc.lr);
+  if (FLAGS_grad_merge_steps < 1) ThrowInvalidArgument("--grad_merge_steps must be >= 1, got ", FLAGS_grad_merge_steps);
+  tc.grad_merge_steps = FLAGS_grad_merge_steps;
   tc.seed = FLAGS_seed;
   tc.weight_decay = WeightDecayFromFlags(tc.optimizer);
   return tc;

@@ -55,6 +55,8 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
   // The primitive computes W -= lr * X^T dY and has no term for L2 decay's
   // lr * coeff * W: such an sgd stays a generated elementwise update.
   if (c.Attr<float>(j, "regularization_coeff") != 0.f) return -1;
+  // Nor a select on gradient merge's Apply flag (apply_gate.h).
+  if (!c.In(j, "Apply").empty()) return -1;
   const std::string lr = c.In(j, "LearningRate");
   // The step moves up to the matmul_grad: nothing in between may touch W or
   // write the operands.

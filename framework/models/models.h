@@ -26,6 +26,7 @@ struct TrainConfig {
   float weight_decay = 0.f;  // OptimizerConfig::weight_decay
   // A learning-rate schedule over the learning-rate var (kind empty: none).
   std::optional<LrSchedule> lr_schedule;
+  int64_t grad_merge_steps = 1;  // OptimizerConfig::grad_merge_steps
 };
 
 struct MlpConfig {

@@ -18,6 +18,7 @@ void RegisterFillOps(OpRegistry& r);         // fill_constant, uniform_random
 void RegisterAssignValueOps(OpRegistry& r);  // assign_value
 void RegisterOptimizerOps(OpRegistry& r);    // sgd, momentum, adam
 void RegisterLrScheduleOps(OpRegistry& r);   // lr_schedule
+void RegisterGradMergeOps(OpRegistry& r);    // grad_merge_step, grad_merge
 void RegisterConcatSplitSliceOps(OpRegistry& r);  // concat, split, slice (+grads)
 void RegisterSliceOps(OpRegistry& r);             // slice (+grad); called by RegisterConcatSplitSliceOps
 void RegisterClipLogSoftmaxOps(OpRegistry& r);    // clip, log_softmax, fused_softmax_mask_upper_triangle (+grads)

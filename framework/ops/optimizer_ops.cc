@@ -1,11 +1,13 @@
 // sgd, momentum, adam and adamw. Outputs normally name the same vars as their inputs
 // (ParamOut is Param): every kernel reads scalars first and then updates each
-// element from that element alone, so running in place is safe.
+// element from that element alone, so running in place is safe. Each takes
+// gradient merge's optional Apply flag (apply_gate.h).
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "framework/op_registry.h"
+#include "framework/ops/apply_gate.h"
 #include "framework/ops/kernel_util_a.h"
 #include "framework/ops/ops.h"
 
@@ -278,7 +280,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad"}, {"LearningRate"}); };
     op.reference_kernel = SgdKernel;
     op.elementwise = EwSgd;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
   {
     OpInfo op = OptimizerInfo("momentum",
@@ -292,7 +294,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad", "Velocity"}, {"LearningRate"}); };
     op.reference_kernel = MomentumKernel;
     op.elementwise = EwMomentum;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
   {
     OpInfo op = OptimizerInfo("adam",
@@ -312,7 +314,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamKernel;
     op.elementwise = EwAdam;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
   {
     OpInfo op = OptimizerInfo("adamw",
@@ -332,7 +334,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamWKernel;
     op.elementwise = EwAdamW;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
 }
 

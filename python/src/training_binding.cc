@@ -34,6 +34,8 @@ OptimizerConfig OptimizerFromPython(const std::string& kind, const py::dict& arg
     else if (key == "beta2") c.beta2 = v.cast<float>();
     else if (key == "epsilon") c.epsilon = v.cast<float>();
     else if (key == "weight_decay") c.weight_decay = v.cast<float>();
+    else if (key == "grad_merge_steps") c.grad_merge_steps = v.cast<int64_t>();
+    else if (key == "grad_merge_avg") c.grad_merge_avg = v.cast<bool>();
     else if (key == "no_decay") {
       for (const auto& name : v.cast<std::vector<std::string>>()) c.no_decay.insert(name);
     }
