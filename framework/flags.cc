@@ -45,6 +45,7 @@ DEFINE_string(data_dir, "", "Where the dataset files are (default: tools/data fo
 DEFINE_int32(epochs, 10, "Training epochs");
 DEFINE_int32(batch_size, 32, "Samples per training step");
 DEFINE_int32(eval_batch_size, 0, "Samples per evaluation step (0: --batch_size)");
+DEFINE_int32(num_workers, 1, "kiln train: threads that make the next mini-batches (gather their rows, or generate synthetic ones) while the step runs, each up to 2 batches ahead (0: each batch is made in the training loop, between steps); the batches and the results are the same for any value");
 DEFINE_double(lr, 0.1, "Learning rate (a finite number > 0)");
 DEFINE_string(lr_schedule, "", "A learning-rate schedule over --lr, run in the program (with --use_jit, inside the compiled cluster of the updates) and saved in checkpoints: cosine:T_max=N[,eta_min=F] | exponential:gamma=F | piecewise:boundaries=N/N,values=F/F/F | noam:d_model=N,warmup_steps=N, each optionally with ,warmup=N[,start_lr=F] (a linear warmup to --lr first); or warmup:warmup=N[,start_lr=F] (empty: constant --lr)");
 DEFINE_int32(grad_merge_steps, 1, "kiln train: gradient accumulation (Paddle's GradientMergeOptimizer): update every N steps with the mean gradient of their N batches, as one step at N times --batch_size would; the partial sums are saved in checkpoints (1: every step)");

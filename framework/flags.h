@@ -59,6 +59,7 @@ DECLARE_string(data_dir);
 DECLARE_int32(epochs);
 DECLARE_int32(batch_size);
 DECLARE_int32(eval_batch_size);
+DECLARE_int32(num_workers);
 DECLARE_double(lr);
 DECLARE_string(lr_schedule);
 DECLARE_int32(grad_merge_steps);

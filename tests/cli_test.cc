@@ -301,6 +301,43 @@ TEST_F(CliTest, GradMergeStepsAccumulatesAndResumesMidCycle) {
   EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
 }
 
+// --num_workers: the batches made ahead on background threads are the ones
+// the training loop would make, so every step's loss, the final loss and the
+// test accuracy are the same bits with the loader's threads on or off.
+TEST_F(CliTest, TrainGivesTheSameLossesWithAndWithoutPrefetch) {
+  auto losses = [](const std::string& history) {
+    std::string out;
+    for (size_t at = history.find("\"loss\":"); at != std::string::npos; at = history.find("\"loss\":", at + 1)) {
+      out += history.substr(at, history.find_first_of(",}", at) - at) + " ";
+    }
+    return out;
+  };
+  auto field = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  std::string first_losses, first_metrics;
+  for (const char* workers : {"0", "1", "2"}) {
+    const std::string out = dir_ + "/w" + workers;
+    const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --optimizer momentum "
+                          "--progress=false --num_workers " + std::string(workers) + " --history " + out +
+                          ".jsonl --metrics_out " + out + ".json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string history = ReadFile(out + ".jsonl"), metrics = ReadFile(out + ".json");
+    EXPECT_NE(losses(history), "");
+    if (first_losses.empty()) {
+      first_losses = losses(history);
+      first_metrics = field(metrics, "final_loss") + field(metrics, "test_accuracy");
+      continue;
+    }
+    EXPECT_EQ(losses(history), first_losses) << "--num_workers " << workers;
+    EXPECT_EQ(field(metrics, "final_loss") + field(metrics, "test_accuracy"), first_metrics) << workers;
+  }
+  const Result r = Kiln("train --model mlp --epochs 1 --progress=false --num_workers -1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--num_workers must be >= 0, got -1"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, TrainWritesMetrics) {
   const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --lr 0.1 --optimizer momentum --progress=false --metrics_out " + dir_ + "/m.json");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -14,7 +14,7 @@ const std::map<std::string, Flags>& GroupFlags() {
       {"model", {"model", "mlp_hidden", "seq_len", "d_model", "num_heads", "ffn_dim"}},
       {"data", {"dataset", "data_dir", "synthetic_size"}},
       {"training",
-       {"optimizer", "lr", "lr_schedule", "weight_decay", "grad_merge_steps", "epochs", "batch_size", "eval_batch_size", "max_steps", "seed",
+       {"optimizer", "lr", "lr_schedule", "weight_decay", "grad_merge_steps", "epochs", "batch_size", "eval_batch_size", "num_workers", "max_steps", "seed",
         "stop_on_nonfinite", "resume"}},
       {"program", {"program", "append_backward", "fetch", "steps", "from"}},
       {"JIT",
