@@ -45,11 +45,14 @@ DEFINE_string(data_dir, "", "Where the dataset files are (default: tools/data fo
 DEFINE_int32(epochs, 10, "Training epochs");
 DEFINE_int32(batch_size, 32, "Samples per training step");
 DEFINE_int32(eval_batch_size, 0, "Samples per evaluation step (0: --batch_size)");
+DEFINE_int32(num_workers, 1, "kiln train: threads that make the next mini-batches (gather their rows, or generate synthetic ones) while the step runs, each up to 2 batches ahead (0: each batch is made in the training loop, between steps); the batches and the results are the same for any value");
 DEFINE_double(lr, 0.1, "Learning rate (a finite number > 0)");
-DEFINE_string(lr_schedule, "", "kiln train: a learning-rate schedule over --lr, run in the program and saved in checkpoints: cosine:T_max=N[,eta_min=F] | exponential:gamma=F | piecewise:boundaries=N/N,values=F/F/F | noam:d_model=N,warmup_steps=N, each optionally with ,warmup=N[,start_lr=F] (a linear warmup to --lr first); or warmup:warmup=N[,start_lr=F] (empty: constant --lr)");
+DEFINE_string(lr_schedule, "", "A learning-rate schedule over --lr, run in the program (with --use_jit, inside the compiled cluster of the updates) and saved in checkpoints: cosine:T_max=N[,eta_min=F] | exponential:gamma=F | piecewise:boundaries=N/N,values=F/F/F | noam:d_model=N,warmup_steps=N, each optionally with ,warmup=N[,start_lr=F] (a linear warmup to --lr first); or warmup:warmup=N[,start_lr=F] (empty: constant --lr)");
+DEFINE_int32(grad_merge_steps, 1, "kiln train: gradient accumulation (Paddle's GradientMergeOptimizer): update every N steps with the mean gradient of their N batches, as one step at N times --batch_size would; the partial sums are saved in checkpoints (1: every step)");
 DEFINE_bool(stop_on_nonfinite, true, "kiln train: stop with an error naming the step and the last finite loss when the loss becomes NaN or Inf");
 DEFINE_double(grad_clip_norm, 0, "Clip the gradients by their global norm (Paddle's ClipGradByGlobalNorm): each step multiplies every gradient by F / max(global norm, F) inside the update kernels, before weight decay (0: no clipping)");
-DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam | adamw (decoupled weight decay 0.01)");
+DEFINE_string(optimizer, "sgd", "Optimizer: sgd | momentum | adam | adamw (decoupled weight decay, 0.01 unless --weight_decay)");
+DEFINE_double(weight_decay, -1, "Weight decay F (finite, >= 0): L2 for sgd, momentum and adam (grad + F * param, as PyTorch's weight_decay), decoupled for adamw (param *= 1 - lr * F); left out (-1): the optimizer's default, 0.01 for adamw and 0 for the others");
 DEFINE_uint64(seed, 1, "Seed of parameter initialisation, shuffling and synthetic data");
 DEFINE_string(metrics_out, "", "Write training metrics as JSON to this file");
 DEFINE_string(history, "", "kiln train: write one JSON line per step (step, loss, samples/s, step ms) and per epoch (test accuracy) to this file");

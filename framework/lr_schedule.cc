@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 #include "framework/op_desc.h"
+#include "framework/op_registry.h"
 #include "framework/operator.h"
 #include "framework/suggest.h"
 
@@ -123,13 +125,51 @@ LrSchedule ParseLrSchedule(const std::string& spec, float lr) {
   return s;
 }
 
+namespace {
+
+// The Apply flag of gradient merge (grad_merge_ops.cc) that the updates
+// reading `lr` take: the schedule then advances on the steps that update,
+// counting updates as Paddle's does. "" when they take none; throws when
+// only some take one, or take different ones.
+std::string UpdateFlagOf(const proto::BlockDesc& block, const std::string& lr) {
+  std::set<std::string> flags;
+  bool plain = false;
+  for (const auto& op : block.ops()) {
+    const auto reads = InputVars(op);
+    if (!IsParameterUpdate(op) || std::find(reads.begin(), reads.end(), lr) == reads.end()) continue;
+    const auto apply = InputArgs(op, "Apply");
+    if (apply.empty() || apply[0] == kEmptyVarName) plain = true;
+    else flags.insert(apply[0]);
+  }
+  if (flags.empty()) return "";
+  if (plain || flags.size() > 1) {
+    ThrowInvalidArgument("lr_schedule: the updates reading '", lr, "' merge gradients over different steps (",
+                         plain ? "some do not merge" : "different grad_merge_step counters",
+                         "); give each optimizer its own learning rate");
+  }
+  return *flags.begin();
+}
+
+// The index of the op that writes `var` first; -1 when none does.
+int FirstWriter(const proto::BlockDesc& block, const std::string& var) {
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const auto outs = OutputVars(block.ops(i));
+    if (std::find(outs.begin(), outs.end(), var) != outs.end()) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrSchedule& s) {
   CheckLrSchedule(s);
   proto::BlockDesc* block = b.main().mutable_blocks(0);
   if (FindVarDesc(*block, lr) == nullptr) ThrowInvalidArgument("lr_schedule: the program declares no variable '", lr, "'");
+  const std::string apply = UpdateFlagOf(*block, lr);
   const std::string step = b.Persistable(lr + ".step", {1}, 0.f);
   OpBuilder op("lr_schedule");
   op.In("Step", {step}).Out("LearningRate", {lr}).Out("StepOut", {step}).Attr("kind", s.kind);
+  if (!apply.empty()) op.In("Apply", {apply});
   // Only the attributes the kind reads, so the program prints what it means.
   if (s.kind != "piecewise") op.Attr("learning_rate", s.learning_rate);
   if (s.kind == "cosine") op.Attr("T_max", s.T_max).Attr("eta_min", s.eta_min);
@@ -141,16 +181,29 @@ std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrS
   }
   proto::OpDesc desc = op.Build();
   SetAttr(&desc, kOpRoleAttr, Attribute(std::string(kOpRoleLRSched)));
-  // The first reader of the learning rate, found before the op is appended.
-  int first_reader = block->ops_size();
-  for (int i = 0; i < block->ops_size() && first_reader == block->ops_size(); ++i) {
-    for (const auto& in : block->ops(i).inputs()) {
-      if (std::find(in.args().begin(), in.args().end(), lr) != in.args().end()) first_reader = i;
+  // Without gradient merge, first in the block: the op reads only its own
+  // counter, and an early write of the learning rate lets a compiled cluster
+  // fold each update into the op that makes its gradient (weight_grad_fold),
+  // which an lr write between the two would forbid. With gradient merge, right
+  // after the flag's producer (grad_merge_step), which must come before the
+  // first reader of the learning rate (a gated sgd is never folded anyway).
+  int position = 0;
+  if (!apply.empty()) {
+    int first_reader = block->ops_size();
+    for (int i = 0; i < block->ops_size() && first_reader == block->ops_size(); ++i) {
+      for (const auto& in : block->ops(i).inputs()) {
+        if (std::find(in.args().begin(), in.args().end(), lr) != in.args().end()) first_reader = i;
+      }
     }
+    const int writer = FirstWriter(*block, apply);
+    if (writer > first_reader) {
+      ThrowInvalidArgument("lr_schedule: '", apply, "' is written after the first reader of '", lr, "'");
+    }
+    position = writer + 1;
   }
   b.RawOp(desc);
   auto* ops = block->mutable_ops();
-  for (int i = ops->size() - 1; i > first_reader; --i) ops->SwapElements(i, i - 1);
+  for (int i = ops->size() - 1; i > position; --i) ops->SwapElements(i, i - 1);
   return step;
 }
 

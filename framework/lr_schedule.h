@@ -1,7 +1,9 @@
 // Learning-rate schedules as ops of the training program (Paddle's
 // paddle.optimizer.lr schedules): a persistable step counter, and one
 // lr_schedule op that computes the learning-rate var from it and advances it,
-// placed before the updates that read the learning rate. The counter is
+// placed first in the program (before the updates that read the learning
+// rate). With the JIT on, the op runs inside the compiled cluster that holds
+// the updates (JitLowering::kFramework). The counter is
 // saved in checkpoints like any optimizer state, so a resumed run continues
 // the schedule where it stopped.
 #pragma once
@@ -50,10 +52,14 @@ void CheckLrSchedule(const LrSchedule& s);
 LrSchedule ParseLrSchedule(const std::string& spec, float lr);
 
 // Declares "<lr>.step" (persistable fp32 [1], 0 in the startup program) and
-// inserts an lr_schedule op with op_role "lr_sched" that writes `lr`, before
-// the first op of b.main() that reads `lr` (at the end when none does).
+// inserts an lr_schedule op with op_role "lr_sched" that writes `lr` as the
+// first op of b.main() (so before every op that reads `lr`, the ones
+// appended later included). When the updates reading `lr` merge gradients
+// (grad_merge.h), the op reads their Apply flag, sits right after the flag's
+// producer, and the step counts updates, not steps run.
 // Returns the step var. Throws InvalidArgument (CheckLrSchedule) changing
-// nothing, or when main does not declare `lr`.
+// nothing, when main does not declare `lr`, or when only some of its
+// updates merge gradients.
 std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrSchedule& s);
 
 }  // namespace kiln

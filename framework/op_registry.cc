@@ -67,6 +67,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterOptimizerOps(r);
   RegisterLrScheduleOps(r);
   RegisterGradClipOps(r);
+  RegisterGradMergeOps(r);
   RegisterConcatSplitSliceOps(r);
   RegisterClipLogSoftmaxOps(r);
   RegisterBatchNormOps(r);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/grad_merge.h"
 #include "framework/op_desc.h"
 #include "framework/operator.h"
 #include "framework/suggest.h"
@@ -30,6 +31,7 @@ void CheckConfig(const OptimizerConfig& c) {
     if (!(c.beta2 >= 0 && c.beta2 < 1)) ThrowInvalidArgument("adam beta2 must be in [0, 1), got ", c.beta2);
     if (!(c.epsilon > 0)) ThrowInvalidArgument("adam epsilon must be > 0, got ", c.epsilon);
   }
+  if (c.grad_merge_steps < 1) ThrowInvalidArgument("gradient merge: k_steps must be >= 1, got ", c.grad_merge_steps);
 }
 
 proto::OpDesc UpdateOp(ProgramBuilder& b, const std::string& p, const std::string& g, const std::string& lr,
@@ -124,9 +126,24 @@ std::string AppendOptimizer(ProgramBuilder& b, const std::vector<std::pair<std::
     lr_name = taken ? b.UniqueName("learning_rate") : "learning_rate";
   }
   const std::string lr = b.Persistable(lr_name, {1}, c.lr);
-  const std::string scale = c.grad_clip_norm > 0 ? AppendGlobalNormClip(b, params_grads, c.grad_clip_norm) : "";
-  for (const auto& [p, g] : params_grads) {
-    proto::OpDesc update = ClippedUpdateOp(b, p, g, lr, scale, c);
+  const std::string apply = c.grad_merge_steps > 1 ? AppendGradMergeStep(b, lr, c.grad_merge_steps) : "";
+  auto merged = [&](const std::string& p, const std::string& g) {
+    return apply.empty() ? g : AppendGradMerge(b, p, g, apply, c.grad_merge_steps, c.grad_merge_avg);
+  };
+  // The global norm is that of the gradients the updates read (the merged
+  // ones under gradient merge, as Paddle clips in the inner optimizer), so
+  // every grad_merge goes before it and it before every update. Without
+  // clipping each grad_merge stays right before its update.
+  std::vector<std::pair<std::string, std::string>> updates = params_grads;
+  std::string scale;
+  if (c.grad_clip_norm > 0) {
+    for (auto& [p, g] : updates) g = merged(p, g);
+    scale = AppendGlobalNormClip(b, updates, c.grad_clip_norm);
+  }
+  for (const auto& [p, g] : updates) {
+    const std::string grad = scale.empty() ? merged(p, g) : g;
+    proto::OpDesc update = ClippedUpdateOp(b, p, grad, lr, scale, c);
+    if (!apply.empty()) SetInput(&update, "Apply", {apply});
     SetAttr(&update, kOpRoleAttr, Attribute(std::string(kOpRoleOptimize)));
     b.RawOp(update);
   }

@@ -45,13 +45,20 @@ struct OptimizerConfig {
   // The learning-rate var; empty: "learning_rate", or a fresh name when the
   // program declares that one already.
   std::string lr_name;
+  // Gradient merge (grad_merge.h): update every grad_merge_steps steps with
+  // the mean of the gradients (their sum when !grad_merge_avg). 1: every step.
+  int64_t grad_merge_steps = 1;
+  bool grad_merge_avg = true;
 };
 
 // Declares the learning rate (config.lr_name) and the state of every parameter ("<p>.velocity";
 // "<p>.moment1", "<p>.moment2", "<p>.beta1_pow", "<p>.beta2_pow" for adam and adamw), then
-// appends to b.main(), with op_role "optimize", the clip_by_global_norm of all
-// the gradients when config.grad_clip_norm > 0 and the update of each
-// (param, grad) pair. Returns the
+// appends the update of each (param, grad) pair to b.main(), with op_role
+// "optimize"; with grad_merge_steps > 1, the counter "<lr>.grad_merge_step"
+// and each parameter's "<p>.grad_merge" too, the updates reading the merged
+// gradients and the counter's flag (grad_merge.h); with grad_clip_norm > 0,
+// one clip_by_global_norm of the gradients the updates read (the merged ones
+// under gradient merge), before the updates, which read its Scale. Returns the
 // learning-rate var. Throws InvalidArgument for a learning rate that is not
 // finite and positive, or hyperparameters outside their range
 // (grad_clip_norm not finite or < 0, grad_clip_min not below grad_clip_max).

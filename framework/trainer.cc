@@ -2,6 +2,7 @@
 
 #include "framework/allocator.h"
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/data/data_loader.h"
 #include "framework/op_desc.h"
 
 #include <algorithm>
@@ -28,22 +29,24 @@ void FeedBatch(const Model& m, const proto::ProgramDesc& program, Scope& scope, 
 }  // namespace
 
 double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& data,
-                int64_t batch_size, const ExecutorOptions& exec_options) {
+                int64_t batch_size, const ExecutorOptions& exec_options, int num_workers) {
   if (data.size() == 0) return 0.0;
   Executor exec(exec_options);
   auto plan = exec.Prepare(forward, 0, {model.probs});
-  BatcherOptions bo;
-  bo.batch_size = batch_size;
-  bo.shuffle = false;
-  bo.drop_last = false;
-  Batcher batcher(data, bo);
+  DataLoaderOptions lo;
+  lo.batcher.batch_size = batch_size;
+  lo.batcher.shuffle = false;
+  lo.batcher.drop_last = false;
+  lo.num_workers = num_workers;
+  DataLoader loader(data, lo);
+  loader.StartEpoch(0);
   // A program whose features have a fixed batch (an ONNX model imported at
   // batch B) takes the last, short batch padded with copies of its last row;
   // only the real rows count.
   const int64_t fixed_batch = VarDims(RequireVarDesc(forward.blocks(0), model.features, "features"))[0];
   Dataset batch;
   int64_t correct = 0, total = 0;
-  while (batcher.Next(&batch)) {
+  while (loader.Next(&batch)) {
     const int64_t rows = batch.size();
     if (fixed_batch > 0 && rows < fixed_batch) {
       std::vector<int64_t> padded(static_cast<size_t>(fixed_batch), rows - 1);
@@ -130,7 +133,7 @@ double MeasuredEvaluate(const Model& model, const proto::ProgramDesc& forward, S
   const size_t before = allocator.stats().in_use_bytes;
   allocator.ResetWindowPeak();
   const int64_t batch = options.eval_batch_size > 0 ? options.eval_batch_size : options.batch_size;
-  const double accuracy = Evaluate(model, forward, scope, test, batch, options.exec);
+  const double accuracy = Evaluate(model, forward, scope, test, batch, options.exec, options.num_workers);
   const size_t peak = allocator.stats().window_peak_in_use_bytes;
   result->eval_peak_tensor_bytes = std::max(result->eval_peak_tensor_bytes, peak > before ? peak - before : 0);
   return accuracy;
@@ -167,10 +170,11 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
     forward_program = options.program_transform(model.forward, {model.features, model.labels, model.probs});
   }
   auto plan = exec.Prepare(train_program, 0, {model.loss});
-  BatcherOptions bo;
-  bo.batch_size = options.batch_size;
-  bo.seed = at.shuffle_seed;
-  Batcher batcher(train, bo);
+  DataLoaderOptions lo;
+  lo.batcher.batch_size = options.batch_size;
+  lo.batcher.seed = at.shuffle_seed;
+  lo.num_workers = options.num_workers;
+  DataLoader loader(train, lo);
   TrainResult result;
   result.first_step = at.step + 1;
   std::vector<double> step_ms;
@@ -178,12 +182,13 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
   int64_t step = at.step, saved_step = -1;
   bool stop = options.max_steps > 0 && step >= options.max_steps;
   for (int epoch = static_cast<int>(at.epoch); epoch < options.epochs && !stop; ++epoch) {
-    batcher.StartEpoch(epoch);
+    // After a resume, the batches trained on before the checkpoint are skipped, not made.
+    const int64_t first_batch = epoch == at.epoch ? at.batch : 0;
+    loader.StartEpoch(epoch, first_batch);
     const auto t_epoch = Clock::now();
     int64_t samples = 0;
     Dataset batch;
-    for (int64_t b = 0; batcher.Next(&batch); ++b) {
-      if (epoch == at.epoch && b < at.batch) continue;  // consumed before the checkpoint
+    for (int64_t b = first_batch; loader.Next(&batch); ++b) {
       if (options.before_step) options.before_step(step + 1);
       const auto t0 = Clock::now();
       const DataParallelTraining& dp = options.data_parallel;
@@ -201,17 +206,18 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
       if (dp.check && dp.check_every > 0 && step % dp.check_every == 0) dp.check(scope, step);
       if (options.on_step) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_epoch).count();
-        options.on_step(TrainProgress{epoch, options.epochs, b, batcher.num_batches(), step, loss,
+        options.on_step(TrainProgress{epoch, options.epochs, b, loader.num_batches(), step, loss,
                                       secs > 0 ? static_cast<double>(samples) / secs : 0.0, step_ms.back()});
       }
       stop = options.max_steps > 0 && step >= options.max_steps;
       if (!options.save_dir.empty() && ((options.save_every_steps > 0 && step % options.save_every_steps == 0) ||
                                         (stop && step != saved_step))) {
-        result.last_checkpoint = Save(model, options, scope, After(step, epoch, b, batcher.num_batches(), at));
+        result.last_checkpoint = Save(model, options, scope, After(step, epoch, b, loader.num_batches(), at));
         saved_step = step;
       }
       if (stop) break;
     }
+    loader.Stop();  // after an early stop, no batch made ahead outlives the epoch
     if (options.on_epoch) {
       options.on_epoch(epoch, MeasuredEvaluate(model, forward_program, scope, test, options, &result));
     }

@@ -48,6 +48,10 @@ struct TrainOptions {
   int64_t batch_size = 32;
   int64_t eval_batch_size = 0;  // evaluation's batch (0: batch_size)
   uint64_t seed = 1;      // shuffling
+  // Threads that make the next batches (training and evaluation) while the
+  // step runs (DataLoader; 0: each batch is made between steps). The batches,
+  // and so the results, are the same for any value.
+  int num_workers = 1;
   int64_t max_steps = 0;  // 0: no limit
   ExecutorOptions exec;
   std::function<void(int64_t step)> before_step;      // before every step, with its global 1-based number
@@ -93,8 +97,9 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
 
 // Fraction of rows of `data` whose arg-max probability is the label, using
 // the parameters in `scope` and the model's forward program.
-// `forward` is the model's forward program, possibly transformed.
+// `forward` is the model's forward program, possibly transformed; batches
+// are made by `num_workers` threads ahead of the step (0: between steps).
 double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& data,
-                int64_t batch_size, const ExecutorOptions& exec_options);
+                int64_t batch_size, const ExecutorOptions& exec_options, int num_workers = 1);
 
 }  // namespace kiln

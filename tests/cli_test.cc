@@ -194,15 +194,97 @@ TEST_F(CliTest, NonFiniteLearningRateAndLossStopTraining) {
 
 // --lr_schedule: the schedule is in the program (an lr_schedule op), its step
 // counter is in the checkpoint, and a resumed run ends where an uninterrupted
-// one does; a bad spec fails before training, naming the key.
+// one does, with the JIT off and on (the op then in the compiled cluster);
+// a bad spec fails before training, naming the key.
 TEST_F(CliTest, LrScheduleRunsInTheProgramAndResumes) {
-  const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer momentum --lr 0.1 "
-                            "--progress=false --lr_schedule cosine:T_max=60,warmup=10,start_lr=0.01 --max_steps ";
-  Result r = Kiln(train + "30 --save_dir " + dir_ + "/ckpt");
+  auto final_loss = [](const std::string& json) {
+    const size_t at = json.find("\"final_loss\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  for (const std::string jit : {"--use_jit=false", "--use_jit"}) {
+    SCOPED_TRACE(jit);
+    const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer momentum --lr 0.1 " + jit +
+                              " --progress=false --lr_schedule cosine:T_max=60,warmup=10,start_lr=0.01 --max_steps ";
+    const std::string ckpt = dir_ + "/ckpt" + std::to_string(jit.size());
+    Result r = Kiln(train + "30 --save_dir " + ckpt);
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = Kiln(train + "60 --save_dir " + ckpt + " --resume " + ckpt + " --metrics_out " + dir_ + "/b.json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = Kiln(train + "60 --metrics_out " + dir_ + "/c.json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(final_loss(ReadFile(dir_ + "/b.json")), final_loss(ReadFile(dir_ + "/c.json")));
+    EXPECT_NE(final_loss(ReadFile(dir_ + "/c.json")), "none");
+    const Tensor step = ReadNpy(ckpt + "/ckpt-60/learning_rate.step.npy");
+    EXPECT_EQ(step.data<float>()[0], 60.f);
+  }
+  Result r = Kiln("program --model mlp --lr_schedule exponential:gamma=0.9 --out " + dir_ + "/p.pbtxt");
   ASSERT_EQ(r.code, 0) << r.output;
-  r = Kiln(train + "60 --save_dir " + dir_ + "/ckpt --resume " + dir_ + "/ckpt --metrics_out " + dir_ + "/b.json");
+  EXPECT_NE(ReadFile(dir_ + "/p.pbtxt").find("lr_schedule"), std::string::npos);
+  r = Kiln("train --model mlp --epochs 1 --progress=false --lr_schedule cosine:Tmax=5");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--lr_schedule=cosine:Tmax=5: unknown key 'Tmax'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
+// --weight_decay: L2 for momentum changes the run (0 is the default's run);
+// adamw's decoupled coefficient is 0.01 unless given; a negative, non-finite
+// or malformed value fails before anything is built or trained.
+TEST_F(CliTest, WeightDecayChangesTheRunAndABadValueFailsFast) {
+  auto final_loss = [this](const std::string& flags) {
+    const Result r = Kiln("train --model mlp --dataset digits --epochs 1 --max_steps 40 --optimizer momentum --lr 0.1 "
+                          "--progress=false " + flags + " --metrics_out " + dir_ + "/wd.json");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string json = ReadFile(dir_ + "/wd.json");
+    const size_t at = json.find("\"final_loss\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  const std::string plain = final_loss("");
+  EXPECT_NE(plain, "none");
+  EXPECT_EQ(final_loss("--weight_decay 0"), plain);
+  EXPECT_NE(final_loss("--weight_decay 0.5"), plain);
+  auto coeffs = [this](const std::string& flags) {
+    const Result r = Kiln("program --model mlp " + flags + " --out " + dir_ + "/wd.pbtxt");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string p = ReadFile(dir_ + "/wd.pbtxt");
+    std::string found;
+    for (size_t at = p.find("name: \"coeff\""); at != std::string::npos; at = p.find("name: \"coeff\"", at + 1)) {
+      const size_t f = p.find("f: ", at);
+      found += p.substr(f + 3, p.find('\n', f) - f - 3) + " ";
+    }
+    return found + std::to_string(p.find("regularization_coeff") != std::string::npos);
+  };
+  EXPECT_EQ(coeffs("--optimizer adamw"), "0.01 0.01 0.01 0.01 0");
+  EXPECT_EQ(coeffs("--optimizer adamw --weight_decay 0.25"), "0.25 0.25 0.25 0.25 0");
+  EXPECT_EQ(coeffs("--optimizer adam"), "0");
+  EXPECT_EQ(coeffs("--optimizer adam --weight_decay 0.001"), "1");
+  for (const char* bad : {"-0.1", "-1", "nan", "inf", "1e300"}) {
+    const Result r =
+        Kiln(std::string("train --model mlp --dataset digits --epochs 1 --progress=false --weight_decay=") + bad);
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.output.find("--weight_decay must be a finite number >= 0 (leave it out for the optimizer's default)"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+  }
+  const Result r = Kiln("dump --model mlp --weight_decay abc --out " + dir_ + "/wd");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--weight_decay takes a number, got 'abc'"), std::string::npos) << r.output;
+}
+
+// --grad_merge_steps: the merge is in the program, its counter (steps since
+// the last update) in the checkpoint, a run resumed mid-cycle ends where an
+// uninterrupted one does; 0 fails before training, naming the flag.
+TEST_F(CliTest, GradMergeStepsAccumulatesAndResumesMidCycle) {
+  const std::string train = "train --model mlp --dataset digits --epochs 2 --optimizer adam --lr 0.01 "
+                            "--progress=false --grad_merge_steps 4 --lr_schedule exponential:gamma=0.9 --max_steps ";
+  Result r = Kiln(train + "10 --save_dir " + dir_ + "/ckpt");
   ASSERT_EQ(r.code, 0) << r.output;
-  r = Kiln(train + "60 --metrics_out " + dir_ + "/c.json");
+  EXPECT_EQ(ReadNpy(dir_ + "/ckpt/ckpt-10/learning_rate.grad_merge_step.npy").data<float>()[0], 2.f);
+  // The schedule counts the two updates, not the ten steps.
+  EXPECT_EQ(ReadNpy(dir_ + "/ckpt/ckpt-10/learning_rate.step.npy").data<float>()[0], 2.f);
+  r = Kiln(train + "22 --save_dir " + dir_ + "/ckpt --resume " + dir_ + "/ckpt --metrics_out " + dir_ + "/b.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = Kiln(train + "22 --metrics_out " + dir_ + "/c.json");
   ASSERT_EQ(r.code, 0) << r.output;
   auto final_loss = [](const std::string& json) {
     const size_t at = json.find("\"final_loss\"");
@@ -210,14 +292,12 @@ TEST_F(CliTest, LrScheduleRunsInTheProgramAndResumes) {
   };
   EXPECT_EQ(final_loss(ReadFile(dir_ + "/b.json")), final_loss(ReadFile(dir_ + "/c.json")));
   EXPECT_NE(final_loss(ReadFile(dir_ + "/c.json")), "none");
-  const Tensor step = ReadNpy(dir_ + "/ckpt/ckpt-60/learning_rate.step.npy");
-  EXPECT_EQ(step.data<float>()[0], 60.f);
-  r = Kiln("program --model mlp --lr_schedule exponential:gamma=0.9 --out " + dir_ + "/p.pbtxt");
+  r = Kiln("program --model mlp --grad_merge_steps 3 --out " + dir_ + "/p.pbtxt");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(ReadFile(dir_ + "/p.pbtxt").find("lr_schedule"), std::string::npos);
-  r = Kiln("train --model mlp --epochs 1 --progress=false --lr_schedule cosine:Tmax=5");
+  EXPECT_NE(ReadFile(dir_ + "/p.pbtxt").find("grad_merge_step"), std::string::npos);
+  r = Kiln("train --model mlp --epochs 1 --progress=false --grad_merge_steps 0");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("--lr_schedule=cosine:Tmax=5: unknown key 'Tmax'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--grad_merge_steps must be >= 1, got 0"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
 }
 
@@ -242,6 +322,43 @@ TEST_F(CliTest, GradClipNormIsInTheProgramAndTrains) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
+// --num_workers: the batches made ahead on background threads are the ones
+// the training loop would make, so every step's loss, the final loss and the
+// test accuracy are the same bits with the loader's threads on or off.
+TEST_F(CliTest, TrainGivesTheSameLossesWithAndWithoutPrefetch) {
+  auto losses = [](const std::string& history) {
+    std::string out;
+    for (size_t at = history.find("\"loss\":"); at != std::string::npos; at = history.find("\"loss\":", at + 1)) {
+      out += history.substr(at, history.find_first_of(",}", at) - at) + " ";
+    }
+    return out;
+  };
+  auto field = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\"");
+    return at == std::string::npos ? std::string("none") : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  std::string first_losses, first_metrics;
+  for (const char* workers : {"0", "1", "2"}) {
+    const std::string out = dir_ + "/w" + workers;
+    const Result r = Kiln("train --model mlp --dataset digits --epochs 2 --batch_size 32 --optimizer momentum "
+                          "--progress=false --num_workers " + std::string(workers) + " --history " + out +
+                          ".jsonl --metrics_out " + out + ".json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string history = ReadFile(out + ".jsonl"), metrics = ReadFile(out + ".json");
+    EXPECT_NE(losses(history), "");
+    if (first_losses.empty()) {
+      first_losses = losses(history);
+      first_metrics = field(metrics, "final_loss") + field(metrics, "test_accuracy");
+      continue;
+    }
+    EXPECT_EQ(losses(history), first_losses) << "--num_workers " << workers;
+    EXPECT_EQ(field(metrics, "final_loss") + field(metrics, "test_accuracy"), first_metrics) << workers;
+  }
+  const Result r = Kiln("train --model mlp --epochs 1 --progress=false --num_workers -1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--num_workers must be >= 0, got -1"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, TrainWritesMetrics) {

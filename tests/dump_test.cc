@@ -204,6 +204,29 @@ TEST_F(DumpTest, GlobalNormClipScaleIsInsideTheGeneratedUpdateKernels) {
   EXPECT_EQ(kernels.find("W -= lr * X^T dY"), std::string::npos) << kernels;
 }
 
+// --lr_schedule: the lr_schedule op is in the cluster with the updates, as
+// its framework kernel, first (so sgd's weight-gradient folds still fire),
+// and updates its step counter in place.
+TEST_F(DumpTest, LrScheduleRunsInsideTheCluster) {
+  const Result r = Kiln("dump --model mlp --batch_size 32 --lr_schedule cosine:T_max=10 --out " + dir_ + "/s");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(Read(dir_ + "/s/index.md").find("None: every op is in a cluster."), std::string::npos);
+  const std::string kernels = Read(dir_ + "/s/cluster_c0/kernels.txt");
+  EXPECT_NE(kernels.find("0: lr_schedule (%1:learning_rate.step -> %0:learning_rate, %1:learning_rate.step)  # "
+                         "framework kernel (reference) lr_schedule"),
+            std::string::npos)
+      << kernels;
+  size_t folds = 0;
+  for (size_t at = kernels.find("W -= lr * X^T dY"); at != std::string::npos; at = kernels.find("W -= lr", at + 1)) {
+    ++folds;
+  }
+  EXPECT_EQ(folds, 2u) << kernels;  // fc0.w, fc1.w
+  const std::string aliases = Read(dir_ + "/s/cluster_c0/aliases.txt");
+  EXPECT_NE(aliases.find("instruction 0 (lr_schedule) reads and writes %1:learning_rate.step in place"),
+            std::string::npos)
+      << aliases;
+}
+
 // The transformer's attention is fused (attention_fusion_pass) and its
 // forward and backward land in different clusters: the backward's cluster
 // reads the LSE the pass made, which the dump shapes from the subgraph.

@@ -234,6 +234,33 @@ TEST(GradClipBuilderTest, GlobalNormIsOneOpBeforeTheUpdatesThatReadItsScale) {
   EXPECT_NE(CompareTensors(tight, plain, 1e-6, 0), "");
 }
 
+// Under gradient merge the norm is that of the merged gradients the updates
+// read: every grad_merge, then the clip, then the gated updates.
+TEST(GradClipBuilderTest, UnderGradientMergeTheNormIsOfTheMergedGradients) {
+  ProgramBuilder b(1);
+  const auto params = BuildLoss(b);
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdam;
+  c.grad_clip_norm = 0.5f;
+  c.grad_merge_steps = 2;
+  AppendOptimizer(b, params, c);
+  std::vector<std::string> order, merged;
+  for (const auto& op : b.main().blocks(0).ops()) {
+    if (op.type() == "grad_merge" || op.type() == "clip_by_global_norm" || op.type() == "adam") {
+      order.push_back(op.type());
+    }
+    if (op.type() == "grad_merge") merged.push_back(OutputArgs(op, "Out")[0]);
+    if (op.type() == "clip_by_global_norm") {
+      EXPECT_EQ(InputArgs(op, "X"), merged);
+    }
+    if (op.type() == "adam") {
+      EXPECT_EQ(InputArgs(op, "GradScale").size(), 1u);
+      EXPECT_EQ(InputArgs(op, "Apply").size(), 1u);
+    }
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"grad_merge", "grad_merge", "clip_by_global_norm", "adam", "adam"}));
+}
+
 TEST(GradClipBuilderTest, ValueClipIsTwoAttributesAndNoOp) {
   ProgramBuilder b(1);
   const auto params = BuildLoss(b);

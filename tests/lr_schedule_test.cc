@@ -1,7 +1,7 @@
 // lr_schedule (framework/ops/lr_schedule_op.cc) against the closed forms of
 // Paddle's paddle.optimizer.lr schedules, at step 0, at warmup and piecewise
 // boundaries and past T_max; StepOut advances the counter; AppendLrSchedule
-// (framework/lr_schedule.h) places the op before the first update, with
+// (framework/lr_schedule.h) places the op first, before the updates, with
 // op_role lr_sched, and a test clone drops it; bad schedules are refused;
 // ParseLrSchedule reads kiln train --lr_schedule.
 #include <gtest/gtest.h>
@@ -112,24 +112,25 @@ TEST(LrScheduleTest, StepOutAdvancesTheCounter) {
 }
 
 // loss = mean(x @ w); sgd with a schedule.
-TEST(LrScheduleTest, AppendPutsTheOpBeforeTheUpdatesAndATestCloneDropsIt) {
+TEST(LrScheduleTest, AppendPutsTheOpFirstAndATestCloneDropsIt) {
   ProgramBuilder b(1);
   const std::string x = b.Data("x", {2, 3});
   const std::string w = b.Param("w", {3, 1}, Init::Constant(0.5f));
   const std::string loss = b.Op1("mean", {{"X", {b.Op1("matmul", {{"X", {x}}, {"Y", {w}}})}}});
   const auto params = AppendBackward(&b.main(), loss);
   const std::string lr = AppendOptimizer(b, params, OptimizerConfig{});
-  const int updates_at = b.main().blocks(0).ops_size() - 1;
+  const int ops = b.main().blocks(0).ops_size();
   LrSchedule s;
   s.kind = "exponential";
   s.gamma = 0.5f;
   EXPECT_EQ(AppendLrSchedule(b, lr, s), lr + ".step");
   ValidateProgram(b.main());
   const proto::BlockDesc& block = b.main().blocks(0);
-  ASSERT_EQ(block.ops_size(), updates_at + 2);
-  ASSERT_EQ(block.ops(updates_at).type(), "lr_schedule");
-  EXPECT_TRUE(HasOpRole(block.ops(updates_at), kOpRoleLRSched));
-  EXPECT_EQ(block.ops(updates_at + 1).type(), "sgd");
+  ASSERT_EQ(block.ops_size(), ops + 1);
+  ASSERT_EQ(block.ops(0).type(), "lr_schedule");
+  EXPECT_TRUE(HasOpRole(block.ops(0), kOpRoleLRSched));
+  EXPECT_EQ(block.ops(1).type(), "matmul");
+  EXPECT_EQ(block.ops(ops).type(), "sgd");
   const proto::VarDesc* step = FindVarDesc(block, lr + ".step");
   ASSERT_NE(step, nullptr);
   EXPECT_TRUE(step->persistable());

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <sstream>
 
 #include <gflags/gflags.h>
@@ -25,15 +26,30 @@ std::string DatasetFromFlags() {
 
 namespace {
 
+// --weight_decay; left out, the optimizer's default: Paddle's 0.01 for adamw,
+// no decay for the others. The flag's default (-1) is only a marker, so an
+// explicit negative value is refused like any other.
+float WeightDecayFromFlags(OptimizerKind kind) {
+  if (gflags::GetCommandLineFlagInfoOrDie("weight_decay").is_default) {
+    return kind == OptimizerKind::kAdamW ? 0.01f : 0.f;
+  }
+  const float decay = static_cast<float>(FLAGS_weight_decay);
+  if (!(std::isfinite(decay) && decay >= 0)) {
+    ThrowInvalidArgument("--weight_decay must be a finite number >= 0 (leave it out for the optimizer's default), got ",
+                         FLAGS_weight_decay);
+  }
+  return decay;
+}
+
 TrainConfig TrainConfigFromFlags() {
   TrainConfig tc;
   tc.optimizer = ParseOptimizer(FLAGS_optimizer);
   tc.lr = static_cast<float>(FLAGS_lr);
   if (!FLAGS_lr_schedule.empty()) tc.lr_schedule = ParseLrSchedule(FLAGS_lr_schedule, tc.lr);
+  if (FLAGS_grad_merge_steps < 1) ThrowInvalidArgument("--grad_merge_steps must be >= 1, got ", FLAGS_grad_merge_steps);
+  tc.grad_merge_steps = FLAGS_grad_merge_steps;
   tc.seed = FLAGS_seed;
-  // The command line has no --weight_decay yet: adamw decays by Paddle's
-  // default coefficient.
-  if (tc.optimizer == OptimizerKind::kAdamW) tc.weight_decay = 0.01f;
+  tc.weight_decay = WeightDecayFromFlags(tc.optimizer);
   tc.grad_clip_norm = static_cast<float>(FLAGS_grad_clip_norm);
   return tc;
 }

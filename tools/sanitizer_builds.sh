@@ -6,7 +6,8 @@
 #                (fuzz_smoke replays the seed corpora and fuzzes each harness 5 s).
 #   build-tsan/  clang-14, ThreadSanitizer, -O1: only the tests whose threads
 #                share state (the JIT compiler, the primitive cache, the
-#                allocator, the profiler), run with OMP_NUM_THREADS=1.
+#                allocator, the profiler, the data loader), run with
+#                OMP_NUM_THREADS=1.
 # Without the Python package (KILN_PYTHON=OFF): its tests would need libasan
 # preloaded into /usr/bin/python3. Needs the packages setup.sh --test installs.
 # KILN_JOBS sets the parallelism (default 2).
@@ -32,7 +33,7 @@ echo "kiln: build-asan tests ran in ${SECONDS}s"
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 echo "== kiln: ThreadSanitizer build (build-tsan/)"
-tsan_tests=(concurrency_test primitive_cache_test jit_compiler_test allocator_test profiler_test)
+tsan_tests=(concurrency_test primitive_cache_test jit_compiler_test allocator_test profiler_test data_loader_test)
 SECONDS=0
 cmake -S . -B build-tsan "${common[@]}" -DKILN_TSAN=ON >/dev/null
 cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"

@@ -189,11 +189,13 @@ void SetCheckpointOptions(const Model& model, bool writes, TrainOptions* options
 TrainOptions OptionsFromFlags() {
   if (FLAGS_epochs < 1) ThrowInvalidArgument("--epochs must be at least 1, got ", FLAGS_epochs);
   if (FLAGS_eval_batch_size < 0) ThrowInvalidArgument("--eval_batch_size must be >= 0, got ", FLAGS_eval_batch_size);
+  if (FLAGS_num_workers < 0) ThrowInvalidArgument("--num_workers must be >= 0, got ", FLAGS_num_workers);
   TrainOptions options;
   options.epochs = FLAGS_epochs;
   options.stop_on_nonfinite = FLAGS_stop_on_nonfinite;
   options.batch_size = FLAGS_batch_size;
   options.eval_batch_size = FLAGS_eval_batch_size;
+  options.num_workers = FLAGS_num_workers;
   options.seed = FLAGS_seed;
   options.max_steps = FLAGS_max_steps;
   options.exec = ExecutorOptionsFromFlags();

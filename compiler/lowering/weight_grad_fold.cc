@@ -63,6 +63,8 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
       std::isfinite(c.Attr<float>(j, "grad_clip_max"))) {
     return -1;
   }
+  // Nor a select on gradient merge's Apply flag (apply_gate.h).
+  if (!c.In(j, "Apply").empty()) return -1;
   const std::string lr = c.In(j, "LearningRate");
   // The step moves up to the matmul_grad: nothing in between may touch W or
   // write the operands.

@@ -82,6 +82,27 @@ Dataset GatherRows(const Dataset& data, const std::vector<int64_t>& rows) {
   return out;
 }
 
+std::vector<Tensor> GatherTensorRows(const std::vector<Tensor>& columns, const std::vector<int64_t>& rows) {
+  const auto count = static_cast<int64_t>(rows.size());
+  std::vector<Tensor> out(columns.size());
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const Tensor& column = columns[c];
+    KILN_CHECK(column.rank() >= 1, "GatherTensorRows: a column of rank 0");
+    const int64_t n = column.dim(0);
+    const size_t row_bytes = n == 0 ? 0 : column.bytes() / static_cast<size_t>(n);
+    out[c] = Tensor(column.dtype(), WithLeading(column.dims(), count));
+    auto* dst = static_cast<char*>(out[c].raw_mutable_data(column.dtype()));
+    // A column of empty rows ([N, 0]) may hold no buffer at all.
+    const auto* src = row_bytes > 0 ? static_cast<const char*>(column.raw_data()) : nullptr;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t r = rows[i];
+      if (r < 0 || r >= n) ThrowInvalidArgument("GatherTensorRows: row ", r, " outside [0, ", n, ")");
+      if (row_bytes > 0) std::memcpy(dst + i * row_bytes, src + r * row_bytes, row_bytes);
+    }
+  }
+  return out;
+}
+
 Dataset SliceRows(const Dataset& data, int64_t begin, int64_t end) {
   const int64_t n = data.size();
   if (begin < 0 || begin > end || end > n) {
@@ -118,11 +139,26 @@ std::pair<Dataset, Dataset> SplitDataset(const Dataset& data, double train_fract
   return {SliceRows(data, 0, n_train), SliceRows(data, n_train, n)};
 }
 
+void CheckBatcherOptions(const BatcherOptions& options, const std::string& what) {
+  if (options.batch_size <= 0) ThrowInvalidArgument(what, ": batch_size must be positive, got ", options.batch_size);
+}
+
+int64_t NumBatches(int64_t rows, const BatcherOptions& options) {
+  const int64_t b = options.batch_size;
+  return options.drop_last ? rows / b : (rows + b - 1) / b;
+}
+
+std::vector<int64_t> EpochOrder(int64_t rows, const BatcherOptions& options, int64_t epoch) {
+  if (epoch < 0) ThrowInvalidArgument("epoch must be >= 0, got ", epoch);
+  if (options.shuffle) return ShuffledIndices(rows, Batcher::EpochSeed(options.seed, epoch));
+  std::vector<int64_t> order(static_cast<size_t>(rows < 0 ? 0 : rows));
+  for (int64_t i = 0; i < rows; ++i) order[i] = i;
+  return order;
+}
+
 Batcher::Batcher(const Dataset& data, BatcherOptions options) : data_(data), options_(options) {
   CheckDataset(data_, "Batcher");
-  if (options_.batch_size <= 0) {
-    ThrowInvalidArgument("Batcher: batch_size must be positive, got ", options_.batch_size);
-  }
+  CheckBatcherOptions(options_, "Batcher");
   StartEpoch(0);
 }
 
@@ -134,19 +170,10 @@ void Batcher::StartEpoch(int64_t epoch) {
   if (epoch < 0) ThrowInvalidArgument("Batcher: epoch must be >= 0, got ", epoch);
   epoch_ = epoch;
   next_batch_ = 0;
-  if (options_.shuffle) {
-    order_ = ShuffledIndices(data_.size(), EpochSeed(options_.seed, epoch));
-  } else {
-    order_.resize(static_cast<size_t>(data_.size()));
-    for (int64_t i = 0; i < data_.size(); ++i) order_[i] = i;
-  }
+  order_ = EpochOrder(data_.size(), options_, epoch);
 }
 
-int64_t Batcher::num_batches() const {
-  const int64_t n = data_.size();
-  const int64_t b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
-}
+int64_t Batcher::num_batches() const { return NumBatches(data_.size(), options_); }
 
 bool Batcher::Next(Dataset* batch) {
   if (next_batch_ >= num_batches()) return false;

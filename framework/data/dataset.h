@@ -50,6 +50,9 @@ std::vector<int64_t> ShuffledIndices(int64_t n, uint64_t seed);
 // The rows `rows` of `data`, in that order, copied (or generated) into new
 // buffers.
 Dataset GatherRows(const Dataset& data, const std::vector<int64_t>& rows);
+// The rows `rows` of each tensor of `columns` (any dtype, rank >= 1, one
+// leading dim N shared by all), in that order, in new buffers.
+std::vector<Tensor> GatherTensorRows(const std::vector<Tensor>& columns, const std::vector<int64_t>& rows);
 // Rows [begin, end) copied into new buffers; of a generated dataset, a
 // generated dataset of those rows (nothing is made now).
 Dataset SliceRows(const Dataset& data, int64_t begin, int64_t end);
@@ -70,6 +73,16 @@ struct BatcherOptions {
   // false: it is returned.
   bool drop_last = true;
 };
+
+// Throws InvalidArgument (prefixed by `what`) unless batch_size >= 1.
+void CheckBatcherOptions(const BatcherOptions& options, const std::string& what);
+// Batches per epoch of `rows` rows.
+int64_t NumBatches(int64_t rows, const BatcherOptions& options);
+// Row order of epoch `epoch` (>= 0): ShuffledIndices(rows,
+// Batcher::EpochSeed(seed, epoch)) when shuffling, 0..rows-1 otherwise. Batch k of the epoch is
+// order[k * batch_size, min((k + 1) * batch_size, rows)). The Batcher and the
+// DataLoader (data_loader.h) both take their batches from here.
+std::vector<int64_t> EpochOrder(int64_t rows, const BatcherOptions& options, int64_t epoch);
 
 // Yields the mini-batches of one epoch at a time. The order of epoch e is
 // ShuffledIndices(N, EpochSeed(seed, e)), so it depends only on (seed, e),

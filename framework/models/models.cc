@@ -43,6 +43,7 @@ Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
   oc.momentum = tc.momentum;
   oc.weight_decay = tc.weight_decay;
   oc.grad_clip_norm = tc.grad_clip_norm;
+  oc.grad_merge_steps = tc.grad_merge_steps;
   const std::string lr = AppendOptimizer(b, params_grads, oc);
   if (tc.lr_schedule) AppendLrSchedule(b, lr, *tc.lr_schedule);
   m.train = b.main();

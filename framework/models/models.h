@@ -27,6 +27,7 @@ struct TrainConfig {
   float grad_clip_norm = 0.f;  // OptimizerConfig::grad_clip_norm (0: no clipping)
   // A learning-rate schedule over the learning-rate var (kind empty: none).
   std::optional<LrSchedule> lr_schedule;
+  int64_t grad_merge_steps = 1;  // OptimizerConfig::grad_merge_steps
 };
 
 struct MlpConfig {

@@ -1,7 +1,9 @@
 // lr_schedule: the learning rate of Paddle's paddle.optimizer.lr schedules at
 // the step held in Step, written to LearningRate, and the step advanced by one
 // (StepOut, normally Step itself). One op reads and advances the counter, so
-// no other op ever has to be ordered against a write of Step.
+// no other op ever has to be ordered against a write of Step. Under gradient
+// merge the optional Apply flag (grad_merge_ops.cc) advances it only on the
+// steps that update: the schedule counts updates, as Paddle's does.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -18,6 +20,12 @@ void InferLrSchedule(InferShapeContext& ctx) {
   const DataType dtype = ops_a::CheckFloatInput(ctx, "Step");
   for (int64_t d : ctx.InputDims("Step")) {
     if (d != 1 && d != -1) ctx.Fail("input Step: expected one element ([1]), got ", DimsToString(ctx.InputDims("Step")));
+  }
+  if (ctx.HasInput("Apply")) {
+    ops_a::CheckFloatInput(ctx, "Apply");
+    if (Numel(ctx.InputDims("Apply")) > 1) {
+      ctx.Fail("input Apply: expected one element ([1]), got ", DimsToString(ctx.InputDims("Apply")));
+    }
   }
   ctx.SetOutput("LearningRate", {1}, DataType::kFP32);
   ctx.SetOutput("StepOut", ctx.InputDims("Step"), dtype);
@@ -60,6 +68,7 @@ double Decayed(const ExecContext& ctx, const std::string& kind, double t) {
 void LrScheduleKernel(ExecContext& ctx) {
   // The step is read before StepOut (usually the same var) is written.
   const double t = ops_a::ReadScalar(ctx, "Step");
+  const bool advance = ctx.InputVar("Apply") == nullptr || ops_a::ReadScalar(ctx, "Apply") != 0;
   const DataType step_dtype = ctx.Input("Step").dtype();
   const std::string kind = ctx.Attr<std::string>("kind");
   const double warmup = static_cast<double>(ctx.Attr<int64_t>("linear_warmup_steps"));
@@ -76,7 +85,7 @@ void LrScheduleKernel(ExecContext& ctx) {
   Tensor* step_out = ctx.Output("StepOut");
   ops_a::DispatchFloat(ctx, step_dtype, "input Step", [&](auto tag) {
     using T = decltype(tag);
-    step_out->mutable_data<T>()[0] = static_cast<T>(t + 1);
+    step_out->mutable_data<T>()[0] = static_cast<T>(advance ? t + 1 : t);
   });
 }
 
@@ -86,8 +95,8 @@ void RegisterLrScheduleOps(OpRegistry& r) {
   OpInfo op;
   op.type = "lr_schedule";
   op.doc = "LearningRate = the schedule `kind` at step Step (after linear_warmup_steps of linear warmup); "
-           "StepOut = Step + 1";
-  op.inputs = {{"Step"}};
+           "StepOut = Step + 1 (Step when the optional Apply is 0: gradient merge's accumulating steps)";
+  op.inputs = {ops_a::Required("Step"), ops_a::Optional("Apply")};
   op.outputs = {{"LearningRate"}, {"StepOut"}};
   op.attrs = {{"kind", AttrKind::kString, Attribute(std::string("constant"))},
               {"learning_rate", AttrKind::kFloat, Attribute(1.0f)},
@@ -102,7 +111,13 @@ void RegisterLrScheduleOps(OpRegistry& r) {
               {"start_lr", AttrKind::kFloat, Attribute(0.0f)},
               {"end_lr", AttrKind::kFloat, Attribute(0.0f)}};
   op.inplace = {{"Step", "StepOut"}};
-  op.no_grad_inputs = {"Step"};
+  op.no_grad_inputs = {"Step", "Apply"};
+  // Clustered with the updates, running this kernel there: the rate is one
+  // scalar, and its double-precision closed forms (cos, pow) keep JIT-on
+  // rates equal to JIT-off ones bit for bit, where generated exp/log would be
+  // ~1e-7 off and EwProgram has no cos. The kernel reads Step before it
+  // writes StepOut, so the cluster may update the counter in place.
+  op.jit = JitLowering::kFramework;
   op.infer_shape = InferLrSchedule;
   op.reference_kernel = LrScheduleKernel;
   r.Add(std::move(op));

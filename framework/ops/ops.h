@@ -19,6 +19,7 @@ void RegisterAssignValueOps(OpRegistry& r);  // assign_value
 void RegisterOptimizerOps(OpRegistry& r);    // sgd, momentum, adam
 void RegisterLrScheduleOps(OpRegistry& r);   // lr_schedule
 void RegisterGradClipOps(OpRegistry& r);     // clip_by_global_norm
+void RegisterGradMergeOps(OpRegistry& r);    // grad_merge_step, grad_merge
 void RegisterConcatSplitSliceOps(OpRegistry& r);  // concat, split, slice (+grads)
 void RegisterSliceOps(OpRegistry& r);             // slice (+grad); called by RegisterConcatSplitSliceOps
 void RegisterClipLogSoftmaxOps(OpRegistry& r);    // clip, log_softmax, fused_softmax_mask_upper_triangle (+grads)

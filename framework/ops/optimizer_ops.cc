@@ -1,6 +1,7 @@
 // sgd, momentum, adam and adamw. Outputs normally name the same vars as their inputs
 // (ParamOut is Param): every kernel reads scalars first and then updates each
-// element from that element alone, so running in place is safe.
+// element from that element alone, so running in place is safe. Each takes
+// gradient merge's optional Apply flag (apply_gate.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "framework/op_registry.h"
+#include "framework/ops/apply_gate.h"
 #include "framework/ops/kernel_util_a.h"
 #include "framework/ops/ops.h"
 
@@ -345,7 +347,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad"}, {"LearningRate"}); };
     op.reference_kernel = SgdKernel;
     op.elementwise = EwSgd;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
   {
     OpInfo op = OptimizerInfo("momentum",
@@ -359,7 +361,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = [](InferShapeContext& ctx) { InferParamLike(ctx, {"Grad", "Velocity"}, {"LearningRate"}); };
     op.reference_kernel = MomentumKernel;
     op.elementwise = EwMomentum;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
   {
     OpInfo op = OptimizerInfo("adam",
@@ -379,7 +381,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamKernel;
     op.elementwise = EwAdam;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
   {
     OpInfo op = OptimizerInfo("adamw",
@@ -399,7 +401,7 @@ void RegisterOptimizerOps(OpRegistry& r) {
     op.infer_shape = InferAdam;
     op.reference_kernel = AdamWKernel;
     op.elementwise = EwAdamW;
-    r.Add(std::move(op));
+    r.Add(WithApplyGate(std::move(op)));
   }
 }
 

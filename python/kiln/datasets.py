@@ -23,6 +23,13 @@ def shuffled_indices(n, seed):
     return _kiln.shuffled_indices(n, seed)
 
 
+def epoch_seed(seed, epoch):
+    """The shuffle seed of epoch `epoch` under `seed`: kiln train --seed and
+    kiln.io.DataLoader(seed=) shuffle epoch e with
+    shuffled_indices(n, epoch_seed(seed, e))."""
+    return _kiln.epoch_seed(seed, epoch)
+
+
 def batches(x, y, batch_size, seed=None, drop_last=True):
     """Yields (x, y) mini-batches, shuffled by `seed` (None: in order).
     Each batch is a contiguous copy, fed without a further copy."""

@@ -1,8 +1,10 @@
 """Files: programs as protobuf text (what `kiln run --program` reads), kiln
 dump's files for a program, checkpoints of parameters and optimizer state,
-and inference models (what `kiln predict --model` runs)."""
+and inference models (what `kiln predict --model` runs); and DataLoader,
+mini-batches made ahead of the step (data_loader.py)."""
 
 from . import _kiln
+from .data_loader import DataLoader  # noqa: F401
 from . import unique_name
 from .executor import global_scope
 from .framework import Program, Variable

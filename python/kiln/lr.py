@@ -2,9 +2,10 @@
 of paddle.optimizer.lr. Pass one as ``learning_rate=`` to any optimizer:
 ``minimize`` then adds a persistable step counter ``<lr>.step`` and one
 ``lr_schedule`` op (op_role "lr_sched") that computes the learning rate from
-it before the updates and advances it. The schedule therefore runs inside the
-program each step (no ``scheduler.step()`` call), is saved and restored with
-the counter by kiln.save / kiln.load, and is left out of
+it first in the program (before the updates) and advances it. The schedule
+therefore runs inside the program each step (no ``scheduler.step()`` call;
+with the JIT on, inside the compiled cluster of the updates), is saved and
+restored with the counter by kiln.save / kiln.load, and is left out of
 ``clone(for_test=True)``. The k-th step run (from 0) uses the value Paddle's
 and PyTorch's schedulers give after k calls of ``step()``; the counter is an
 fp32 var, exact up to 2**24 steps."""

@@ -13,8 +13,13 @@ kernel, with no extra pass over the weights.
 
 ``grad_clip=`` (``kiln.nn.ClipGradByGlobalNorm(clip_norm)`` or
 ``kiln.nn.ClipGradByValue(max, min=None)``) clips the raw gradients before
-the decay, inside the same update kernels (kiln/clip.py)."""
+the decay, inside the same update kernels (kiln/clip.py).
 
+``GradientMergeOptimizer(inner, k_steps)`` wraps any of them: it updates
+once every k_steps runs, with the mean of their gradients (gradient
+accumulation)."""
+
+import numbers
 import sys
 
 from . import _kiln
@@ -45,6 +50,9 @@ class Optimizer:
         Returns (learning-rate var, [(param, grad), ...]) as Variables.
         Raises kiln.Error, changing nothing, for a loss of more than one
         element or parameters this program's optimizers update already."""
+        return self._minimize(loss, startup_program, parameter_list, {})
+
+    def _minimize(self, loss, startup_program, parameter_list, merge_settings):
         if not isinstance(loss, Variable):
             raise TypeError("minimize: loss must be a kiln Variable")
         program = loss.program
@@ -53,7 +61,7 @@ class Optimizer:
         if parameter_list is not None:
             params = [p.name if isinstance(p, Variable) else str(p) for p in parameter_list]
         startup.is_startup = True
-        settings = dict(self._settings, **self._decay_settings(program, params))
+        settings = dict(self._settings, **self._decay_settings(program, params), **merge_settings)
         lr_name, pairs = _kiln.minimize(program._p, startup._p, loss.name, self._kind, settings, params,
                                         fresh_state_name((program, startup), "learning_rate"))
         self.learning_rate_var = Variable(program, lr_name)
@@ -115,6 +123,52 @@ class AdamW(Optimizer):
             return {}
         names = params if params is not None else [p.name for p in program.all_parameters()]
         return {"no_decay": [n for n in names if not self._apply_decay_param_fun(n)]}
+
+
+class GradientMergeOptimizer:
+    """Gradient accumulation (Paddle's paddle.incubate.optimizer.
+    GradientMergeOptimizer): ``inner_optimizer`` (SGD, Momentum, Adam or
+    AdamW) updates once every ``k_steps`` runs of the program, with the mean
+    of the k gradients (their sum with ``avg=False``). k runs at batch size B
+    of a mean loss then train as one run at batch size k*B.
+
+    ``minimize`` adds a persistable counter ``<lr>.grad_merge_step`` and an
+    accumulator ``<param>.grad_merge`` per parameter (saved and restored by
+    kiln.save / kiln.load, so a resumed run continues its cycle). On the
+    other runs the parameters and the optimizer's state (moments, velocity,
+    beta powers) stay exactly as they were. A learning-rate schedule of the
+    inner optimizer advances once per update, not per run. Without control
+    flow, every run executes the update and keeps the old values where it
+    does not apply: with the JIT the accumulation, the update and that
+    choice are one generated kernel per parameter."""
+
+    def __init__(self, inner_optimizer, k_steps=1, avg=True):
+        if not isinstance(inner_optimizer, Optimizer):
+            raise TypeError("GradientMergeOptimizer: inner_optimizer must be a kiln.optimizer optimizer (SGD, Momentum, "
+                            "Adam, AdamW), got %r" % (inner_optimizer,))
+        if isinstance(k_steps, bool) or not isinstance(k_steps, numbers.Integral) or k_steps < 1:
+            raise ValueError("GradientMergeOptimizer: k_steps must be an int >= 1, got %r" % (k_steps,))
+        if not isinstance(avg, bool):
+            raise TypeError("GradientMergeOptimizer: avg must be a bool, got %r" % (avg,))
+        self.inner_optimizer, self.k_steps, self.avg = inner_optimizer, int(k_steps), avg
+        self.step_var = None
+
+    @atomic
+    def minimize(self, loss, startup_program=None, parameter_list=None):
+        """As the inner optimizer's minimize; k_steps=1 adds nothing to it."""
+        out = self.inner_optimizer._minimize(loss, startup_program, parameter_list,
+                                             dict(grad_merge_steps=self.k_steps, grad_merge_avg=self.avg))
+        if self.k_steps > 1:
+            self.step_var = Variable(loss.program, self.learning_rate_var.name + ".grad_merge_step")
+        return out
+
+    @property
+    def learning_rate_var(self):
+        return self.inner_optimizer.learning_rate_var
+
+    @property
+    def lr_step_var(self):
+        return self.inner_optimizer.lr_step_var
 
 
 SGDOptimizer = SGD

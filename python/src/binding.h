@@ -56,6 +56,7 @@ void BindExecutor(pybind11::module_& m);
 void BindFlags(pybind11::module_& m);
 void BindIo(pybind11::module_& m);
 void BindDatasets(pybind11::module_& m);
+void BindDataLoader(pybind11::module_& m);
 void BindDistributed(pybind11::module_& m);
 void BindTraining(pybind11::module_& m);
 void BindOnnx(pybind11::module_& m);

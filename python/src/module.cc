@@ -51,6 +51,7 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::BindFlags(m);
   kiln::python::BindIo(m);
   kiln::python::BindDatasets(m);
+  kiln::python::BindDataLoader(m);
   kiln::python::BindDistributed(m);
   kiln::python::BindTraining(m);
   kiln::python::BindOnnx(m);

@@ -37,6 +37,8 @@ OptimizerConfig OptimizerFromPython(const std::string& kind, const py::dict& arg
     else if (key == "grad_clip_norm") c.grad_clip_norm = v.cast<float>();
     else if (key == "grad_clip_min") c.grad_clip_min = v.cast<float>();
     else if (key == "grad_clip_max") c.grad_clip_max = v.cast<float>();
+    else if (key == "grad_merge_steps") c.grad_merge_steps = v.cast<int64_t>();
+    else if (key == "grad_merge_avg") c.grad_merge_avg = v.cast<bool>();
     else if (key == "no_decay") {
       for (const auto& name : v.cast<std::vector<std::string>>()) c.no_decay.insert(name);
     }

@@ -1,8 +1,9 @@
 """kiln.optimizer.lr schedules against PyTorch's schedulers: the learning
 rate of each step and the losses of a small model trained with SGD and
 Momentum within 1e-6, with the JIT off and on; a run saved with kiln.save and
-resumed with kiln.load in a fresh scope continues the schedule exactly;
-clone(for_test=True) has no schedule op; docs/python.md's schedule snippet
+resumed with kiln.load in a fresh scope continues the schedule exactly; with
+the JIT on, the schedule op is in the compiled cluster (kiln.dump), first,
+as its framework kernel; clone(for_test=True) has no schedule op; docs/python.md's schedule snippet
 runs. Skipped without python3-torch."""
 
 import math
@@ -162,10 +163,21 @@ class LrScheduleTest(unittest.TestCase):
         self.assertEqual(opt.lr_step_var.name, opt.learning_rate_var.name + ".step")
         types = [op["type"] for op in main.global_block().ops]
         self.assertEqual(types.count("lr_schedule"), 1)
-        self.assertLess(types.index("lr_schedule"), types.index("sgd"))
+        self.assertEqual(types.index("lr_schedule"), 0)  # first: it reads only its counter
         test_types = [op["type"] for op in main.clone(for_test=True).global_block().ops]
         self.assertNotIn("lr_schedule", test_types)
         self.assertNotIn("sgd", test_types)
+
+    def test_the_schedule_runs_first_inside_the_compiled_cluster(self):
+        main, _, loss, _ = build(lr.CosineAnnealingDecay(0.1, T_max=5), True)
+        with tempfile.TemporaryDirectory() as d:
+            explain = kiln.dump(main, d, {"x": [8, 4], "t": [8, 3]}, fetch_list=[loss])
+            with open(os.path.join(d, "cluster_c0", "kernels.txt")) as f:
+                kernels = f.read()
+        self.assertIn("1 clusters, 0 ops left out", explain)
+        self.assertIn("12 ops (lr_schedule, matmul,", explain)
+        self.assertIn("\n0: lr_schedule (", kernels)
+        self.assertIn("# framework kernel (reference) lr_schedule", kernels)
 
     def test_bad_schedules_are_refused(self):
         with self.assertRaises(ValueError):
