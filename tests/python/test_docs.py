@@ -21,8 +21,21 @@ def doc_scripts(path):
 class DocsTest(unittest.TestCase):
     def test_python_md_training_script(self):
         scripts = doc_scripts(os.path.join(ROOT, "docs", "python.md"))
-        self.assertEqual(len(scripts), 1)
+        self.assertEqual(len(scripts), 2)
         self.run_script(*scripts[0])
+
+    def test_python_md_training_recipe(self):
+        """The recipe: warm-up + cosine, AdamW, global-norm clipping and the
+        loader, on Fashion-MNIST (skipped without Debian's dataset)."""
+        if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        scripts = doc_scripts(os.path.join(ROOT, "docs", "python.md"))
+        self.assertEqual(len(scripts), 2)
+        check, code = scripts[1]
+        for part in ("LinearWarmup", "CosineAnnealingDecay", "AdamW", "ClipGradByGlobalNorm", "kiln.io.DataLoader"):
+            self.assertIn(part, code)
+        self.assertLessEqual(len(code.splitlines()), 45)
+        self.run_script(check, code, made=())
 
     def test_onnx_md_training_script(self):
         try:

@@ -35,7 +35,7 @@ class ExamplesTest(unittest.TestCase):
         self.assertIn("jit: on", out)
 
     def test_char_lm(self):
-        out = run_example("char_lm.py", "--max_steps", "120", "--minutes", "2")
+        out = run_example("char_lm.py", "--steps", "120", "--minutes", "2")
         # Uniform over 256 bytes is 8 bits; 120 steps learn the letter frequencies.
         self.assertLess(figures(out, "held-out bits per character")[-1], 4.5, out)
 
