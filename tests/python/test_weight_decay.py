@@ -17,14 +17,11 @@ import numpy as np
 
 import kiln
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:  # pragma: no cover
-    torch = None
+import torch_mlp
+from torch_mlp import torch
 
-STEPS = 20
 ATOL = 1e-5
+SEED, DATA = 7, torch_mlp.batches(3)
 
 
 def not_bias(name):
@@ -32,54 +29,15 @@ def not_bias(name):
 
 
 def build(make_optimizer):
-    main, startup = kiln.Program(), kiln.Program()
-    startup.random_seed = 7
-    with kiln.program_guard(main, startup):
-        x = kiln.data("x", [-1, 12])
-        y = kiln.data("y", [-1, 1], dtype="int64")
-        h = kiln.nn.fc(x, 16, act="relu", name="fc0")
-        logits = kiln.nn.fc(h, 4, name="fc1")
-        loss = kiln.nn.mean(kiln.nn.softmax_with_cross_entropy(logits, y))
-        make_optimizer().minimize(loss)
-    return main, startup, loss
-
-
-def batches():
-    rng = np.random.default_rng(3)
-    return [(rng.standard_normal((8, 12)).astype(np.float32), rng.integers(0, 4, (8, 1)).astype(np.int64))
-            for _ in range(STEPS)]
+    return torch_mlp.build(make_optimizer, SEED)
 
 
 def train_kiln(make_optimizer, use_jit):
-    main, startup, loss = build(make_optimizer)
-    scope = kiln.Scope()
-    exe = kiln.Executor(use_jit=use_jit)
-    exe.run(startup, scope=scope)
-    names = [p.name for p in main.all_parameters()]
-    init = {n: np.array(scope.get(n)) for n in names}
-    losses = [float(exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)[0][0])
-              for xs, ys in batches()]
-    return init, {n: np.array(scope.get(n)) for n in names}, losses
+    return torch_mlp.train_kiln(make_optimizer, use_jit, SEED, DATA)
 
 
 def train_torch(init, make_optimizer):
-    model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    with torch.no_grad():
-        for i, prefix in ((0, "fc0"), (2, "fc1")):
-            model[i].weight.copy_(torch.from_numpy(init[prefix + ".w"].T.copy()))
-            model[i].bias.copy_(torch.from_numpy(init[prefix + ".b"]))
-    opt = make_optimizer(model)
-    losses = []
-    for xs, ys in batches():
-        opt.zero_grad()
-        loss = F.cross_entropy(model(torch.from_numpy(xs)), torch.from_numpy(ys[:, 0]))
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    params = {}
-    for i, prefix in ((0, "fc0"), (2, "fc1")):
-        params[prefix + ".w"] = model[i].weight.detach().numpy().T
-        params[prefix + ".b"] = model[i].bias.detach().numpy()
+    params, losses, _ = torch_mlp.train_torch(init, make_optimizer, DATA)
     return params, losses
 
 
