@@ -60,3 +60,27 @@ function(kiln_precompile_headers target)
     target_precompile_headers(${target} PRIVATE ${ARGN} ${KILN_PCH_COMMON})
   endif()
 endfunction()
+
+# ccache without pch_defines compiles every file that uses a PCH ("could not
+# use precompiled header" in ccache -sv): say so once, at configure time.
+if(KILN_PCH AND CMAKE_CXX_COMPILER_LAUNCHER)
+  list(GET CMAKE_CXX_COMPILER_LAUNCHER 0 _kiln_launcher)
+  get_filename_component(_kiln_launcher_name "${_kiln_launcher}" NAME)
+  if(_kiln_launcher_name STREQUAL "ccache")
+    execute_process(COMMAND "${_kiln_launcher}" --get-config sloppiness
+                    OUTPUT_VARIABLE _kiln_sloppiness OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    string(REPLACE " " "" _kiln_sloppiness "${_kiln_sloppiness}")
+    set(_kiln_wanted "${_kiln_sloppiness}")
+    foreach(_kiln_s pch_defines time_macros)
+      if(NOT _kiln_wanted MATCHES "${_kiln_s}")
+        string(APPEND _kiln_wanted ",${_kiln_s}")
+      endif()
+    endforeach()
+    string(REGEX REPLACE "^," "" _kiln_wanted "${_kiln_wanted}")
+    if(NOT _kiln_wanted STREQUAL _kiln_sloppiness)
+      message(WARNING "KILN_PCH with ccache: without sloppiness pch_defines,time_macros ccache caches none "
+                      "of the files that use a precompiled header. "
+                      "ccache --set-config sloppiness=${_kiln_wanted} adds them; -DKILN_PCH=OFF turns the PCH off.")
+    endif()
+  endif()
+endif()
