@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/isa.h"
+#include "compiler/codegen/isa.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 

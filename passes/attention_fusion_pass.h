@@ -34,7 +34,7 @@
 // Placement: before recompute_pass (which would otherwise copy the scores'
 // matmul and softmax into the backward) and before build_jit_pass, which
 // clusters the fused ops like any other. The pipeline runs it only with the
-// JIT on: the fast kernels are the compiler's (compiler/attention_kernels.h);
+// JIT on: the fast kernels are the compiler's (compiler/kernels/attention/attention_kernels.h);
 // the framework runs the fused ops on their reference kernels.
 #pragma once
 

@@ -10,7 +10,7 @@
 #include <limits>
 #include <random>
 
-#include "compiler/isa.h"
+#include "compiler/codegen/isa.h"
 #include "framework/op_registry.h"
 #include "tests/lowering_test_util.h"
 #include "tests/op_test_util.h"

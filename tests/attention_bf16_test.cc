@@ -1,4 +1,4 @@
-// The fused attention kernels under bf16 compute (compiler/attention_kernels.h;
+// The fused attention kernels under bf16 compute (compiler/kernels/attention/attention_kernels.h;
 // docs/jit.md "Mixed precision"), every path this CPU has: AMX tiles
 // (tdpbf16ps), AVX512_BF16 micro-kernels (vdpbf16ps) and the f32 tile loops
 // on rounded operands (AVX-512 and AVX2).
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/attention_kernels.h"
+#include "compiler/kernels/attention/attention_kernels.h"
 
 namespace kiln::jit {
 namespace {

@@ -1,4 +1,4 @@
-// The JIT's fused attention kernels (compiler/attention_kernels.h) against
+// The JIT's fused attention kernels (compiler/kernels/attention/attention_kernels.h) against
 // the reference kernels of fused_attention and fused_attention_grad, on the
 // AVX-512 and AVX2 paths: sequence lengths and head dims at {1, simd-1,
 // simd, simd+1} of both widths and beyond one tile (64 queries, 128 keys),
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/attention_kernels.h"
+#include "compiler/kernels/attention/attention_kernels.h"
 #include "framework/op_desc.h"
 #include "tests/op_test_util.h"
 

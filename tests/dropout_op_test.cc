@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "compiler/isa.h"
+#include "compiler/codegen/isa.h"
 #include "framework/op_registry.h"
 #include "framework/ops/dropout_hash.h"
 #include "tests/lowering_test_util.h"

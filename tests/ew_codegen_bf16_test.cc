@@ -12,13 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_codegen.h"
+#include "compiler/codegen/ew_codegen.h"
 #include "framework/bf16.h"
 #include "framework/error.h"
 #include "framework/ew/ew_reference.h"
 
-namespace kiln {
-namespace compiler {
+namespace kiln::jit {
 namespace {
 
 uint32_t Bits(float x) {
@@ -274,5 +273,4 @@ TEST(EwCodegenBf16Test, TheInstructionIsRefusedWhereTheCpuLacksIt) {
 }
 
 }  // namespace
-}  // namespace compiler
-}  // namespace kiln
+}  // namespace kiln::jit

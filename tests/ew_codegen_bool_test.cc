@@ -1,5 +1,5 @@
 // bool operands of the generated elementwise kernels and the comparisons
-// (compiler/ew_codegen_bool.cc): loads, stores and compares on the AVX2 and
+// (compiler/codegen/ew_codegen_bool.cc): loads, stores and compares on the AVX2 and
 // (when the CPU has it) AVX-512 paths, on sizes around the vector widths and
 // the unrolled loop, masked tails, strided and broadcast operands,
 // multi-threaded runs and spilled pointers, against the reference
@@ -18,13 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_codegen.h"
+#include "compiler/codegen/ew_codegen.h"
 #include "framework/error.h"
 #include "framework/ew/ew_reference.h"
 #include "tests/ew_codegen_test_util.h"
 
-namespace kiln {
-namespace compiler {
+namespace kiln::jit {
 namespace {
 
 using ew_test::Isas;
@@ -357,5 +356,4 @@ TEST(EwCodegenBoolTest, AReductionOutputCannotBeBool) {
 }
 
 }  // namespace
-}  // namespace compiler
-}  // namespace kiln
+}  // namespace kiln::jit

@@ -15,12 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_codegen.h"
+#include "compiler/codegen/ew_codegen.h"
 #include "framework/ew/ew_reference.h"
 #include "tests/ew_codegen_test_util.h"
 
-namespace kiln {
-namespace compiler {
+namespace kiln::jit {
 namespace {
 
 using ew_test::Buffers;
@@ -37,7 +36,7 @@ using ew_test::SameBits;
 using ew_test::Ulp;
 
 // Bounds the sweeps must stay within: the measured figures of the header
-// comment of compiler/ew_codegen_math.cc, rounded up a little.
+// comment of compiler/codegen/ew_codegen_math.cc, rounded up a little.
 constexpr double kLogMaxUlp = 1.0;
 constexpr double kLog1pMaxUlp = 2.0;
 
@@ -265,5 +264,4 @@ TEST(EwCodegenLogTest, LogInsideABroadcastKernelWithAReduction) {
 }
 
 }  // namespace
-}  // namespace compiler
-}  // namespace kiln
+}  // namespace kiln::jit

@@ -1,6 +1,6 @@
 // Generated fused elementwise kernels against the reference interpreter, on
 // the AVX2 and (when the CPU has it) AVX-512 paths.
-#include "compiler/ew_codegen.h"
+#include "compiler/codegen/ew_codegen.h"
 #include "framework/ew/ew_reference.h"
 #include "tests/ew_codegen_test_util.h"
 
@@ -19,8 +19,7 @@
 
 #include "framework/error.h"
 
-namespace kiln {
-namespace compiler {
+namespace kiln::jit {
 namespace {
 
 using ew_test::Buffers;
@@ -660,5 +659,4 @@ TEST(EwCodegenTest, ReportsThroughput) {
 }
 
 }  // namespace
-}  // namespace compiler
-}  // namespace kiln
+}  // namespace kiln::jit

@@ -15,11 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_codegen.h"
+#include "compiler/codegen/ew_codegen.h"
 #include "framework/ew/ew_reference.h"
 
-namespace kiln {
-namespace compiler {
+namespace kiln::jit {
 namespace ew_test {
 
 using Buffers = std::vector<std::vector<float>>;
@@ -159,5 +158,4 @@ inline EwLayout Flat(int64_t n, int num_inputs, int num_outputs) {
 constexpr int64_t kSizes[] = {1, 15, 16, 17, 1000, 4099};
 
 }  // namespace ew_test
-}  // namespace compiler
-}  // namespace kiln
+}  // namespace kiln::jit

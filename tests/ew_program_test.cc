@@ -11,8 +11,7 @@
 
 #include "framework/error.h"
 
-namespace kiln {
-namespace compiler {
+namespace kiln::jit {
 namespace {
 
 std::vector<int64_t> StridesOf(const EwLayout& l, const EwOperand& op) {
@@ -242,5 +241,4 @@ TEST(EwProgramTest, ComparisonsAndBoolStoresPrintAndEvaluate) {
 }
 
 }  // namespace
-}  // namespace compiler
-}  // namespace kiln
+}  // namespace kiln::jit

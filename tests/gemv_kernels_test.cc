@@ -1,7 +1,7 @@
-// compiler/gemv_kernels.cc: the batch-1 matmul kernel (bias, relu) and the
+// compiler/kernels/gemv_kernels.cc: the batch-1 matmul kernel (bias, relu) and the
 // fused dX + sgd step against double-precision references, at sizes around
 // the vector widths.
-#include "compiler/gemv_kernels.h"
+#include "compiler/kernels/gemv_kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/isa.h"
+#include "compiler/codegen/isa.h"
 #include "compiler/jit_compiler.h"
 #include "framework/backward.h"
 #include "framework/executor.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_codegen.h"
+#include "compiler/codegen/ew_codegen.h"
 #include "compiler/jit_compiler.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
@@ -702,7 +702,7 @@ TEST(JitOpsTest, InPlaceChainOnAnInput) {
 // threads; reduction outputs then sum per-thread partials.
 TEST(JitOpsTest, LargeSpacesSplitOverThreads) {
   std::mt19937 rng(16);
-  const int64_t big = 2 * compiler::FusedElementwiseKernel::kParallelMinElements + 13;
+  const int64_t big = 2 * jit::FusedElementwiseKernel::kParallelMinElements + 13;
   const std::vector<BinaryShape> shapes = {{"X[big] Y[1]", {big}, {1}, -1},
                                            {"X[4,big/4] Y[big/4]", {4, big / 4}, {big / 4}, -1},
                                            {"X[big/7,7] Y[big/7,1]", {big / 7, 7}, {big / 7, 1}, -1}};

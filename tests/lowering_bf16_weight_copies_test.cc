@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 #include "framework/bf16.h"
 #include "runtime/program.h"
 #include "tests/bf16_util.h"

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/blocked_pool.h"
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/blocked_pool.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 #include "framework/bf16.h"
 #include "tests/bf16_util.h"
 #include "tests/lowering_test_util.h"

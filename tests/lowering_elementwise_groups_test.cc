@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ew_runtime_kernel.h"
+#include "compiler/codegen/ew_runtime_kernel.h"
 #include "tests/lowering_test_util.h"
 
 namespace kiln::test {

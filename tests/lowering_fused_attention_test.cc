@@ -2,10 +2,10 @@
 // fused_attention and its grad become kiln's tiled kernels, on both ISAs,
 // and agree with the reference kernels; a grad without Out@GRAD is left to
 // the framework fallback. Under --amp bf16 the kernels run in bf16 exactly
-// where that is faster (AMX tiles, compiler/attention_kernels.h).
+// where that is faster (AMX tiles, compiler/kernels/attention/attention_kernels.h).
 #include <gtest/gtest.h>
 
-#include "compiler/attention_kernels.h"
+#include "compiler/kernels/attention/attention_kernels.h"
 #include "tests/lowering_test_util.h"
 
 namespace kiln::test {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/isa.h"
+#include "compiler/codegen/isa.h"
 #include "framework/op_registry.h"
 #include "tests/lowering_test_util.h"
 #include "tests/op_test_util.h"

@@ -1,9 +1,9 @@
-// compiler/onednn_lowering.cc: the fused matmul, matmul + sgd and fused conv
+// compiler/kernels/onednn/onednn_kernels.cc: the fused matmul, matmul + sgd and fused conv
 // kernels against double-precision references (the conv against the
 // framework's reference kernels), their primitives shared through
 // PrimitiveCache::Global(), their per-run buffers taken from the caching
 // allocator, and one kernel run from several threads at once.
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/isa.h"
+#include "compiler/codegen/isa.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
 #include "runtime/runner.h"

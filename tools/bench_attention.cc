@@ -1,5 +1,5 @@
 // kiln bench --bench_what attention: the JIT's fused attention kernels
-// (compiler/attention_kernels.h) against the unfused path they replace,
+// (compiler/kernels/attention/attention_kernels.h) against the unfused path they replace,
 // matmul(Q, K^T) * scale, softmax, matmul(P, V) and the three grad ops on the
 // framework's oneDNN kernels (what a cluster runs with --fuse_attention=false),
 // forward and backward of one [--batch_size, --num_heads, --seq_len,
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/attention_kernels.h"
+#include "compiler/kernels/attention/attention_kernels.h"
 #include "compiler/jit_compiler.h"
 #include "framework/allocator.h"
 #include "framework/executor.h"

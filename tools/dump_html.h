@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "compiler/jit_compiler.h"
-#include "compiler/jit_dump.h"
+#include "compiler/dump/jit_dump.h"
 
 namespace kiln::tools {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "compiler/jit_compiler.h"
-#include "compiler/jit_dump.h"
+#include "compiler/dump/jit_dump.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"

@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "compiler/jit_compiler.h"
-#include "compiler/jit_dump.h"
+#include "compiler/dump/jit_dump.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
 #include "framework/onednn/handlers.h"

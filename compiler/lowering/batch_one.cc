@@ -1,9 +1,9 @@
 #include "compiler/lowering/batch_one.h"
 
-#include "compiler/gemv_kernels.h"
+#include "compiler/kernels/gemv_kernels.h"
 #include "compiler/lowering/matmul_epilogue.h"
 #include "compiler/lowering/weight_grad_fold.h"
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 
 namespace kiln::jit {
 

@@ -1,5 +1,5 @@
 // Lowering step: with one row (batch 1), the matmuls of the earlier steps run
-// as kiln matrix-vector kernels (compiler/gemv.h) instead of oneDNN, which
+// as kiln matrix-vector kernels (compiler/kernels/gemv.h) instead of oneDNN, which
 // would repack W for a single row: the forward matmul with bias and ReLU,
 // and the weight-gradient fold together with dX in one pass over W.
 #pragma once

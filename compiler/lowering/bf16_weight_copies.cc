@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "compiler/ew_codegen.h"
-#include "compiler/ew_runtime_kernel.h"
+#include "compiler/codegen/ew_codegen.h"
+#include "compiler/codegen/ew_runtime_kernel.h"
 #include "compiler/lowering/matmul_epilogue.h"
 #include "framework/op_desc.h"
 
@@ -29,7 +29,7 @@ std::vector<EmittedKernel> Bf16WeightCopyUnit::Emit(EmitContext& ctx) const {
   EwLayout layout = CollapseLayout({n}, {{n}}, {{n}});
   layout.outputs[0].elem = EwElem::kBF16;
   const Isa isa = c.options().isa;
-  auto kernel = std::make_shared<compiler::FusedElementwiseKernel>(ctx.KernelName("bf16_copy"), program, layout, isa);
+  auto kernel = std::make_shared<jit::FusedElementwiseKernel>(ctx.KernelName("bf16_copy"), program, layout, isa);
   kernel->Create();
   EmittedKernel k;
   k.kernel = MakeEwRuntimeKernel(kernel, std::string("generated ") + IsaName(isa) + " kernel, " + w_ +

@@ -16,7 +16,7 @@
 
 #include "compiler/lowering/trace.h"
 #include "compiler/lowering/unit.h"
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 
 namespace kiln::jit {
 

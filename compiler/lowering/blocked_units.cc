@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "compiler/blocked_pool.h"
+#include "compiler/kernels/blocked_pool.h"
 #include "framework/error.h"
 
 namespace kiln::jit {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/blocked_pool.h"
+#include "compiler/kernels/blocked_pool.h"
 #include "compiler/lowering/unit.h"
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 
 namespace kiln::jit {
 

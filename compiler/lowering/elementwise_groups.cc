@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "compiler/ew_runtime_kernel.h"
+#include "compiler/codegen/ew_runtime_kernel.h"
 
 namespace kiln::jit {
 namespace {
@@ -109,7 +109,7 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
     layout.outputs[o].elem = out_bf16[o] ? EwElem::kBF16 : ElemOf(c, outputs[o].var);
   }
   const Isa isa = c.options().isa;
-  auto kernel = std::make_shared<compiler::FusedElementwiseKernel>(ctx.KernelName("ew"), program, layout, isa);
+  auto kernel = std::make_shared<jit::FusedElementwiseKernel>(ctx.KernelName("ew"), program, layout, isa);
   std::vector<std::string> types;
   for (int op : ops) types.push_back(c.type(op));
   kernel->set_fused_ops(types);

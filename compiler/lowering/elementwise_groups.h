@@ -30,7 +30,7 @@ class EwGroupUnit final : public Unit {
   // "<var>@BF16" (bf16_activations: every reader is a bf16 matmul).
   void StoreAsBf16(const std::string& var);
   std::string Describe(const Cluster& c) const override;
-  // One generated kernel (compiler/ew_codegen.h); throws when the group
+  // One generated kernel (compiler/codegen/ew_codegen.h); throws when the group
   // cannot be laid out or does not fit the registers.
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "compiler/lowering/unit.h"
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 
 namespace kiln::jit {
 

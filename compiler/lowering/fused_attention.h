@@ -1,5 +1,5 @@
 // Lowering step: fused_attention and fused_attention_grad with f32 args
-// become kiln's tiled attention kernels (compiler/attention_kernels.h, on
+// become kiln's tiled attention kernels (compiler/kernels/attention/attention_kernels.h, on
 // the options' ISA) instead of their reference kernels. The grad needs
 // Out@GRAD and at least one of Q@GRAD, K@GRAD, V@GRAD; otherwise (and for
 // other dtypes) the op is left to the framework fallback.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/attention_kernels.h"
+#include "compiler/kernels/attention/attention_kernels.h"
 #include "compiler/lowering/trace.h"
 #include "compiler/lowering/unit.h"
 

@@ -1,6 +1,6 @@
 #include "compiler/lowering/layout_ops.h"
 
-#include "compiler/copy_kernels.h"
+#include "compiler/kernels/copy.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {

@@ -1,6 +1,6 @@
 #include "compiler/lowering/max_pool_grad.h"
 
-#include "compiler/gemv.h"
+#include "compiler/kernels/gemv.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {

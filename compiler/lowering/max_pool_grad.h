@@ -1,5 +1,5 @@
 // Lowering step: the gradient of 2x2, stride-2, unpadded max pooling becomes
-// a kiln kernel (compiler/gemv.h's MaxPool2x2Grad: the first maximum of each
+// a kiln kernel (compiler/kernels/gemv.h's MaxPool2x2Grad: the first maximum of each
 // window gets dOut) instead of oneDNN's backward, which needs the forward's
 // workspace and so recomputes the forward (it ran in another cluster).
 #pragma once

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "compiler/op_kernel.h"
+#include "compiler/kernels/onednn/op_kernel.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {

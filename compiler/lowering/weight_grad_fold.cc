@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "compiler/onednn_lowering.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {

@@ -3,7 +3,7 @@
 //
 // Ops give their elementwise meaning as fragments of such programs in their
 // registry entries (ew_fragment.h); the JIT groups them, lays the group out
-// (ew_layout.h) and generates machine code (compiler/ew_codegen.h).
+// (ew_layout.h) and generates machine code (compiler/codegen/ew_codegen.h).
 // RunReference (ew_reference.h) is the oracle the generated code is tested
 // against.
 #pragma once
@@ -30,7 +30,7 @@ namespace kiln {
 //   sigmoid(x) = 1 / (1 + exp(-x));  erfc(x) = 1 - erf(x), accurate for large x
 //   log(x) = natural logarithm: NaN for x < 0 and NaN, -inf at +-0, +inf at +inf
 //   exp, tanh, sigmoid, erf, erfc, log are approximations in generated code
-//   (see compiler/ew_codegen_math.cc for the error bounds); div and sqrt are
+//   (see compiler/codegen/ew_codegen_math.cc for the error bounds); div and sqrt are
 //   IEEE-rounded.
 enum class EwOp : uint8_t {
   kLoad,   // operand = input index

@@ -95,7 +95,7 @@ class ConvHandler : public OneDnnHandler {
   bool RunBackwardData(const Tensor& filter, const Tensor& d_output, Tensor* d_input);
   bool RunBackwardWeights(const Tensor& input, const Tensor& d_output, Tensor* d_filter);
 
-  // ---- For compiled code (compiler/onednn_lowering.cc) ----------------------
+  // ---- For compiled code (compiler/kernels/onednn/onednn_kernels.cc) ----------------------
   // The layout the forward primitive picks for its f32 dst when it is one a
   // cluster can keep (nChw8c, nChw16c, nhwc); kPlain otherwise.
   ActLayout ForwardDstLayout() const;

@@ -6,7 +6,7 @@
 // log-sum-exp; the backward recomputes each tile's probabilities from it.
 //
 // These are the reference kernels: plain C++, f32 and f64, the same tiled
-// algorithm as the JIT's kernel (compiler/attention_kernels.h) with scalar
+// algorithm as the JIT's kernel (compiler/kernels/attention/attention_kernels.h) with scalar
 // arithmetic. passes/attention_fusion_pass.h makes these ops out of the
 // matmul/softmax/matmul pattern and its grad ops.
 #include <algorithm>

@@ -1,0 +1,79 @@
+#include "compiler/codegen/ew_runtime_kernel.h"
+
+#include <vector>
+
+namespace kiln::jit {
+namespace {
+
+class EwRuntimeKernel final : public runtime::Kernel {
+ public:
+  EwRuntimeKernel(std::shared_ptr<jit::FusedElementwiseKernel> k, std::string describe)
+      : kernel_(std::move(k)), describe_(std::move(describe)) {}
+  const std::string& name() const override { return kernel_->name(); }
+  std::string Describe() const override { return describe_; }
+  void Run(const runtime::BufferView* args) const override {
+    const int n_in = static_cast<int>(kernel_->layout().inputs.size());
+    const int n_out = static_cast<int>(kernel_->layout().outputs.size());
+    const void* in[kMaxEwOperands];
+    void* out[kMaxEwOperands];
+    KILN_CHECK(n_in <= static_cast<int>(kMaxEwOperands) && n_out <= static_cast<int>(kMaxEwOperands),
+               "ew kernel with more than ", kMaxEwOperands, " operands");
+    for (int i = 0; i < n_in; ++i) in[i] = args[i].data;
+    for (int o = 0; o < n_out; ++o) out[o] = args[n_in + o].data;
+    kernel_->Run(in, out);
+  }
+  const uint8_t* code() const override { return kernel_->code(); }
+  size_t code_size() const override { return kernel_->code_size(); }
+  std::vector<std::string> fused_ops() const override { return kernel_->fused_ops(); }
+  std::string DumpDetail() const override { return kernel_->ToString(); }
+  std::vector<std::pair<int, int>> InplacePairs() const override;
+
+ private:
+  std::shared_ptr<jit::FusedElementwiseKernel> kernel_;
+  std::string describe_;
+};
+
+// Output j over input k: same strides and element type, neither broadcast nor reduced, and
+// every load of k comes before the first store to j in the program.
+std::vector<std::pair<int, int>> EwRuntimeKernel::InplacePairs() const {
+  const EwLayout& l = kernel_->layout();
+  auto full = [&l](const EwOperand& op) {
+    for (int d = 0; d < l.rank; ++d) {
+      if (l.dims[d] > 1 && op.strides[d] == 0) return false;
+    }
+    return true;
+  };
+  const auto& instrs = kernel_->program().instrs();
+  std::vector<std::pair<int, int>> pairs;
+  for (int k = 0; k < static_cast<int>(l.inputs.size()); ++k) {
+    if (!full(l.inputs[k])) continue;
+    int last_load = -1;
+    for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
+      if (instrs[i].op == EwOp::kLoad && instrs[i].operand == k) last_load = i;
+    }
+    for (int j = 0; j < static_cast<int>(l.outputs.size()); ++j) {
+      if (!full(l.outputs[j]) || l.outputs[j].strides != l.inputs[k].strides ||
+          l.outputs[j].elem != l.inputs[k].elem) {
+        continue;
+      }
+      int first_store = static_cast<int>(instrs.size());
+      for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
+        if (instrs[i].op == EwOp::kStore && instrs[i].operand == j) {
+          first_store = i;
+          break;
+        }
+      }
+      if (last_load < first_store) pairs.emplace_back(k, j);
+    }
+  }
+  return pairs;
+}
+
+}  // namespace
+
+std::shared_ptr<const runtime::Kernel> MakeEwRuntimeKernel(std::shared_ptr<jit::FusedElementwiseKernel> kernel,
+                                                           std::string describe) {
+  return std::make_shared<EwRuntimeKernel>(std::move(kernel), std::move(describe));
+}
+
+}  // namespace kiln::jit

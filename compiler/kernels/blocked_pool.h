@@ -1,0 +1,39 @@
+// 2x2, stride-2, unpadded max pooling and its gradient where the pooled
+// activation is kept in channel groups of b: [N, ceil(C/b), H, W, b],
+// channel c at group c/b, lane c%b, the lanes past C zero. That is oneDNN's
+// nChw8c / nChw16c with b = 8 / 16, and nhwc with b = C
+// (framework/act_layout.h; compiler/lowering/blocked_layout.h keeps a
+// conv's output so).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::jit {
+
+// out [N, C, H/2, W/2] (plain NCHW): the maximum of each window of x
+// (grouped); NaN when the window holds one, as kiln's pool2d.
+void MaxPool2x2BlockedToPlain(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b);
+
+// What the pooling gradient kernel also computes: nothing, or the gradient
+// of the relu that made x (x > 0 ? d : 0; x is relu's Out).
+enum class PoolGradThen { kNothing, kReluGrad };
+
+// The gradient of that pooling: dx (grouped, padded lanes zero) gets, in
+// each window, dout at the first element equal to out (row-major; the
+// window's last element when none is, as for a NaN maximum) and 0 elsewhere,
+// as compiler/kernels/gemv.h's MaxPool2x2Grad does for plain tensors; then `then`.
+// out and dout are plain [N, C, H/2, W/2].
+void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float* dout, float* dx, int64_t n,
+                                  int64_t c, int64_t h, int64_t w, int64_t b,
+                                  PoolGradThen then = PoolGradThen::kNothing);
+// The same with dx stored in bf16 (round to nearest even, as
+// framework/bf16.h; vcvtneps2bf16 where the CPU has AVX512_BF16). When
+// `dbias` is given it receives, for each of the C channels, the f32 sum of
+// dx over N, H and W before the rounding (a bias gradient), summed per
+// (image, channel group) in row order and then over the images in order, so
+// the result does not depend on the thread count.
+void MaxPool2x2GradPlainToBlockedBf16(const float* x, const float* out, const float* dout, uint16_t* dx, int64_t n,
+                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then,
+                                      float* dbias = nullptr);
+
+}  // namespace kiln::jit
