@@ -127,6 +127,10 @@ LrSchedule ParseLrSchedule(const std::string& spec, float lr) {
 
 namespace {
 
+bool Mentions(const std::vector<std::string>& vars, const std::string& var) {
+  return std::find(vars.begin(), vars.end(), var) != vars.end();
+}
+
 // The Apply flag of gradient merge (grad_merge_ops.cc) that the updates
 // reading `lr` take: the schedule then advances on the steps that update,
 // counting updates as Paddle's does. "" when they take none; throws when
@@ -135,8 +139,7 @@ std::string UpdateFlagOf(const proto::BlockDesc& block, const std::string& lr) {
   std::set<std::string> flags;
   bool plain = false;
   for (const auto& op : block.ops()) {
-    const auto reads = InputVars(op);
-    if (!IsParameterUpdate(op) || std::find(reads.begin(), reads.end(), lr) == reads.end()) continue;
+    if (!IsParameterUpdate(op) || !Mentions(InputVars(op), lr)) continue;
     const auto apply = InputArgs(op, "Apply");
     if (apply.empty() || apply[0] == kEmptyVarName) plain = true;
     else flags.insert(apply[0]);
@@ -150,13 +153,19 @@ std::string UpdateFlagOf(const proto::BlockDesc& block, const std::string& lr) {
   return *flags.begin();
 }
 
-// The index of the op that writes `var` first; -1 when none does.
+// The index of the first op that writes (reads) `var`; the block's op count
+// when none does.
 int FirstWriter(const proto::BlockDesc& block, const std::string& var) {
   for (int i = 0; i < block.ops_size(); ++i) {
-    const auto outs = OutputVars(block.ops(i));
-    if (std::find(outs.begin(), outs.end(), var) != outs.end()) return i;
+    if (Mentions(OutputVars(block.ops(i)), var)) return i;
   }
-  return -1;
+  return block.ops_size();
+}
+int FirstReader(const proto::BlockDesc& block, const std::string& var) {
+  for (int i = 0; i < block.ops_size(); ++i) {
+    if (Mentions(InputVars(block.ops(i)), var)) return i;
+  }
+  return block.ops_size();
 }
 
 }  // namespace
@@ -189,17 +198,13 @@ std::string AppendLrSchedule(ProgramBuilder& b, const std::string& lr, const LrS
   // first reader of the learning rate (a gated sgd is never folded anyway).
   int position = 0;
   if (!apply.empty()) {
-    int first_reader = block->ops_size();
-    for (int i = 0; i < block->ops_size() && first_reader == block->ops_size(); ++i) {
-      for (const auto& in : block->ops(i).inputs()) {
-        if (std::find(in.args().begin(), in.args().end(), lr) != in.args().end()) first_reader = i;
-      }
-    }
     const int writer = FirstWriter(*block, apply);
-    if (writer > first_reader) {
-      ThrowInvalidArgument("lr_schedule: '", apply, "' is written after the first reader of '", lr, "'");
+    if (writer < block->ops_size()) {  // a flag nothing writes is fed: first in the block
+      if (writer > FirstReader(*block, lr)) {
+        ThrowInvalidArgument("lr_schedule: '", apply, "' is written after the first reader of '", lr, "'");
+      }
+      position = writer + 1;
     }
-    position = writer + 1;
   }
   b.RawOp(desc);
   auto* ops = block->mutable_ops();

@@ -337,6 +337,24 @@ std::vector<AttrDef> WithClipAttrs(std::vector<AttrDef> attrs) {
   return attrs;
 }
 
+// adam and adamw: the same slots, shapes and beta/epsilon attributes; they
+// differ in the weight-decay attribute (`decay`) and their kernels.
+OpInfo AdamLikeInfo(const std::string& type, const std::string& doc, AttrDef decay) {
+  OpInfo op = OptimizerInfo(type, doc, {"Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow"},
+                            {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"},
+                            {{"Param", "ParamOut"},
+                             {"Moment1", "Moment1Out"},
+                             {"Moment2", "Moment2Out"},
+                             {"Beta1Pow", "Beta1PowOut"},
+                             {"Beta2Pow", "Beta2PowOut"}});
+  op.attrs = WithClipAttrs({{"beta1", AttrKind::kFloat, Attribute(0.9f)},
+                            {"beta2", AttrKind::kFloat, Attribute(0.999f)},
+                            {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
+                            std::move(decay)});
+  op.infer_shape = InferAdam;
+  return op;
+}
+
 }  // namespace
 
 void RegisterOptimizerOps(OpRegistry& r) {
@@ -364,41 +382,19 @@ void RegisterOptimizerOps(OpRegistry& r) {
     r.Add(WithApplyGate(std::move(op)));
   }
   {
-    OpInfo op = OptimizerInfo("adam",
-                              "Adam step with bias correction (g += regularization_coeff * p first); Beta1Pow/Beta2Pow "
-                              "hold beta^t and are advanced",
-                              {"Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow"},
-                              {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"},
-                              {{"Param", "ParamOut"},
-                               {"Moment1", "Moment1Out"},
-                               {"Moment2", "Moment2Out"},
-                               {"Beta1Pow", "Beta1PowOut"},
-                               {"Beta2Pow", "Beta2PowOut"}});
-    op.attrs = WithClipAttrs({{"beta1", AttrKind::kFloat, Attribute(0.9f)},
-                              {"beta2", AttrKind::kFloat, Attribute(0.999f)},
-                              {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
-                              L2Attr()});
-    op.infer_shape = InferAdam;
+    OpInfo op = AdamLikeInfo("adam",
+                             "Adam step with bias correction (g += regularization_coeff * p first); Beta1Pow/Beta2Pow "
+                             "hold beta^t and are advanced",
+                             L2Attr());
     op.reference_kernel = AdamKernel;
     op.elementwise = EwAdam;
     r.Add(WithApplyGate(std::move(op)));
   }
   {
-    OpInfo op = OptimizerInfo("adamw",
-                              "AdamW: p *= 1 - LearningRate * coeff (decoupled weight decay, as PyTorch's AdamW), then "
-                              "adam's step",
-                              {"Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow"},
-                              {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"},
-                              {{"Param", "ParamOut"},
-                               {"Moment1", "Moment1Out"},
-                               {"Moment2", "Moment2Out"},
-                               {"Beta1Pow", "Beta1PowOut"},
-                               {"Beta2Pow", "Beta2PowOut"}});
-    op.attrs = WithClipAttrs({{"beta1", AttrKind::kFloat, Attribute(0.9f)},
-                              {"beta2", AttrKind::kFloat, Attribute(0.999f)},
-                              {"epsilon", AttrKind::kFloat, Attribute(1e-8f)},
-                              {"coeff", AttrKind::kFloat, Attribute(0.01f)}});
-    op.infer_shape = InferAdam;
+    OpInfo op = AdamLikeInfo("adamw",
+                             "AdamW: p *= 1 - LearningRate * coeff (decoupled weight decay, as PyTorch's AdamW), then "
+                             "adam's step",
+                             {"coeff", AttrKind::kFloat, Attribute(0.01f)});
     op.reference_kernel = AdamWKernel;
     op.elementwise = EwAdamW;
     r.Add(WithApplyGate(std::move(op)));
