@@ -18,6 +18,7 @@
 #include "framework/optimizer_builder.h"
 #include "framework/program_builder.h"
 #include "tests/op_test_util.h"
+#include "tests/optimizer_test_util.h"
 
 namespace kiln {
 namespace {
@@ -173,20 +174,9 @@ TEST(GradClipUpdateTest, BadClipInputsNameTheOp) {
 
 // ---- AppendOptimizer -----------------------------------------------------------------
 
-// loss = mean(x w + b) over x [-1, 3], w [3, 4], b [4].
-std::vector<std::pair<std::string, std::string>> BuildLoss(ProgramBuilder& b) {
-  const std::string x = b.Data("x", {-1, 3});
-  const std::string w = b.Param("w", {3, 4}, Init::Constant(0.5f));
-  const std::string bias = b.Param("b", {4}, Init::Constant(0.f));
-  const std::string y = b.Op1("matmul", {{"X", {x}}, {"Y", {w}}});
-  const std::string z = b.Op1("elementwise_add", {{"X", {y}}, {"Y", {bias}}});
-  const std::string loss = b.Op1("mean", {{"X", {z}}});
-  return AppendBackward(&b.main(), loss);
-}
-
 TEST(GradClipBuilderTest, GlobalNormIsOneOpBeforeTheUpdatesThatReadItsScale) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {-1, false});
   OptimizerConfig c;
   c.kind = OptimizerKind::kAdam;
   c.grad_clip_norm = 0.5f;
@@ -217,7 +207,7 @@ TEST(GradClipBuilderTest, GlobalNormIsOneOpBeforeTheUpdatesThatReadItsScale) {
   // It runs, and with clip_norm far above the norm the step is the unclipped one.
   auto run = [&](float clip_norm) {
     ProgramBuilder pb(1);
-    const auto pg = BuildLoss(pb);
+    const auto pg = test::BuildLinearLoss(pb, {-1, false});
     OptimizerConfig oc;
     oc.grad_clip_norm = clip_norm;
     AppendOptimizer(pb, pg, oc);
@@ -238,7 +228,7 @@ TEST(GradClipBuilderTest, GlobalNormIsOneOpBeforeTheUpdatesThatReadItsScale) {
 // read: every grad_merge, then the clip, then the gated updates.
 TEST(GradClipBuilderTest, UnderGradientMergeTheNormIsOfTheMergedGradients) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {-1, false});
   OptimizerConfig c;
   c.kind = OptimizerKind::kAdam;
   c.grad_clip_norm = 0.5f;
@@ -263,7 +253,7 @@ TEST(GradClipBuilderTest, UnderGradientMergeTheNormIsOfTheMergedGradients) {
 
 TEST(GradClipBuilderTest, ValueClipIsTwoAttributesAndNoOp) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {-1, false});
   OptimizerConfig c;
   c.kind = OptimizerKind::kMomentum;
   c.grad_clip_min = -0.5f;
@@ -283,7 +273,7 @@ TEST(GradClipBuilderTest, ValueClipIsTwoAttributesAndNoOp) {
 
 TEST(GradClipBuilderTest, BadSettingsAreErrorsThatChangeNothing) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {-1, false});
   const int ops_before = b.main().blocks(0).ops_size();
   OptimizerConfig c;
   c.grad_clip_norm = -1.f;

@@ -20,23 +20,12 @@
 #include "framework/program_builder.h"
 #include "framework/validate.h"
 #include "tests/op_test_util.h"
+#include "tests/optimizer_test_util.h"
 
 namespace kiln {
 namespace {
 
 using test::ErrorOf;
-
-// loss = mean((x @ w + b)^2) over x [2, 3]; returns the (param, grad) pairs.
-std::vector<std::pair<std::string, std::string>> BuildLoss(ProgramBuilder& b) {
-  const std::string x = b.Data("x", {2, 3});
-  const std::string w = b.Param("w", {3, 4}, Init::Constant(0.5f));
-  const std::string bias = b.Param("b", {4}, Init::Constant(0.f));
-  const std::string h = b.Op1("matmul", {{"X", {x}}, {"Y", {w}}});
-  const std::string y = b.Op1("elementwise_add", {{"X", {h}}, {"Y", {bias}}});
-  const std::string sq = b.Op1("elementwise_mul", {{"X", {y}}, {"Y", {y}}});
-  const std::string loss = b.Op1("mean", {{"X", {sq}}});
-  return AppendBackward(&b.main(), loss);
-}
 
 std::vector<std::string> TypesFrom(const proto::BlockDesc& block, int first) {
   std::vector<std::string> out;
@@ -49,7 +38,7 @@ TEST(GradMergeBuilderTest, TheCounterThenEachAccumulationBeforeItsUpdate) {
                              OptimizerKind::kAdamW}) {
     SCOPED_TRACE(static_cast<int>(kind));
     ProgramBuilder b(1);
-    const auto params = BuildLoss(b);
+    const auto params = test::BuildLinearLoss(b, {2, true});
     const int before = b.main().blocks(0).ops_size();
     OptimizerConfig c;
     c.kind = kind;
@@ -88,7 +77,7 @@ TEST(GradMergeBuilderTest, TheCounterThenEachAccumulationBeforeItsUpdate) {
 TEST(GradMergeBuilderTest, ParametersMoveOnlyOnEveryKthStep) {
   auto run = [](int64_t k, int steps) {
     ProgramBuilder b(1);
-    const auto params = BuildLoss(b);
+    const auto params = test::BuildLinearLoss(b, {2, true});
     OptimizerConfig c;
     c.grad_merge_steps = k;
     AppendOptimizer(b, params, c);
@@ -114,7 +103,7 @@ TEST(GradMergeBuilderTest, ParametersMoveOnlyOnEveryKthStep) {
 
 TEST(GradMergeBuilderTest, ALrScheduleReadsTheFlag) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {2, true});
   OptimizerConfig c;
   c.kind = OptimizerKind::kMomentum;
   c.grad_merge_steps = 4;
@@ -140,7 +129,7 @@ TEST(GradMergeBuilderTest, ALrScheduleReadsTheFlag) {
 
 TEST(GradMergeBuilderTest, UpdatesOfOneLearningRateThatMergeDifferentlyAreRefused) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {2, true});
   OptimizerConfig c;
   c.grad_merge_steps = 2;
   const std::string lr = AppendOptimizer(b, {params[0]}, c);
@@ -160,12 +149,12 @@ TEST(GradMergeBuilderTest, UpdatesOfOneLearningRateThatMergeDifferentlyAreRefuse
 TEST(GradMergeBuilderTest, OneStepAddsNothingAndLessIsRefused) {
   ProgramBuilder plain(1), one(1);
   OptimizerConfig c;
-  AppendOptimizer(plain, BuildLoss(plain), c);
+  AppendOptimizer(plain, test::BuildLinearLoss(plain, {2, true}), c);
   c.grad_merge_steps = 1;
-  AppendOptimizer(one, BuildLoss(one), c);
+  AppendOptimizer(one, test::BuildLinearLoss(one, {2, true}), c);
   EXPECT_EQ(plain.main().SerializeAsString(), one.main().SerializeAsString());
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b, {2, true});
   c.grad_merge_steps = 0;
   const std::string e = ErrorOf([&] { AppendOptimizer(b, params, c); });
   EXPECT_NE(e.find("gradient merge: k_steps must be >= 1, got 0"), std::string::npos) << e;

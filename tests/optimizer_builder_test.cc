@@ -15,28 +15,18 @@
 #include "framework/program_builder.h"
 #include "framework/validate.h"
 #include "tests/op_test_util.h"
+#include "tests/optimizer_test_util.h"
 
 namespace kiln {
 namespace {
 
 using test::ErrorOf;
 
-// loss = mean(x @ w + b) with w and b parameters; returns the (param, grad) pairs.
-std::vector<std::pair<std::string, std::string>> BuildLoss(ProgramBuilder& b) {
-  const std::string x = b.Data("x", {2, 3});
-  const std::string w = b.Param("w", {3, 4}, Init::Constant(0.5f));
-  const std::string bias = b.Param("b", {4}, Init::Constant(0.f));
-  const std::string h = b.Op1("matmul", {{"X", {x}}, {"Y", {w}}});
-  const std::string y = b.Op1("elementwise_add", {{"X", {h}}, {"Y", {bias}}});
-  const std::string loss = b.Op1("mean", {{"X", {y}}});
-  return AppendBackward(&b.main(), loss);
-}
-
 TEST(OptimizerBuilderTest, UpdateOpsAndNoOthersCarryTheOptimizeRole) {
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
     SCOPED_TRACE(static_cast<int>(kind));
     ProgramBuilder b(1);
-    const auto params = BuildLoss(b);
+    const auto params = test::BuildLinearLoss(b);
     ASSERT_EQ(params.size(), 2u);
     const int before = b.main().blocks(0).ops_size();
     OptimizerConfig c;
@@ -59,7 +49,7 @@ TEST(OptimizerBuilderTest, UpdateOpsAndNoOthersCarryTheOptimizeRole) {
 // One sgd step reads the named learning rate: w' = w - lr * dL/dw.
 TEST(OptimizerBuilderTest, LrNameNamesTheLearningRateTheUpdatesRead) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b);
   OptimizerConfig c;
   c.lr = 0.25f;
   c.lr_name = "my_lr";
@@ -93,7 +83,7 @@ TEST(OptimizerBuilderTest, LrNameNamesTheLearningRateTheUpdatesRead) {
 // gets a fresh name instead of sharing (or re-initialising) the first one's.
 TEST(OptimizerBuilderTest, TheDefaultLearningRateNameIsNeverShared) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b);
   OptimizerConfig c;
   c.lr = 0.5f;
   EXPECT_EQ(AppendOptimizer(b, {params[0]}, c), "learning_rate");
@@ -109,7 +99,7 @@ TEST(OptimizerBuilderTest, TheDefaultLearningRateNameIsNeverShared) {
 
 TEST(OptimizerBuilderTest, ATakenLrNameOrABadConfigIsAnError) {
   ProgramBuilder b(1);
-  const auto params = BuildLoss(b);
+  const auto params = test::BuildLinearLoss(b);
   OptimizerConfig c;
   c.lr_name = "w";  // a parameter
   std::string e = ErrorOf([&] { AppendOptimizer(b, params, c); });
