@@ -1,8 +1,8 @@
-// compiler/kernels/onednn/onednn_kernels.cc: the fused matmul, matmul + sgd and fused conv
-// kernels against double-precision references (the conv against the
-// framework's reference kernels), their primitives shared through
-// PrimitiveCache::Global(), their per-run buffers taken from the caching
-// allocator, and one kernel run from several threads at once.
+// compiler/kernels/onednn/onednn_kernels.cc: the fused matmul and matmul + sgd
+// kernels against double-precision references, their primitives shared
+// through PrimitiveCache::Global(), their per-run buffers taken from the
+// caching allocator, and one kernel run from several threads at once. The
+// fused conv: onednn_conv_kernels_test.
 #include "compiler/kernels/onednn/onednn_kernels.h"
 
 #include <gtest/gtest.h>
@@ -20,86 +20,12 @@
 #include "framework/bf16.h"
 #include "tests/bf16_util.h"
 #include "tests/op_test_util.h"
+#include "tests/onednn_jit_kernels_test_util.h"
 
 namespace kiln::jit {
 namespace {
 
-using onednn::PrimitiveCache;
-
-// A kernel argument: its floats and dims.
-struct Buf {
-  Dims dims;
-  std::vector<float> data;
-};
-
-Buf Random(const Dims& dims, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Buf b{dims, std::vector<float>(static_cast<size_t>(Numel(dims)))};
-  for (float& v : b.data) v = u(rng);
-  return b;
-}
-
-Buf Zeros(const Dims& dims) { return {dims, std::vector<float>(static_cast<size_t>(Numel(dims)), 0.f)}; }
-
-void RunKernel(const runtime::Kernel& kernel, const std::vector<Buf*>& args) {
-  std::vector<runtime::BufferView> views;
-  for (Buf* b : args) views.push_back({b->data.data(), DataType::kFP32, &b->dims});
-  kernel.Run(views.data());
-}
-
-// "" when |got - want| <= atol + rtol * |want| everywhere, else the worst element.
-std::string Compare(const std::vector<float>& got, const std::vector<double>& want, double atol = 1e-4,
-                    double rtol = 1e-4) {
-  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > atol + rtol * std::abs(want[i])) {
-      std::ostringstream os;
-      os << "element " << i << ": got " << got[i] << ", want " << want[i];
-      return os.str();
-    }
-  }
-  return "";
-}
-
-double Activate(double v, MatmulActivation a) {
-  switch (a) {
-    case MatmulActivation::kNone: return v;
-    case MatmulActivation::kRelu: return std::max(0.0, v);
-    case MatmulActivation::kGelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
-    case MatmulActivation::kGeluTanh:
-      return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-  }
-  return v;
-}
-
-std::vector<double> ReferenceMatmul(const FusedMatmulSpec& s, const Buf& x, const Buf& w, const Buf* bias) {
-  const int64_t k = s.x_dims.back(), m = Numel(s.x_dims) / k;
-  const int64_t n = s.transpose_w ? s.w_dims[0] : s.w_dims[1];
-  std::vector<double> out(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += double(x.data[i * k + p]) * w.data[s.transpose_w ? j * k + p : p * n + j];
-      acc = s.alpha * acc + (bias ? bias->data[j] : 0.0);
-      out[i * n + j] = Activate(acc, s.activation);
-    }
-  }
-  return out;
-}
-
-// Builds, runs and checks one fused matmul; "" when it matches.
-std::string CheckFusedMatmul(const FusedMatmulSpec& s, std::mt19937& rng) {
-  const int64_t k = s.x_dims.back(), m = Numel(s.x_dims) / k;
-  const int64_t n = s.transpose_w ? s.w_dims[0] : s.w_dims[1];
-  Buf x = Random(s.x_dims, rng), w = Random(s.w_dims, rng), bias = Random({n}, rng), out = Zeros({m, n});
-  auto kernel = MakeFusedMatmulKernel(s, "matmul_0");
-  std::vector<Buf*> args = {&x, &w};
-  if (s.bias) args.push_back(&bias);
-  args.push_back(&out);
-  RunKernel(*kernel, args);
-  const std::string diff = Compare(out.data, ReferenceMatmul(s, x, w, s.bias ? &bias : nullptr));
-  return diff.empty() ? "" : kernel->Describe() + ": " + diff;
-}
+using namespace onednn_jit_kernels_test;  // the helpers shared by the split files (tests/onednn_jit_kernels_test_util.h)
 
 TEST(FusedMatmulKernelTest, MatchesReferenceOverShapesAndEpilogues) {
   std::mt19937 rng(11);
@@ -272,128 +198,6 @@ TEST(MatmulSgdKernelTest, MatchesReference) {
             std::string::npos)
       << d;
 }
-
-// ---- fused conv -----------------------------------------------------------------------
-
-struct ConvCase {
-  Dims input, filter;
-  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
-  bool bias = false;
-  MatmulActivation act = MatmulActivation::kNone;
-};
-
-FusedConvSpec SpecOf(const ConvCase& c) {
-  FusedConvSpec s;
-  s.input_dims = c.input;
-  s.filter_dims = c.filter;
-  s.strides = Dims{c.stride, c.stride};
-  s.paddings = Dims{c.padding, c.padding};
-  s.dilations = Dims{c.dilation, c.dilation};
-  s.groups = c.groups;
-  s.bias = c.bias;
-  s.activation = c.act;
-  return s;
-}
-
-// conv2d -> elementwise_add(Y=[O], axis 1) -> activation on the framework's
-// reference kernels, in double.
-Tensor ReferenceConv(const ConvCase& c, const Buf& x, const Buf& f, const Buf& bias) {
-  std::vector<proto::OpDesc> ops = {OpBuilder("conv2d")
-                                        .In("Input", {"x"})
-                                        .In("Filter", {"f"})
-                                        .Out("Output", {"conv"})
-                                        .Attr("strides", std::vector<int64_t>{c.stride, c.stride})
-                                        .Attr("paddings", std::vector<int64_t>{c.padding, c.padding})
-                                        .Attr("dilations", std::vector<int64_t>{c.dilation, c.dilation})
-                                        .Attr("groups", c.groups)
-                                        .Build()};
-  std::string last = "conv";
-  if (c.bias) {
-    ops.push_back(
-        OpBuilder("elementwise_add").In("X", {last}).In("Y", {"b"}).Out("Out", {"add"}).Attr("axis", int64_t{1}).Build());
-    last = "add";
-  }
-  if (c.act != MatmulActivation::kNone) {
-    OpBuilder act(c.act == MatmulActivation::kRelu ? "relu" : "gelu");
-    if (c.act != MatmulActivation::kRelu) act.Attr("approximate", c.act == MatmulActivation::kGeluTanh);
-    ops.push_back(act.In("X", {last}).Out("Out", {"act"}).Build());
-    last = "act";
-  }
-  auto tensor = [](const Buf& b) { return test::CastTo(test::FloatTensor(b.dims, b.data), DataType::kFP64); };
-  auto scope = test::RunOps(ops, {{"x", tensor(x)}, {"f", tensor(f)}, {"b", tensor(bias)}}, /*use_onednn=*/false);
-  Tensor out;
-  out.CopyFrom(scope->GetVar(last)->Get());
-  return out;
-}
-
-std::string CheckFusedConv(const ConvCase& c, std::mt19937& rng) {
-  Buf x = Random(c.input, rng), f = Random(c.filter, rng), bias = Random({c.filter[0]}, rng);
-  const Tensor want = ReferenceConv(c, x, f, bias);
-  Buf out = Zeros(want.dims());
-  auto kernel = MakeFusedConvKernel(SpecOf(c), "conv_0");
-  std::vector<Buf*> args = {&x, &f};
-  if (c.bias) args.push_back(&bias);
-  args.push_back(&out);
-  RunKernel(*kernel, args);
-  const std::vector<double> w(want.data<double>(), want.data<double>() + want.numel());
-  const std::string diff = Compare(out.data, w);
-  return diff.empty() ? "" : kernel->Describe() + ": " + diff;
-}
-
-TEST(FusedConvKernelTest, MatchesFrameworkReferenceKernels) {
-  std::mt19937 rng(14);
-  for (int64_t batch : {1, 3}) {
-    for (int64_t groups : {1, 2}) {
-      for (int64_t stride : {1, 2}) {
-        for (int64_t padding : {0, 1, 2}) {
-          for (int mode = 0; mode < 4; ++mode) {  // bias x relu
-            ConvCase c{{batch, 4, 7, 9}, {6, 4 / groups, 3, 3}, stride, padding, 1, groups};
-            c.bias = mode & 1;
-            c.act = (mode & 2) ? MatmulActivation::kRelu : MatmulActivation::kNone;
-            EXPECT_EQ(CheckFusedConv(c, rng), "") << "batch " << batch << " groups " << groups << " stride " << stride
-                                                  << " padding " << padding << " mode " << mode;
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST(FusedConvKernelTest, DilationOneByOneGeluAndWideChannels) {
-  std::mt19937 rng(15);
-  std::vector<ConvCase> cases = {
-      {{2, 3, 11, 5}, {5, 3, 3, 2}, 1, 2, 2, 1, true, MatmulActivation::kRelu},
-      {{1, 16, 6, 6}, {32, 16, 1, 1}, 1, 0, 1, 1, true, MatmulActivation::kNone},
-      {{2, 16, 9, 9}, {16, 8, 3, 3}, 2, 1, 1, 2, true, MatmulActivation::kRelu},
-      {{1, 8, 5, 7}, {4, 8, 3, 3}, 1, 1, 1, 1, true, MatmulActivation::kGelu},
-      {{1, 8, 5, 7}, {4, 8, 3, 3}, 1, 1, 1, 1, false, MatmulActivation::kGeluTanh},
-  };
-  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(CheckFusedConv(cases[i], rng), "") << "case " << i;
-  const std::string d = MakeFusedConvKernel(SpecOf(cases[0]), "conv_0")->Describe();
-  EXPECT_EQ(d.rfind("oneDNN convolution (", 0), 0u) << d;
-  EXPECT_NE(d.find(") + bias + relu post-op"), std::string::npos) << d;
-}
-
-TEST(FusedConvKernelTest, ShapesThatMakeNoConvolutionAreNamed) {
-  ConvCase c{{1, 4, 7, 9}, {6, 3, 3, 3}};  // 4 input channels, filter wants 3
-  try {
-    MakeFusedConvKernel(SpecOf(c), "conv_0");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("input [1,4,7,9] filter [6,3,3,3]"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("expected input [N,C,H,W], filter [O,C/groups,KH,KW]"), std::string::npos);
-  }
-  FusedMatmulSpec m;
-  m.x_dims = Dims{3, 4};
-  m.w_dims = Dims{5, 6};
-  const std::string matmul_error = test::ErrorOf([&] { MakeFusedMatmulKernel(m, "m"); });
-  EXPECT_NE(matmul_error.find("x [3,4] w [5,6] do not multiply: expected w [4,N]"), std::string::npos)
-      << matmul_error;
-  EXPECT_NE(test::ErrorOf([&] { MakeMatmulSgdKernel({3, 4}, {5, 6}, "s"); }).find("expects w [4,N], got [5,6]"),
-            std::string::npos);
-}
-
 
 // ---- one oneDNN stack: cache, allocator, threads ------------------------------------------
 

@@ -225,7 +225,9 @@ TEST(OnnxConvertersTest, IntegerDivOfConstantsFolds) {
   EXPECT_EQ(std::get<std::vector<int64_t>>(AttrOf(im, 0, "shape")), (std::vector<int64_t>{2, 12}));
 }
 
-std::vector<Refusal> Refusals() {
+// Operands kiln cannot take: their dtypes, values only known at run time,
+// a run-time broadcast, a constant division by zero.
+std::vector<Refusal> OperandRefusals() {
   std::vector<Refusal> out;
   {
     OnnxModelBuilder m(13);
@@ -253,6 +255,30 @@ std::vector<Refusal> Refusals() {
                    "node 0 'tile' (Tile, opset 13): repeats (input 1 'repeats') is computed at run time; kiln needs "
                    "it known at import"});
   }
+  {
+    OnnxModelBuilder m(14);
+    m.Input("a", {1, 4}).Input("b", {-1, 1});
+    m.Node("Add", {"a", "b"}, {"y"}, "add");
+    m.Output("y", {-1, 4});
+    out.push_back({"a broadcast dim from the second operand at run time", m,
+                   "node 0 'add' (Add, opset 14): broadcast: both operands broadcast ([1,4] and [-1,1] to [-1,4]), "
+                   "and dim 0 comes from the second operand at run time"});
+  }
+  {
+    OnnxModelBuilder m(14);
+    m.Input("x", {2, 3}).Ints("a", {2}, {6, -7}).Ints("b", {2}, {2, 0});
+    m.Node("Div", {"a", "b"}, {"shape"}, "div");
+    m.Node("Reshape", {"x", "shape"}, {"y"});
+    m.Output("y", {-1, -1});
+    out.push_back({"integer division by zero", m,
+                   "node 0 'div' (Div, opset 14): integer division by zero (element 1 of the output)"});
+  }
+  return out;
+}
+
+// Attributes and constant inputs known at import that are out of kiln's range.
+std::vector<Refusal> AttributeRefusals() {
+  std::vector<Refusal> out;
   {
     OnnxModelBuilder m(13);
     m.Input("x", {2, 3}).Ints("shape", {2}, {-1, 3});
@@ -308,24 +334,12 @@ std::vector<Refusal> Refusals() {
     out.push_back({"a reduction kiln lacks", m,
                    "node 0 'nll' (NegativeLogLikelihoodLoss, opset 13): reduction 'max': expected none, sum or mean"});
   }
-  {
-    OnnxModelBuilder m(14);
-    m.Input("a", {1, 4}).Input("b", {-1, 1});
-    m.Node("Add", {"a", "b"}, {"y"}, "add");
-    m.Output("y", {-1, 4});
-    out.push_back({"a broadcast dim from the second operand at run time", m,
-                   "node 0 'add' (Add, opset 14): broadcast: both operands broadcast ([1,4] and [-1,1] to [-1,4]), "
-                   "and dim 0 comes from the second operand at run time"});
-  }
-  {
-    OnnxModelBuilder m(14);
-    m.Input("x", {2, 3}).Ints("a", {2}, {6, -7}).Ints("b", {2}, {2, 0});
-    m.Node("Div", {"a", "b"}, {"shape"}, "div");
-    m.Node("Reshape", {"x", "shape"}, {"y"});
-    m.Output("y", {-1, -1});
-    out.push_back({"integer division by zero", m,
-                   "node 0 'div' (Div, opset 14): integer division by zero (element 1 of the output)"});
-  }
+  return out;
+}
+
+std::vector<Refusal> Refusals() {
+  std::vector<Refusal> out = OperandRefusals();
+  for (Refusal& r : AttributeRefusals()) out.push_back(std::move(r));
   return out;
 }
 

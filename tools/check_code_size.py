@@ -2,6 +2,7 @@
 """Reports C++ source files over a line limit and functions over a length limit.
 
     /usr/bin/python3 tools/check_code_size.py compiler passes [--max_file 450] [--max_function 80]
+        [--exclude tests/some_test.cc ...]
 
 Exits 1 when anything is over, listing each file and function with its length.
 Functions are found with a small brace scanner (comments, strings and
@@ -116,6 +117,8 @@ def main():
     parser.add_argument("paths", nargs="+", help="folders or files")
     parser.add_argument("--max_file", type=int, default=450)
     parser.add_argument("--max_function", type=int, default=80)
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="a file not to check (a path ending, e.g. tests/some_test.cc); repeatable")
     args = parser.parse_args()
     files = []
     for p in args.paths:
@@ -124,6 +127,10 @@ def main():
                 files += [os.path.join(root, n) for n in sorted(names) if n.endswith(SOURCE_EXTENSIONS)]
         else:
             files.append(p)
+    excluded = [f for f in files if any(os.path.normpath(f).endswith(os.path.normpath(e)) for e in args.exclude)]
+    files = [f for f in files if f not in excluded]
+    for path in excluded:
+        print(f"{path}: not checked (--exclude)")
     over = 0
     for path in sorted(files):
         with open(path, encoding="utf-8", errors="replace") as f:

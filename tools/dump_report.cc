@@ -188,9 +188,25 @@ std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<E
   return out;
 }
 
-std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport& report,
-                         const std::vector<std::string>& ids) {
-  const ir::Graph g = ir::Graph::FromBlock(program.blocks(0));
+namespace {
+
+// A Graphviz quoted string.
+std::string DotQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+// The cluster whose box holds each node: its ops, and the vars only its ops
+// produce and read that are not among its outputs.
+std::map<ir::NodeId, int> ClusterOfNodes(const ir::Graph& g, const BuildJitReport& report) {
   std::map<std::string, int> cluster_of_label;
   for (size_t c = 0; c < report.clusters.size(); ++c) {
     for (const auto& label : report.clusters[c].ops) cluster_of_label[label] = static_cast<int>(c);
@@ -210,18 +226,15 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
     for (ir::NodeId reader : g.outputs(v)) inside = inside && cluster_of.count(reader) && cluster_of[reader] == c;
     if (inside) cluster_of[v] = c;
   }
-  auto quote = [](const std::string& s) {
-    std::string out = "\"";
-    for (char ch : s) {
-      if (ch == '\n') {
-        out += "\\n";
-        continue;
-      }
-      if (ch == '"' || ch == '\\') out += '\\';
-      out += ch;
-    }
-    return out + "\"";
-  };
+  return cluster_of;
+}
+
+}  // namespace
+
+std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport& report,
+                         const std::vector<std::string>& ids) {
+  const ir::Graph g = ir::Graph::FromBlock(program.blocks(0));
+  std::map<ir::NodeId, int> cluster_of = ClusterOfNodes(g, report);
   std::map<std::string, std::string> left_out;  // op label -> why
   for (const auto& e : report.excluded) {
     left_out[e.op] = "left out: " + std::string(JitExclusionName(e.reason)) + (e.detail.empty() ? "" : " (" + e.detail + ")");
@@ -231,13 +244,13 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
     if (g.IsOp(n)) {
       auto why = left_out.find(g.OpLabel(n));
       // An op left out of clusters: dashed, its reason on hover.
-      const std::string extra = why == left_out.end() ? "" : ", style=dashed, tooltip=" + quote(g.OpLabel(n) + ": " + why->second);
-      return id + " [shape=box, label=" + quote(g.op(n).type()) + extra + "];\n";
+      const std::string extra = why == left_out.end() ? "" : ", style=dashed, tooltip=" + DotQuote(g.OpLabel(n) + ": " + why->second);
+      return id + " [shape=box, label=" + DotQuote(g.op(n).type()) + extra + "];\n";
     }
     std::string label = g.VarName(n);
     if (g.VarVersion(n) > 0) label += " (v" + std::to_string(g.VarVersion(n)) + ")";
     label += "\n" + g.VarShapeString(n);
-    std::string attrs = "shape=ellipse, label=" + quote(label);
+    std::string attrs = "shape=ellipse, label=" + DotQuote(label);
     if (g.IsDeclared(n) && g.var(n).persistable()) attrs += ", style=filled, fillcolor=lightgrey";
     return id + " [" + attrs + "];\n";
   };
@@ -257,10 +270,10 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
   for (size_t c = 0; c < boxes.size(); ++c) {
     // A coloured box that links to the cluster's section of index.html.
     static const char* kFills[] = {"#e8f0fe", "#fde8e8", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e8f7f9"};
-    out += "  subgraph cluster_" + ids[c] + " {\n    label=" + quote(ids[c] + " jit_launch " + report.clusters[c].key) +
-           ";\n    style=\"rounded,filled\";\n    color=blue;\n    fillcolor=" + quote(kFills[c % 6]) +
-           ";\n    URL=" + quote("#" + ids[c]) + ";\n    tooltip=" +
-           quote(ids[c] + ": " + std::to_string(report.clusters[c].ops.size()) + " ops; click for its kernels") + ";\n";
+    out += "  subgraph cluster_" + ids[c] + " {\n    label=" + DotQuote(ids[c] + " jit_launch " + report.clusters[c].key) +
+           ";\n    style=\"rounded,filled\";\n    color=blue;\n    fillcolor=" + DotQuote(kFills[c % 6]) +
+           ";\n    URL=" + DotQuote("#" + ids[c]) + ";\n    tooltip=" +
+           DotQuote(ids[c] + ": " + std::to_string(report.clusters[c].ops.size()) + " ops; click for its kernels") + ";\n";
     for (ir::NodeId n : boxes[c]) out += "    " + node_line(n);
     out += "  }\n";
   }
@@ -268,12 +281,12 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
     const std::string id = "n" + std::to_string(op);
     for (const auto& slot : g.op(op).inputs()) {
       for (ir::NodeId v : g.InputSlot(op, slot.name())) {
-        if (v != ir::kNoNode) out += "  n" + std::to_string(v) + " -> " + id + " [label=" + quote(slot.name()) + "];\n";
+        if (v != ir::kNoNode) out += "  n" + std::to_string(v) + " -> " + id + " [label=" + DotQuote(slot.name()) + "];\n";
       }
     }
     for (const auto& slot : g.op(op).outputs()) {
       for (ir::NodeId v : g.OutputSlot(op, slot.name())) {
-        if (v != ir::kNoNode) out += "  " + id + " -> n" + std::to_string(v) + " [label=" + quote(slot.name()) + "];\n";
+        if (v != ir::kNoNode) out += "  " + id + " -> n" + std::to_string(v) + " [label=" + DotQuote(slot.name()) + "];\n";
       }
     }
   }

@@ -139,6 +139,38 @@ std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
   return out;
 }
 
+namespace {
+
+// Cluster `key` compiled at the dump's concrete shapes as row `id`: its
+// compiled object and dump files, or why it did not compile.
+ClusterRow CompileClusterRow(jit::JitCompiler& compiler, const proto::BlockDesc& concrete, int64_t batch,
+                             const std::string& id, const std::string& key,
+                             std::map<std::string, std::vector<jit::DumpFile>>* cluster_files) {
+  ClusterRow row;
+  row.id = id;
+  row.key = key;
+  row.subgraph = &compiler.GetSubgraph(row.key);
+  jit::ShapeSignature sig;
+  for (const auto& name : row.subgraph->inputs) {
+    sig.inputs.push_back(ConcreteInput(concrete, *row.subgraph, name, batch));
+  }
+  if (auto obj = compiler.Compile(row.key, sig)) {
+    row.objects.push_back(obj);
+    (*cluster_files)["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
+  } else {
+    // Compile already said why on stderr; lower again for the index.
+    try {
+      jit::Lower(row.key, *row.subgraph, sig, compiler.options().compile);
+      row.failure = "the compiler gave up on it (see stderr)";
+    } catch (const Error& e) {
+      row.failure = e.what();
+    }
+  }
+  return row;
+}
+
+}  // namespace
+
 DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   const proto::ProgramDesc& program = src.program;
   for (const auto& [name, dims] : src.feed_dims) {
@@ -162,26 +194,8 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   std::vector<jit::DumpFile> files;  // paths relative to --out
   std::map<std::string, std::vector<jit::DumpFile>> cluster_files;
   for (size_t i = 0; i < report.clusters.size(); ++i) {
-    ClusterRow row;
-    row.id = "c" + std::to_string(i);
-    row.key = report.clusters[i].key;
-    row.subgraph = &compiler.GetSubgraph(row.key);
-    jit::ShapeSignature sig;
-    for (const auto& name : row.subgraph->inputs) {
-      sig.inputs.push_back(ConcreteInput(concrete, *row.subgraph, name, src.batch));
-    }
-    if (auto obj = compiler.Compile(row.key, sig)) {
-      row.objects.push_back(obj);
-      cluster_files["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
-    } else {
-      // Compile already said why on stderr; lower again for the index.
-      try {
-        jit::Lower(row.key, *row.subgraph, sig, copts);
-        row.failure = "the compiler gave up on it (see stderr)";
-      } catch (const Error& e) {
-        row.failure = e.what();
-      }
-    }
+    ClusterRow row = CompileClusterRow(compiler, concrete, src.batch, "c" + std::to_string(i),
+                                       report.clusters[i].key, &cluster_files);
     ids.push_back(row.id);
     rows.push_back(std::move(row));
   }

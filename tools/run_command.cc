@@ -54,6 +54,41 @@ Tensor Stack(const std::string& name, const std::vector<Tensor>& steps) {
   return out;
 }
 
+// Feeds --feed's .npy files and --from's checkpoint vars into scope (every
+// var the program needs, checked); the non-persistable feeds, which every
+// step feeds again, go to per_step_feeds.
+void FeedInputs(const proto::BlockDesc& block, const std::vector<std::string>& feed_args, Scope* scope,
+                std::map<std::string, Tensor>* per_step_feeds) {
+  std::set<std::string> fed;
+  for (const auto& arg : feed_args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
+      ThrowInvalidArgument("--feed '", arg, "': expected NAME=FILE.npy");
+    }
+    const std::string name = arg.substr(0, eq);
+    Tensor value = ReadNpy(arg.substr(eq + 1));
+    FeedTensor(block, *scope, name, value);  // checks dtype and dims
+    const proto::VarDesc* v = FindVarDesc(block, name);
+    if (!v->persistable()) (*per_step_feeds)[name] = std::move(value);
+    fed.insert(name);
+  }
+  // --from: a checkpoint's vars set persistable vars once, as --feed does
+  // (kiln import's DIR holds the program's initial values); --feed wins.
+  if (!FLAGS_from.empty()) {
+    std::map<std::string, Tensor> vars;
+    ReadCheckpoint(ResolveCheckpoint(FLAGS_from), &vars);
+    for (const auto& [name, value] : vars) {
+      if (fed.count(name)) continue;
+      if (!RequireVarDesc(block, name, "--from var").persistable()) {
+        ThrowInvalidArgument("--from: checkpoint var '", name, "' is not persistable in ", FLAGS_program);
+      }
+      FeedTensor(block, *scope, name, value);
+      fed.insert(name);
+    }
+  }
+  CheckFeeds(block, fed, "--feed");
+}
+
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& feed_args) {
@@ -78,34 +113,7 @@ int RunCommand(const std::vector<std::string>& feed_args) {
   // Read and check every feed before running anything.
   Scope scope;
   std::map<std::string, Tensor> per_step_feeds;
-  std::set<std::string> fed;
-  for (const auto& arg : feed_args) {
-    const size_t eq = arg.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
-      ThrowInvalidArgument("--feed '", arg, "': expected NAME=FILE.npy");
-    }
-    const std::string name = arg.substr(0, eq);
-    Tensor value = ReadNpy(arg.substr(eq + 1));
-    FeedTensor(block, scope, name, value);  // checks dtype and dims
-    const proto::VarDesc* v = FindVarDesc(block, name);
-    if (!v->persistable()) per_step_feeds[name] = std::move(value);
-    fed.insert(name);
-  }
-  // --from: a checkpoint's vars set persistable vars once, as --feed does
-  // (kiln import's DIR holds the program's initial values); --feed wins.
-  if (!FLAGS_from.empty()) {
-    std::map<std::string, Tensor> vars;
-    ReadCheckpoint(ResolveCheckpoint(FLAGS_from), &vars);
-    for (const auto& [name, value] : vars) {
-      if (fed.count(name)) continue;
-      if (!RequireVarDesc(block, name, "--from var").persistable()) {
-        ThrowInvalidArgument("--from: checkpoint var '", name, "' is not persistable in ", FLAGS_program);
-      }
-      FeedTensor(block, scope, name, value);
-      fed.insert(name);
-    }
-  }
-  CheckFeeds(block, fed, "--feed");
+  FeedInputs(block, feed_args, &scope, &per_step_feeds);
 
   Executor exec(ExecutorOptionsFromFlags());
   std::set<std::string> keep(fetches.begin(), fetches.end());

@@ -223,9 +223,9 @@ std::string ShapeRepr(const Dims& dims) {
   return s + ")";
 }
 
-}  // namespace
-
-Tensor ParseNpy(const std::string& bytes, const std::string& name) {
+// The header dict's text after the magic, version and length checks; sets
+// data_start to the offset of the first data byte.
+std::string HeaderText(const std::string& bytes, const std::string& name, size_t* data_start) {
   if (bytes.size() < kMagicLen || bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0) {
     ThrowInvalidArgument("npy file '", name, "': bad magic: expected \"\\x93NUMPY\", got \"",
                          PrintableBytes(bytes, kMagicLen), "\"");
@@ -249,9 +249,12 @@ Tensor ParseNpy(const std::string& bytes, const std::string& name) {
     ThrowDataLoss("npy file '", name, "': truncated header: header length is ", header_len, " bytes, but only ",
                   bytes.size() - header_start, " follow");
   }
-  std::string header = bytes.substr(header_start, header_len);
-  std::map<std::string, HeaderValue> dict = HeaderParser(header, name).Parse();
+  *data_start = header_start + header_len;
+  return bytes.substr(header_start, header_len);
+}
 
+// The dtype and shape a parsed header dict declares, after checking its keys.
+const NpyDtype& HeaderDtypeAndDims(std::map<std::string, HeaderValue>& dict, const std::string& name, Dims* dims) {
   for (const auto& [key, value] : dict) {
     if (key != "descr" && key != "fortran_order" && key != "shape") {
       ThrowInvalidArgument("npy file '", name, "': malformed header: unexpected key '", key, "'");
@@ -285,11 +288,13 @@ Tensor ParseNpy(const std::string& bytes, const std::string& name) {
     ThrowInvalidArgument("npy file '", name, "': fortran_order True is not supported (write the array in C order, ",
                          "e.g. np.ascontiguousarray)");
   }
+  *dims = shape.ints;
+  return *dtype;
+}
 
-  Dims dims = shape.ints;
-  const size_t item = SizeOf(dtype->dtype);
-  const size_t data_start = header_start + header_len;
-  const size_t available = bytes.size() - data_start;
+// The data's byte count for dims of dtype, checked against the bytes available.
+size_t CheckedDataBytes(const NpyDtype& dtype, const Dims& dims, size_t available, const std::string& name) {
+  const size_t item = SizeOf(dtype.dtype);
   // Computed with overflow checks so that an absurd shape is reported as
   // too large rather than wrapping around. As NumPy does, the non-zero dims
   // must multiply to a representable size even when another dim is 0: the
@@ -310,18 +315,30 @@ Tensor ParseNpy(const std::string& bytes, const std::string& name) {
     ThrowInvalidArgument("npy file '", name, "': shape ", DimsToString(dims), " is too large");
   }
   if (available < expected) {
-    ThrowDataLoss("npy file '", name, "': truncated data: shape ", DimsToString(dims), " of ", descr.text,
+    ThrowDataLoss("npy file '", name, "': truncated data: shape ", DimsToString(dims), " of ", dtype.descr,
                   " needs ", expected, " bytes, got ", available);
   }
   if (available > expected) {
-    ThrowInvalidArgument("npy file '", name, "': trailing garbage: shape ", DimsToString(dims), " of ", descr.text,
+    ThrowInvalidArgument("npy file '", name, "': trailing garbage: shape ", DimsToString(dims), " of ", dtype.descr,
                          " needs ", expected, " bytes, got ", available, " (", available - expected, " extra)");
   }
+  return expected;
+}
 
-  Tensor t(dtype->dtype, dims);
-  void* dst = t.raw_mutable_data(dtype->dtype);
+}  // namespace
+
+Tensor ParseNpy(const std::string& bytes, const std::string& name) {
+  size_t data_start = 0;
+  std::string header = HeaderText(bytes, name, &data_start);
+  std::map<std::string, HeaderValue> dict = HeaderParser(header, name).Parse();
+  Dims dims;
+  const NpyDtype& dtype = HeaderDtypeAndDims(dict, name, &dims);
+  const size_t expected = CheckedDataBytes(dtype, dims, bytes.size() - data_start, name);
+
+  Tensor t(dtype.dtype, dims);
+  void* dst = t.raw_mutable_data(dtype.dtype);
   if (expected > 0) std::memcpy(dst, bytes.data() + data_start, expected);
-  if (dtype->dtype == DataType::kBOOL) {
+  if (dtype.dtype == DataType::kBOOL) {
     // Any other byte would be an invalid bool object.
     const auto* b = reinterpret_cast<const uint8_t*>(bytes.data() + data_start);
     for (size_t i = 0; i < expected; ++i) {

@@ -97,15 +97,14 @@ void EwLayout::Validate() const {
   }
 }
 
-EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,
-                        const std::vector<Dims>& output_dims) {
+namespace {
+
+// Every operand has the iteration rank and broadcasts to the iteration dims.
+void CheckOperandDims(const Dims& iter_dims, const std::vector<const Dims*>& operands, size_t num_inputs) {
   const size_t rank = iter_dims.size();
-  std::vector<const Dims*> operands;
-  for (const Dims& d : input_dims) operands.push_back(&d);
-  for (const Dims& d : output_dims) operands.push_back(&d);
   for (size_t k = 0; k < operands.size(); ++k) {
-    const bool is_input = k < input_dims.size();
-    const size_t idx = is_input ? k : k - input_dims.size();
+    const bool is_input = k < num_inputs;
+    const size_t idx = is_input ? k : k - num_inputs;
     const Dims& od = *operands[k];
     if (od.size() != rank) {
       ThrowInvalidArgument("ew layout: ", is_input ? "input " : "output ", idx, " dims ", DimsToString(od),
@@ -119,6 +118,17 @@ EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_di
       }
     }
   }
+}
+
+}  // namespace
+
+EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,
+                        const std::vector<Dims>& output_dims) {
+  const size_t rank = iter_dims.size();
+  std::vector<const Dims*> operands;
+  for (const Dims& d : input_dims) operands.push_back(&d);
+  for (const Dims& d : output_dims) operands.push_back(&d);
+  CheckOperandDims(iter_dims, operands, input_dims.size());
   int64_t numel = 1;
   for (int64_t d : iter_dims) {
     if (d < 0) ThrowInvalidArgument("ew layout: iteration dims must be known, got ", DimsToString(iter_dims));
