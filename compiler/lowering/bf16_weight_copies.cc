@@ -23,18 +23,13 @@ std::string Bf16WeightCopyUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> Bf16WeightCopyUnit::Emit(EmitContext& ctx) const {
   const Cluster& c = ctx.cluster();
-  const int64_t n = Numel(c.dims(w_));
-  EwProgram program;
-  program.Store(0, program.Load(0));
-  EwLayout layout = CollapseLayout({n}, {{n}}, {{n}});
-  layout.outputs[0].elem = EwElem::kBF16;
   const Isa isa = c.options().isa;
-  auto kernel = std::make_shared<jit::FusedElementwiseKernel>(ctx.KernelName("bf16_copy"), program, layout, isa);
-  kernel->Create();
+  std::shared_ptr<FusedElementwiseKernel> kernel =
+      MakeToBf16Kernel(Numel(c.dims(w_)), /*scaled=*/false, isa, ctx.KernelName("bf16_copy"));
   EmittedKernel k;
   k.kernel = MakeEwRuntimeKernel(kernel, std::string("generated ") + IsaName(isa) + " kernel, " + w_ +
                                              " to bf16 (" + Bf16StoreName(kernel->bf16_store()) + ") over " +
-                                             layout.ToString());
+                                             kernel->layout().ToString());
   k.args = {w_, copy_};
   k.num_inputs = 1;
   proto::VarDesc v = c.var(w_);
