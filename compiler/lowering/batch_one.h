@@ -5,15 +5,19 @@
 #pragma once
 
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 
-// Out[1,N] = X[1,K] W[K,N] (+ bias) (relu). Args: X, W[, bias] -> Out.
+// Out[1,N] = X[1,K] W[K,N] (+ bias) (relu). Kernel args: X, W[, bias] -> Out.
 class GemvMatmulUnit final : public Unit {
  public:
-  GemvMatmulUnit(const std::string& step, std::vector<int> ops, int64_t k, int64_t n, bool relu,
-                 std::vector<std::string> args);
+  struct Operands {
+    std::string x, w;
+    std::string bias;  // a [N] row; "" when none
+    std::string out;
+  };
+  GemvMatmulUnit(const std::string& step, std::vector<int> ops, int64_t k, int64_t n, bool relu, Operands operands);
   const char* kind() const override { return "gemv_matmul"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
@@ -21,21 +25,24 @@ class GemvMatmulUnit final : public Unit {
  private:
   int64_t k_, n_;
   bool relu_;
-  std::vector<std::string> args_;
+  Operands o_;
 };
 
 // dX = dY W^T (when wanted) and W -= lr X^T dY in one pass over W.
-// Args: X, dY, lr, W -> [dX,] W.
+// Kernel args: X, dY, lr, W -> [dX,] W.
 class GemvGradSgdUnit final : public Unit {
  public:
-  GemvGradSgdUnit(const std::string& step, std::vector<int> ops, std::vector<std::string> args, int64_t k,
-                  int64_t n);
+  struct Operands {
+    std::string x, dy, lr, w;
+    std::string dx;  // "" when not wanted
+  };
+  GemvGradSgdUnit(const std::string& step, std::vector<int> ops, Operands operands, int64_t k, int64_t n);
   const char* kind() const override { return "gemv_grad_sgd"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
 
  private:
-  std::vector<std::string> args_;
+  Operands o_;
   int64_t k_, n_;
 };
 

@@ -1,7 +1,7 @@
 // Lowering step (--amp bf16): a value that a generated elementwise kernel
 // computes and that only bf16 matmuls read (as their X, or as the dY of a
 // weight-gradient + sgd matmul) is stored by that kernel in bf16 alone, as
-// "<var>@BF16", and the matmuls bind it without a reorder: the cast is fused
+// its bf16 copy (Bf16CopyOf), and the matmuls bind it without a reorder: the cast is fused
 // into the kernel that produces the value, and the f32 value is never
 // written. A dY read this way makes the matmul+SGD kernel scale X by lr.
 //
@@ -11,7 +11,7 @@
 #pragma once
 
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 

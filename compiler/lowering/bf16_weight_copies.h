@@ -13,40 +13,36 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
-#include "compiler/kernels/onednn/onednn_kernels.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 
-// W -> its bf16 copy, one generated kernel (args: W -> copy). It computes no
-// op of the cluster: its ops are empty.
+// W -> its bf16 copy, one generated kernel (kernel args: W -> copy). It
+// computes no op of the cluster: its ops are empty.
 class Bf16WeightCopyUnit final : public Unit {
  public:
+  struct Operands {
+    std::string w;
+  };
   // `reader_ops`: the ops of the units that read the copy (kept out of the
   // step when the copy cannot be compiled).
-  Bf16WeightCopyUnit(const std::string& step, std::string w, std::vector<int> reader_ops, int readers);
+  Bf16WeightCopyUnit(const std::string& step, Operands operands, std::vector<int> reader_ops, int readers);
   const char* kind() const override { return "bf16_weight_copy"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
-  const std::string& w() const { return w_; }
-  // "<W>@BF16".
-  const std::string& copy() const { return copy_; }
+  const std::string& w() const { return o_.w; }
+  DerivedBuffer copy() const { return Bf16CopyOf(o_.w); }
   std::vector<int> FallbackOps() const override { return reader_ops_; }
 
  private:
-  std::string w_, copy_;
+  Operands o_;
   std::vector<int> reader_ops_;
   int readers_;
 };
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace);
-
-// The spec and args (X, W[, bias], Out) of a oneDNN matmul unit, or of the
-// one that the input-gradient-only matmul_grad weight_grad_fold leaves
-// becomes (dX = dY W^T, no transposes, alpha 1, f32; computed in the
-// cluster's amp compute type). False for any other unit.
-bool AsMatmulUnit(const Cluster& c, const Unit& unit, FusedMatmulSpec* spec, std::vector<std::string>* args);
 
 }  // namespace kiln::jit

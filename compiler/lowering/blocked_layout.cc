@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/lowering/blocked_units.h"
-#include "compiler/lowering/conv_epilogue.h"
-#include "compiler/lowering/max_pool_grad.h"
+#include "compiler/lowering/units/blocked.h"
+#include "compiler/lowering/units/max_pool_grad.h"
+#include "compiler/lowering/units/onednn_conv.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {
@@ -54,7 +54,7 @@ bool MatchForward(const Cluster& c, const Units& units, const VarUses& uses, int
     return false;
   }
   m->conv_u = u;
-  m->y = conv->args()[3];
+  m->y = conv->operands().out.var;
   if (c.IsOutput(m->y) || c.dims(m->y).size() != 4 || uses.Writers(m->y) != std::vector<int>{u}) return false;
   const std::vector<int>& readers = uses.Readers(m->y);
   if (readers.size() != 3) return false;
@@ -69,17 +69,18 @@ bool MatchForward(const Cluster& c, const Units& units, const VarUses& uses, int
   const auto& pg = static_cast<const MaxPoolGradUnit&>(*units[m->grad_u]);
   m->pool_grad = pg.ops().front();
   m->p = c.Out(m->pool, "Out");
-  m->dp = pg.args()[2];
-  m->dy = pg.args()[3];
+  const MaxPoolGradUnit::Operands& po = pg.operands();
+  m->dp = po.dout;
+  m->dy = po.dx;
   return IsMaxPool2x2(c, m->pool) && c.In(m->pool, "X") == m->y && !c.Excluded(kStep, m->pool_grad) &&
-         pg.args()[0] == m->y && pg.args()[1] == m->p && c.Producer(m->pool_grad, m->p) == m->pool;
+         po.x == m->y && po.out == m->p && c.Producer(m->pool_grad, m->p) == m->pool;
 }
 
 // The backward half: dy -> relu_grad -> ds -> elementwise_add_grad (the
 // bias) -> dz -> conv2d_grad of the same conv, nothing else reading them.
 bool MatchBackward(const Cluster& c, const Units& units, const VarUses& uses, Chain* m) {
   const auto& conv = static_cast<const OneDnnConvUnit&>(*units[m->conv_u]);
-  const std::vector<std::string>& cargs = conv.args();  // x, w, b, y
+  const OneDnnConvUnit::Operands& co = conv.operands();
   const int r = m->relu_grad;
   if (OnlyReader(c, uses, m->dy, m->grad_u) != m->relu_u || c.In(r, "Out") != m->y ||
       c.In(r, GradVarName("Out")) != m->dy || !c.IsF32(m->dy)) {
@@ -88,7 +89,7 @@ bool MatchBackward(const Cluster& c, const Units& units, const VarUses& uses, Ch
   m->ds = c.Out(r, GradVarName("X"));
   m->add_u = OnlyReader(c, uses, m->ds, m->relu_u);
   m->add = PendingOfType(c, units, m->add_u, "elementwise_add_grad");
-  if (m->add < 0 || c.In(m->add, GradVarName("Out")) != m->ds || c.In(m->add, "Y") != cargs[2] ||
+  if (m->add < 0 || c.In(m->add, GradVarName("Out")) != m->ds || c.In(m->add, "Y") != co.bias ||
       c.Attr<int64_t>(m->add, "axis") != 1) {
     return false;
   }
@@ -96,7 +97,7 @@ bool MatchBackward(const Cluster& c, const Units& units, const VarUses& uses, Ch
   m->db = c.Out(m->add, GradVarName("Y"));
   m->gconv_u = OnlyReader(c, uses, dz, m->add_u);
   const int g = m->gconv = PendingOfType(c, units, m->gconv_u, "conv2d_grad");
-  if (g < 0 || c.In(g, "Input") != cargs[0] || c.In(g, "Filter") != cargs[1] || c.In(g, GradVarName("Output")) != dz ||
+  if (g < 0 || c.In(g, "Input") != co.input || c.In(g, "Filter") != co.filter || c.In(g, GradVarName("Output")) != dz ||
       c.Out(g, GradVarName("Filter")).empty() || c.Attr<int64_t>(g, "groups") != 1) {
     return false;
   }
@@ -120,28 +121,27 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
   const auto& conv = static_cast<const OneDnnConvUnit&>(*units[m.conv_u]);
   FusedConvSpec spec = conv.spec();
   spec.dst_layout = layout;
-  const std::string yb = KeptName(m.y, layout), dsb = KeptName(m.ds, layout);
-  std::vector<std::string> cargs = conv.args();
+  OneDnnConvUnit::Operands co = conv.operands();
   const std::vector<int> conv_ops = conv.ops();
   // Under bf16 compute the backward primitives read ds in bf16: the pooling
   // gradient kernel stores it so (the cast fused into its producer).
   const DataType ds_type = spec.compute == ComputeType::kBF16 ? DataType::kBF16 : DataType::kFP32;
-  const ConvGradUnit::Args ga{cargs[0], cargs[1], dsb, c.Out(m.gconv, GradVarName("Input")),
-                              c.Out(m.gconv, GradVarName("Filter")), m.bias_in_pool_grad ? "" : m.db, ds_type};
+  const DerivedBuffer yb = KeptLayoutOf(m.y, layout), dsb = KeptLayoutOf(m.ds, layout, ds_type);
+  const ConvGradUnit::Operands ga{co.input, co.filter, dsb, c.Out(m.gconv, GradVarName("Input")),
+                                  c.Out(m.gconv, GradVarName("Filter")), m.bias_in_pool_grad ? "" : m.db};
   std::vector<int> grad_ops = {m.pool_grad, m.relu_grad}, gconv_ops = {m.add, m.gconv};
-  std::vector<std::string> grad_args = {yb, m.p, m.dp, dsb};
+  const Dims yd = c.dims(m.y);
+  BlockedMaxPoolGradUnit::Operands go{yb, m.p, m.dp, dsb, "", yd};
   if (m.bias_in_pool_grad) {
     grad_ops.push_back(m.add);
     gconv_ops = {m.gconv};
-    grad_args.push_back(m.db);
+    go.dbias = m.db;
   }
-  cargs.back() = yb;
-  const Dims yd = c.dims(m.y);
-  units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, conv_ops, spec, cargs);
-  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, yb, m.p, yd, layout);
+  co.out = yb;
+  units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, conv_ops, spec, co);
+  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, BlockedMaxPoolUnit::Operands{yb, m.p, yd});
   // dy is never stored: the pooling gradient kernel applies relu's.
-  units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, grad_ops, grad_args, yd, layout,
-                                                             PoolGradThen::kReluGrad, ds_type);
+  units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, grad_ops, go, PoolGradThen::kReluGrad);
   units[m.relu_u].reset();
   units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, gconv_ops, spec, ga);
   units[m.add_u].reset();

@@ -13,7 +13,7 @@
 
 #include "compiler/compiled_object.h"
 #include "compiler/lowering/cluster.h"
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 

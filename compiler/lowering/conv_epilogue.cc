@@ -1,34 +1,9 @@
 #include "compiler/lowering/conv_epilogue.h"
 
-#include "compiler/lowering/blocked_units.h"
 #include "compiler/lowering/epilogue.h"
+#include "compiler/lowering/units/onednn_conv.h"
 
 namespace kiln::jit {
-
-OneDnnConvUnit::OneDnnConvUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec,
-                               std::vector<std::string> args)
-    : Unit(step, std::move(ops), std::set<std::string>(args.begin(), args.end() - 1), {args.back()}),
-      spec_(spec),
-      args_(std::move(args)) {}
-
-std::string OneDnnConvUnit::Describe(const Cluster&) const {
-  return "oneDNN convolution" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
-         EpilogueText(spec_.bias, spec_.activation) + " as post-ops" +
-         (spec_.dst_layout != ActLayout::kPlain ? std::string(", output kept in ") + ActLayoutName(spec_.dst_layout)
-                                                : "");
-}
-
-std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
-  EmittedKernel k;
-  k.kernel = MakeFusedConvKernel(spec_, ctx.KernelName("conv"));
-  k.args = args_;
-  k.num_inputs = static_cast<int>(args_.size()) - 1;
-  if (spec_.dst_layout != ActLayout::kPlain) {
-    k.new_vars.push_back(KeptVar(ctx.cluster(), args_.back(), spec_.dst_layout));
-  }
-  return {k};
-}
-
 namespace {
 
 constexpr const char* kStep = "conv_epilogue";
@@ -55,10 +30,7 @@ std::unique_ptr<Unit> MatchAt(const Cluster& c, const Units& units, const std::v
   spec.activation = e.activation;
   std::vector<int> ops = {i};
   ops.insert(ops.end(), e.ops.begin(), e.ops.end());
-  std::vector<std::string> args = {in, filter};
-  if (spec.bias) args.push_back(e.bias);
-  args.push_back(e.result);
-  return std::make_unique<OneDnnConvUnit>(kStep, ops, spec, args);
+  return std::make_unique<OneDnnConvUnit>(kStep, ops, spec, OneDnnConvUnit::Operands{in, filter, e.bias, e.result});
 }
 
 }  // namespace

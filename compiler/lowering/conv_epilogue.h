@@ -5,26 +5,9 @@
 #pragma once
 
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
-#include "compiler/kernels/onednn/onednn_kernels.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
-
-class OneDnnConvUnit final : public Unit {
- public:
-  // args: Input, Filter[, bias], Output.
-  OneDnnConvUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec,
-                 std::vector<std::string> args);
-  const char* kind() const override { return "onednn_conv"; }
-  std::string Describe(const Cluster& c) const override;
-  std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
-  const FusedConvSpec& spec() const { return spec_; }
-  const std::vector<std::string>& args() const { return args_; }
-
- private:
-  FusedConvSpec spec_;
-  std::vector<std::string> args_;
-};
 
 Units FuseConvEpilogue(const Cluster& c, Units units, StepTrace& trace);
 

@@ -55,12 +55,4 @@ Epilogue MatchEpilogue(const Cluster& c, const Units& units, const std::vector<i
   return e;
 }
 
-std::string EpilogueText(bool bias, MatmulActivation activation) {
-  std::string s = bias ? " + bias" : "";
-  if (activation == MatmulActivation::kRelu) s += " + relu";
-  if (activation == MatmulActivation::kGelu) s += " + gelu";
-  if (activation == MatmulActivation::kGeluTanh) s += " + gelu_tanh";
-  return s;
-}
-
 }  // namespace kiln::jit

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/lowering/unit.h"
 #include "compiler/kernels/onednn/onednn_kernels.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 
@@ -32,8 +32,5 @@ struct EpilogueRule {
 Epilogue MatchEpilogue(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i,
                        const std::string& out, std::string_view step, const EpilogueRule& rule,
                        const std::set<std::string>& operands);
-
-// "+ bias + relu": the epilogue in lowering.txt.
-std::string EpilogueText(bool bias, MatmulActivation activation);
 
 }  // namespace kiln::jit

@@ -73,57 +73,71 @@ AttentionParams ParamsOf(const Cluster& c, int i) {
   return p;
 }
 
-// Every arg named (none @EMPTY@) and f32; empty when not.
-std::vector<std::string> Args(const Cluster& c, int i, const std::vector<std::string>& in_slots,
-                              const std::vector<std::string>& out_slots) {
-  std::vector<std::string> args;
-  for (const auto& s : in_slots) args.push_back(c.In(i, s));
-  for (const auto& s : out_slots) args.push_back(c.Out(i, s));
-  for (const auto& a : args) {
-    if (a.empty() || !c.IsF32(a)) return {};
+// Every one of `vars` named (none @EMPTY@) and f32.
+bool AllF32(const Cluster& c, std::initializer_list<const std::string*> vars) {
+  for (const std::string* v : vars) {
+    if (v->empty() || !c.IsF32(*v)) return false;
   }
-  return args;
+  return true;
 }
 
 std::unique_ptr<Unit> Match(const Cluster& c, int i) {
+  FusedAttentionUnit::Operands o{c.In(i, "Q"), c.In(i, "K"), c.In(i, "V"), "", "", "", "", "", ""};
   if (c.type(i) == "fused_attention") {
-    std::vector<std::string> args = Args(c, i, {"Q", "K", "V"}, {"Out", "LSE"});
-    if (args.empty()) return nullptr;
-    return std::make_unique<FusedAttentionUnit>(kStep, i, std::move(args), 3, ParamsOf(c, i), std::vector<bool>{});
+    o.out = c.Out(i, "Out");
+    o.lse = c.Out(i, "LSE");
+    if (!AllF32(c, {&o.q, &o.k, &o.v, &o.out, &o.lse})) return nullptr;
+    return std::make_unique<FusedAttentionUnit>(kStep, i, o, ParamsOf(c, i));
   }
   if (c.type(i) != "fused_attention_grad") return nullptr;
-  std::vector<std::string> args = Args(c, i, {"Q", "K", "V", "Out", "LSE", GradVarName("Out")}, {});
-  if (args.empty()) return nullptr;
-  std::vector<bool> grads;
-  for (const char* slot : {"Q", "K", "V"}) {
-    const std::string g = c.Out(i, GradVarName(slot));
-    grads.push_back(!g.empty());
-    if (g.empty()) continue;
-    if (!c.IsF32(g)) return nullptr;
-    args.push_back(g);
+  o.out = c.In(i, "Out");
+  o.lse = c.In(i, "LSE");
+  o.dout = c.In(i, GradVarName("Out"));
+  if (!AllF32(c, {&o.q, &o.k, &o.v, &o.out, &o.lse, &o.dout})) return nullptr;
+  o.dq = c.Out(i, GradVarName("Q"));
+  o.dk = c.Out(i, GradVarName("K"));
+  o.dv = c.Out(i, GradVarName("V"));
+  for (const std::string* g : {&o.dq, &o.dk, &o.dv}) {
+    if (!g->empty() && !c.IsF32(*g)) return nullptr;
   }
-  if (args.size() == 6) return nullptr;  // no gradient wanted
-  return std::make_unique<FusedAttentionUnit>(kStep, i, std::move(args), 6, ParamsOf(c, i), std::move(grads));
+  if (o.dq.empty() && o.dk.empty() && o.dv.empty()) return nullptr;  // no gradient wanted
+  return std::make_unique<FusedAttentionUnit>(kStep, i, o, ParamsOf(c, i));
+}
+
+std::set<std::string> AsSet(const std::vector<std::string>& vars) { return {vars.begin(), vars.end()}; }
+
+std::vector<std::string> Inputs(const FusedAttentionUnit::Operands& o) {
+  if (!o.backward()) return {o.q, o.k, o.v};
+  return {o.q, o.k, o.v, o.out, o.lse, o.dout};
+}
+
+std::vector<std::string> Outputs(const FusedAttentionUnit::Operands& o) {
+  if (!o.backward()) return {o.out, o.lse};
+  std::vector<std::string> out;
+  for (const std::string* g : {&o.dq, &o.dk, &o.dv}) {
+    if (!g->empty()) out.push_back(*g);
+  }
+  return out;
 }
 
 }  // namespace
 
-FusedAttentionUnit::FusedAttentionUnit(const std::string& step, int op, std::vector<std::string> args, int num_inputs,
-                                       AttentionParams params, std::vector<bool> grads)
-    : Unit(step, {op}, {args.begin(), args.begin() + num_inputs}, {args.begin() + num_inputs, args.end()}),
-      args_(std::move(args)),
-      num_inputs_(num_inputs),
-      params_(params),
-      grads_(std::move(grads)) {}
+FusedAttentionUnit::FusedAttentionUnit(const std::string& step, int op, Operands operands, AttentionParams params)
+    : Unit(step, {op}, AsSet(Inputs(operands)), AsSet(Outputs(operands))),
+      o_(std::move(operands)),
+      params_(params) {}
 
-std::string FusedAttentionUnit::Describe(const Cluster&) const { return jit::Describe(params_, !grads_.empty()); }
+std::string FusedAttentionUnit::Describe(const Cluster&) const { return jit::Describe(params_, o_.backward()); }
 
 std::vector<EmittedKernel> FusedAttentionUnit::Emit(EmitContext& ctx) const {
+  std::vector<bool> grads;
+  if (o_.backward()) grads = {!o_.dq.empty(), !o_.dk.empty(), !o_.dv.empty()};
   EmittedKernel k;
-  k.kernel = std::make_shared<AttentionKernel>(ctx.KernelName(grads_.empty() ? "attention" : "attention_grad"),
-                                               params_, grads_);
-  k.args = args_;
-  k.num_inputs = num_inputs_;
+  k.kernel = std::make_shared<AttentionKernel>(ctx.KernelName(o_.backward() ? "attention_grad" : "attention"),
+                                               params_, grads);
+  k.args = Inputs(o_);
+  k.num_inputs = static_cast<int>(k.args.size());
+  for (std::string& v : Outputs(o_)) k.args.push_back(std::move(v));
   return {k};
 }
 

@@ -10,25 +10,30 @@
 
 #include "compiler/kernels/attention/attention_kernels.h"
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 
-// Args: forward Q, K, V -> Out, LSE; backward Q, K, V, Out, LSE, dOut ->
-// the wanted ones of dQ, dK, dV (`grads` says which, in that order).
+// Kernel args: forward Q, K, V -> Out, LSE; backward Q, K, V, Out, LSE,
+// dOut -> the wanted ones of dQ, dK, dV, in that order.
 class FusedAttentionUnit final : public Unit {
  public:
-  FusedAttentionUnit(const std::string& step, int op, std::vector<std::string> args, int num_inputs,
-                     AttentionParams params, std::vector<bool> grads);
+  struct Operands {
+    std::string q, k, v;
+    std::string out, lse;  // written by the forward, read by the backward
+    // The backward's: dOut, and the gradients wanted ("" for the others).
+    // dout is "" for the forward.
+    std::string dout, dq, dk, dv;
+    bool backward() const { return !dout.empty(); }
+  };
+  FusedAttentionUnit(const std::string& step, int op, Operands operands, AttentionParams params);
   const char* kind() const override { return "fused_attention"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
 
  private:
-  std::vector<std::string> args_;
-  int num_inputs_;
+  Operands o_;
   AttentionParams params_;
-  std::vector<bool> grads_;  // empty for the forward
 };
 
 Units LowerFusedAttention(const Cluster& c, Units units, StepTrace& trace);

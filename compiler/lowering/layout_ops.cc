@@ -5,26 +5,25 @@
 
 namespace kiln::jit {
 
-ReshapeViewUnit::ReshapeViewUnit(const std::string& step, int op, std::string in, std::string out)
-    : Unit(step, {op}, {in}, {out}), in_(std::move(in)), out_(std::move(out)) {}
+ReshapeViewUnit::ReshapeViewUnit(const std::string& step, int op, Operands operands)
+    : Unit(step, {op}, {operands.in}, {operands.out}), o_(std::move(operands)) {}
 
 std::string ReshapeViewUnit::Describe(const Cluster& c) const {
-  return "view of " + in_ + " as " + DimsToString(c.dims(out_));
+  return "view of " + o_.in + " as " + DimsToString(c.dims(o_.out));
 }
 
 std::vector<EmittedKernel> ReshapeViewUnit::Emit(EmitContext& ctx) const {
   const Cluster& c = ctx.cluster();
   EmittedKernel k;
-  k.kernel = MakeViewKernel(c.dims(out_), FromProto(c.var(out_).dtype()), ctx.KernelName("view"));
-  k.args = {in_, out_};
+  k.kernel = MakeViewKernel(c.dims(o_.out), FromProto(c.var(o_.out).dtype()), ctx.KernelName("view"));
+  k.args = {o_.in, o_.out};
   k.num_inputs = 1;
   k.views = {{0, 0}};
   return {k};
 }
 
-TransposeCopyUnit::TransposeCopyUnit(const std::string& step, int op, std::string in, std::string out,
-                                     std::vector<int64_t> perm)
-    : Unit(step, {op}, {in}, {out}), in_(std::move(in)), out_(std::move(out)), perm_(std::move(perm)) {}
+TransposeCopyUnit::TransposeCopyUnit(const std::string& step, int op, Operands operands, std::vector<int64_t> perm)
+    : Unit(step, {op}, {operands.in}, {operands.out}), o_(std::move(operands)), perm_(std::move(perm)) {}
 
 std::string TransposeCopyUnit::Describe(const Cluster&) const {
   return "copy with dims permuted by " + DimsToString(perm_);
@@ -33,9 +32,9 @@ std::string TransposeCopyUnit::Describe(const Cluster&) const {
 std::vector<EmittedKernel> TransposeCopyUnit::Emit(EmitContext& ctx) const {
   const Cluster& c = ctx.cluster();
   EmittedKernel k;
-  k.kernel = MakeTransposeKernel(c.dims(in_), perm_, FromProto(c.var(in_).dtype()), c.options().isa,
+  k.kernel = MakeTransposeKernel(c.dims(o_.in), perm_, FromProto(c.var(o_.in).dtype()), c.options().isa,
                                  ctx.KernelName("transpose"), c.type(ops().front()));
-  k.args = {in_, out_};
+  k.args = {o_.in, o_.out};
   k.num_inputs = 1;
   return {k};
 }
@@ -46,21 +45,26 @@ constexpr const char* kStep = "layout_ops";
 
 std::unique_ptr<Unit> Lower(const Cluster& c, int i) {
   const std::string& t = c.type(i);
-  if (t == "reshape2") return std::make_unique<ReshapeViewUnit>(kStep, i, c.In(i, "X"), c.Out(i, "Out"));
+  if (t == "reshape2") {
+    return std::make_unique<ReshapeViewUnit>(kStep, i, ReshapeViewUnit::Operands{c.In(i, "X"), c.Out(i, "Out")});
+  }
   if (t == "reshape2_grad") {
     const std::string dout = c.In(i, GradVarName("Out")), dx = c.Out(i, GradVarName("X"));
     if (dout.empty() || dx.empty()) return nullptr;
-    return std::make_unique<ReshapeViewUnit>(kStep, i, dout, dx);
+    return std::make_unique<ReshapeViewUnit>(kStep, i, ReshapeViewUnit::Operands{dout, dx});
   }
   if (t != "transpose2" && t != "transpose2_grad") return nullptr;
   const auto& axis = c.Attr<std::vector<int64_t>>(i, "axis");
-  if (t == "transpose2") return std::make_unique<TransposeCopyUnit>(kStep, i, c.In(i, "X"), c.Out(i, "Out"), axis);
+  if (t == "transpose2") {
+    return std::make_unique<TransposeCopyUnit>(kStep, i, TransposeCopyUnit::Operands{c.In(i, "X"), c.Out(i, "Out")},
+                                               axis);
+  }
   if (t == "transpose2_grad") {
     const std::string dout = c.In(i, GradVarName("Out")), dx = c.Out(i, GradVarName("X"));
     if (dout.empty() || dx.empty()) return nullptr;
     std::vector<int64_t> inverse(axis.size());
     for (size_t k = 0; k < axis.size(); ++k) inverse[axis[k]] = static_cast<int64_t>(k);
-    return std::make_unique<TransposeCopyUnit>(kStep, i, dout, dx, inverse);
+    return std::make_unique<TransposeCopyUnit>(kStep, i, TransposeCopyUnit::Operands{dout, dx}, inverse);
   }
   return nullptr;
 }

@@ -5,32 +5,38 @@
 #pragma once
 
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 
-// Args: In -> Out, a view (EmittedKernel::views).
+// Kernel args: In -> Out, a view (EmittedKernel::views).
 class ReshapeViewUnit final : public Unit {
  public:
-  ReshapeViewUnit(const std::string& step, int op, std::string in, std::string out);
+  struct Operands {
+    std::string in, out;
+  };
+  ReshapeViewUnit(const std::string& step, int op, Operands operands);
   const char* kind() const override { return "reshape_view"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
 
  private:
-  std::string in_, out_;
+  Operands o_;
 };
 
-// Args: In -> Out; Out dim i is In dim perm[i].
+// Kernel args: In -> Out; Out dim i is In dim perm[i].
 class TransposeCopyUnit final : public Unit {
  public:
-  TransposeCopyUnit(const std::string& step, int op, std::string in, std::string out, std::vector<int64_t> perm);
+  struct Operands {
+    std::string in, out;
+  };
+  TransposeCopyUnit(const std::string& step, int op, Operands operands, std::vector<int64_t> perm);
   const char* kind() const override { return "transpose_copy"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
 
  private:
-  std::string in_, out_;
+  Operands o_;
   std::vector<int64_t> perm_;
 };
 

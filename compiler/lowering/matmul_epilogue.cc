@@ -1,29 +1,10 @@
 #include "compiler/lowering/matmul_epilogue.h"
 
+#include "compiler/lowering/epilogue.h"
+#include "compiler/lowering/units/onednn_matmul.h"
+#include "compiler/lowering/units/post_ops.h"
+
 namespace kiln::jit {
-
-OneDnnMatmulUnit::OneDnnMatmulUnit(const std::string& step, std::vector<int> ops, const FusedMatmulSpec& spec,
-                                   std::vector<std::string> args)
-    : Unit(step, std::move(ops), std::set<std::string>(args.begin(), args.end() - 1), {args.back()}),
-      spec_(spec),
-      args_(std::move(args)) {}
-
-std::string OneDnnMatmulUnit::Describe(const Cluster&) const {
-  const std::string epilogue = EpilogueText(spec_.bias, spec_.activation);
-  return "oneDNN matmul" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
-         (spec_.x_dtype == DataType::kBF16 ? " of " + args_[0] : std::string()) +
-         (spec_.w_dtype == DataType::kBF16 ? " on " + args_[1] : std::string()) +
-         (spec_.transpose_w ? " transposed" : "") + (epilogue.empty() ? "" : epilogue + " as post-ops");
-}
-
-std::vector<EmittedKernel> OneDnnMatmulUnit::Emit(EmitContext& ctx) const {
-  EmittedKernel k;
-  k.kernel = MakeFusedMatmulKernel(spec_, ctx.KernelName("matmul"));
-  k.args = args_;
-  k.num_inputs = static_cast<int>(args_.size()) - 1;
-  return {k};
-}
-
 namespace {
 
 constexpr const char* kStep = "matmul_epilogue";
@@ -31,7 +12,7 @@ constexpr const char* kStep = "matmul_epilogue";
 struct Match {
   FusedMatmulSpec spec;
   std::vector<int> ops;
-  std::vector<std::string> args;  // X, W[, bias], Out
+  OneDnnMatmulUnit::Operands operands;
 };
 
 bool MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i, Match* m) {
@@ -56,7 +37,7 @@ bool MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_
   m->spec.activation = e.activation;
   m->ops = {i};
   m->ops.insert(m->ops.end(), e.ops.begin(), e.ops.end());
-  m->args = {x, w, e.bias, e.result};
+  m->operands = {x, w, e.bias, e.result};
   return true;
 }
 
@@ -73,7 +54,7 @@ Units FuseMatmulEpilogue(const Cluster& c, Units units, StepTrace& trace) {
     if (!MatchAt(c, units, unit_of, i, &m)) continue;
     trace.Match(OpList(c, m.ops) + " -> oneDNN matmul" + EpilogueText(m.spec.bias, m.spec.activation));
     for (int op : m.ops) units[unit_of[op]].reset();
-    units[u] = std::make_unique<OneDnnMatmulUnit>(kStep, m.ops, m.spec, m.args);
+    units[u] = std::make_unique<OneDnnMatmulUnit>(kStep, m.ops, m.spec, m.operands);
   }
   Compact(&units);
   return units;

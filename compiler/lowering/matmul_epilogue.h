@@ -3,28 +3,10 @@
 // and an eltwise post-op, so the intermediate values never exist.
 #pragma once
 
-#include "compiler/lowering/epilogue.h"
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
-#include "compiler/kernels/onednn/onednn_kernels.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
-
-class OneDnnMatmulUnit final : public Unit {
- public:
-  // args: X, W[, bias], Out.
-  OneDnnMatmulUnit(const std::string& step, std::vector<int> ops, const FusedMatmulSpec& spec,
-                   std::vector<std::string> args);
-  const char* kind() const override { return "onednn_matmul"; }
-  std::string Describe(const Cluster& c) const override;
-  std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
-  const FusedMatmulSpec& spec() const { return spec_; }
-  const std::vector<std::string>& args() const { return args_; }
-
- private:
-  FusedMatmulSpec spec_;
-  std::vector<std::string> args_;
-};
 
 Units FuseMatmulEpilogue(const Cluster& c, Units units, StepTrace& trace);
 

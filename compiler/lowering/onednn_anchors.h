@@ -5,7 +5,7 @@
 #pragma once
 
 #include "compiler/lowering/trace.h"
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
 

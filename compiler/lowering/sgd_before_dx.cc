@@ -1,6 +1,6 @@
 #include "compiler/lowering/sgd_before_dx.h"
 
-#include "compiler/lowering/weight_grad_fold.h"
+#include "compiler/lowering/units/matmul_sgd.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {
@@ -21,7 +21,7 @@ bool Worthwhile(const Cluster& c, const MatmulSgdUnit& m) {
   if (Numel(o.x_dims) <= Numel(o.w_dims)) return false;
   if (c.Readers(grad_op, o.x).back() != grad_op) return false;
   if (c.dims(o.dx) != o.x_dims) return false;
-  Dims expect = c.dims(o.dy);
+  Dims expect = c.dims(o.dy.var);
   expect.back() = o.w_dims[0];
   return expect == o.x_dims;
 }
@@ -36,16 +36,17 @@ Units RunSgdBeforeDx(const Cluster& c, Units units, StepTrace& trace) {
     if (!units[u - 1] || units[u - 1]->ops() != std::vector<int>{m->ops().front()}) continue;
     const MatmulSgdUnit::Operands& o = m->operands();
     auto step = std::make_unique<MatmulSgdUnit>(kStep, m->ops(), o, /*keep_old=*/true);
+    const DerivedBuffer old_w = step->old_w();
     auto dx = std::make_shared<proto::OpDesc>(OpBuilder("matmul")
-                                                  .In("X", {o.dy})
-                                                  .In("Y", {step->old_w()})
+                                                  .In("X", {o.dy.Name()})
+                                                  .In("Y", {old_w.Name()})
                                                   .Out("Out", {o.dx})
                                                   .Attr("transpose_Y", true)
                                                   .Build());
-    trace.Match(OpList(c, m->ops()) + " -> the step first (old W kept as " + step->old_w() +
-                "), then dX = dY " + step->old_w() + "^T");
+    trace.Match(OpList(c, m->ops()) + " -> the step first (old W kept as " + old_w.Name() + "), then dX = dY " +
+                old_w.Name() + "^T");
     units[u - 1] = std::move(step);
-    units[u] = std::make_unique<OneDnnOpUnit>(kStep, c, m->ops().front(), dx);
+    units[u] = std::make_unique<OneDnnOpUnit>(kStep, c, m->ops().front(), OneDnnOpUnit::Operands{dx, {old_w}});
   }
   return units;
 }

@@ -2,39 +2,10 @@
 
 #include <cmath>
 
-#include "compiler/kernels/onednn/onednn_kernels.h"
+#include "compiler/lowering/units/matmul_sgd.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {
-
-MatmulSgdUnit::MatmulSgdUnit(const std::string& step, std::vector<int> ops, Operands operands, bool keep_old)
-    : Unit(step, std::move(ops), {operands.x, operands.dy, operands.lr, operands.w},
-           keep_old ? std::set<std::string>{operands.w, operands.w + "@OLD"} : std::set<std::string>{operands.w}),
-      o_(std::move(operands)),
-      keep_old_(keep_old) {}
-
-std::string MatmulSgdUnit::Describe(const Cluster&) const {
-  return std::string("oneDNN matmul W -= lr * X^T dY (weight gradient and sgd step in one primitive)") +
-         (keep_old_ ? ", before dX, keeping the old W" : "") + (o_.dy_dtype == DataType::kBF16 ? ", dY in bf16" : "");
-}
-
-std::vector<EmittedKernel> MatmulSgdUnit::Emit(EmitContext& ctx) const {
-  EmittedKernel k;
-  k.kernel = MakeMatmulSgdKernel(o_.x_dims, o_.w_dims, ctx.KernelName("matmul_sgd"), keep_old_,
-                                 ctx.cluster().options().amp_compute, ctx.cluster().options().isa, o_.dy_dtype);
-  k.args = {o_.x, o_.dy, o_.lr, o_.w};
-  k.num_inputs = 4;
-  if (keep_old_) {
-    k.args.push_back(old_w());
-    proto::VarDesc old = ctx.cluster().var(o_.w);
-    old.set_name(old_w());
-    old.set_persistable(false);
-    k.new_vars.push_back(old);
-  }
-  k.args.push_back(o_.w);
-  return {k};
-}
-
 namespace {
 
 constexpr const char* kStep = "weight_grad_fold";
@@ -90,7 +61,7 @@ Units FoldWeightGradIntoSgd(const Cluster& c, Units units, StepTrace& trace) {
     if (!o.dx.empty()) {
       auto dx_only = std::make_shared<proto::OpDesc>(c.op(i));
       SetOutput(dx_only.get(), GradVarName("Y"), {kEmptyVarName});
-      replace[u].push_back(std::make_unique<OneDnnOpUnit>(kStep, c, i, dx_only));
+      replace[u].push_back(std::make_unique<OneDnnOpUnit>(kStep, c, i, OneDnnOpUnit::Operands{dx_only, {}}));
     }
     replace[u].push_back(std::make_unique<MatmulSgdUnit>(kStep, std::vector<int>{i, j}, o));
     units[unit_of[j]].reset();

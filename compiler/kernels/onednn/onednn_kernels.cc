@@ -186,18 +186,6 @@ void CopyFloats(void* out, const void* in, int64_t n) {
   }
 }
 
-// lr * x[0, n) rounded to bf16, as one generated kernel (lr is read at run
-// time: a broadcast input).
-std::unique_ptr<jit::FusedElementwiseKernel> MakeScaleToBf16(int64_t n, Isa isa, const std::string& name) {
-  EwProgram p;
-  p.Store(0, p.Mul(p.Load(0), p.Load(1)));
-  EwLayout l = CollapseLayout({n}, {{n}, {1}}, {{n}});
-  l.outputs[0].elem = EwElem::kBF16;
-  auto k = std::make_unique<jit::FusedElementwiseKernel>(name + "_scale", p, l, isa);
-  k->Create();
-  return k;
-}
-
 class MatmulSgdKernel final : public runtime::Kernel {
  public:
   MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, ComputeType compute, Isa isa,
@@ -217,7 +205,9 @@ class MatmulSgdKernel final : public runtime::Kernel {
     // bf16: the scaled operand is made in bf16 directly (bound as it is).
     const bool bf16 = compute == ComputeType::kBF16;
     const DataType scaled = bf16 ? DataType::kBF16 : DataType::kFP32;
-    if (bf16) scale_to_bf16_ = MakeScaleToBf16(scale_x_ ? x_numel_ : dy_numel_, isa, name_);
+    if (bf16) {
+      scale_to_bf16_ = MakeToBf16Kernel(scale_x_ ? x_numel_ : dy_numel_, /*scaled=*/true, isa, name_ + "_scale");
+    }
     // src = X^T [K, M] (X stored [M, K]), weights = dY [M, N], dst = W [K, N].
     // The learning rate is a tensor read at run time. A run-time output scale
     // makes oneDNN 2.6 drop from brgemm to its generic jit gemm (measured
@@ -408,6 +398,17 @@ ActLayout ConvForwardDstLayout(const FusedConvSpec& spec) {
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
                                                           const std::string& name, DataType dy_dtype) {
   return std::make_shared<ConvGradKernel>(conv, want_dinput, want_dbias, dy_dtype, name);
+}
+
+std::unique_ptr<FusedElementwiseKernel> MakeToBf16Kernel(int64_t n, bool scaled, Isa isa, const std::string& name) {
+  EwProgram p;
+  // The scale is a broadcast input: a [1] buffer read at run time.
+  p.Store(0, scaled ? p.Mul(p.Load(0), p.Load(1)) : p.Load(0));
+  EwLayout l = scaled ? CollapseLayout({n}, {{n}, {1}}, {{n}}) : CollapseLayout({n}, {{n}}, {{n}});
+  l.outputs[0].elem = EwElem::kBF16;
+  auto k = std::make_unique<FusedElementwiseKernel>(name, p, l, isa);
+  k->Create();
+  return k;
 }
 
 }  // namespace kiln::jit

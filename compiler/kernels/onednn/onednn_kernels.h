@@ -21,6 +21,8 @@
 
 namespace kiln::jit {
 
+class FusedElementwiseKernel;
+
 enum class MatmulActivation { kNone, kRelu, kGelu, kGeluTanh };
 
 struct FusedMatmulSpec {
@@ -98,5 +100,12 @@ std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& c
 // dims do not make a convolution, kUnimplemented when oneDNN has no
 // implementation.
 std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const std::string& name);
+
+// The bf16 conversion the lowering makes: x[0, n) rounded to bf16 (times a
+// scale read at run time, a [1] second input, when `scaled`), as one kernel
+// generated for `isa` (compiler/codegen/ew_codegen.h), created. The matmul
+// sgd kernel scales its smaller operand with it; bf16_weight_copies copies
+// a weight with it. Throws kiln::Error as FusedElementwiseKernel::Create.
+std::unique_ptr<FusedElementwiseKernel> MakeToBf16Kernel(int64_t n, bool scaled, Isa isa, const std::string& name);
 
 }  // namespace kiln::jit

@@ -1,4 +1,4 @@
-#include "compiler/lowering/unit.h"
+#include "compiler/lowering/units/unit.h"
 
 #include <algorithm>
 
@@ -77,15 +77,18 @@ EmittedKernel EmitFrameworkOp(const Cluster& c, const proto::OpDesc& desc, bool 
 
 }  // namespace
 
-OneDnnOpUnit::OneDnnOpUnit(const std::string& step, const Cluster& c, int op,
-                           std::shared_ptr<const proto::OpDesc> desc)
-    : Unit(step, {op}, desc ? ArgSet(InputVars(*desc)) : c.reads(op),
-           desc ? ArgSet(OutputVars(*desc)) : c.writes(op)),
-      desc_(std::move(desc)) {}
+OneDnnOpUnit::OneDnnOpUnit(const std::string& step, const Cluster& c, int op, Operands operands)
+    : Unit(step, {op}, operands.desc ? ArgSet(InputVars(*operands.desc)) : c.reads(op),
+           operands.desc ? ArgSet(OutputVars(*operands.desc)) : c.writes(op)),
+      o_(std::move(operands)) {
+  for (const DerivedBuffer& d : o_.derived_inputs) {
+    KILN_CHECK(d.derived() && reads_.count(d.Name()) > 0, "OneDnnOpUnit: the variant does not read ", d.Name());
+  }
+}
 
 std::string OneDnnOpUnit::Describe(const Cluster& c) const {
   std::string s = "framework oneDNN kernel " + desc(c).type();
-  if (desc_) s += " (variant: " + Signature(*desc_) + ")";
+  if (o_.desc) s += " (variant: " + Signature(*o_.desc) + ")";
   return s;
 }
 

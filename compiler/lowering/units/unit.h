@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compiler/lowering/cluster.h"
+#include "compiler/lowering/units/derived_buffer.h"
 #include "runtime/program.h"
 
 namespace kiln::jit {
@@ -112,14 +113,22 @@ std::vector<int> UnitOfOps(const Cluster& c, const Units& units);
 // reference kernel.
 class OneDnnOpUnit final : public Unit {
  public:
-  OneDnnOpUnit(const std::string& step, const Cluster& c, int op, std::shared_ptr<const proto::OpDesc> desc = nullptr);
+  struct Operands {
+    // The variant's desc; null: the op's own.
+    std::shared_ptr<const proto::OpDesc> desc;
+    // The derived buffers the variant reads (its desc names them by
+    // DerivedBuffer::Name()), e.g. the old W of sgd_before_dx's dX.
+    std::vector<DerivedBuffer> derived_inputs;
+  };
+  OneDnnOpUnit(const std::string& step, const Cluster& c, int op, Operands operands = {});
   const char* kind() const override { return "onednn_op"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
-  const proto::OpDesc& desc(const Cluster& c) const { return desc_ ? *desc_ : c.op(ops().front()); }
+  const proto::OpDesc& desc(const Cluster& c) const { return o_.desc ? *o_.desc : c.op(ops().front()); }
+  const std::vector<DerivedBuffer>& derived_inputs() const { return o_.derived_inputs; }
 
  private:
-  std::shared_ptr<const proto::OpDesc> desc_;
+  Operands o_;
 };
 
 class FrameworkOpUnit final : public Unit {

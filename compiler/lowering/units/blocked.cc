@@ -1,4 +1,4 @@
-#include "compiler/lowering/blocked_units.h"
+#include "compiler/lowering/units/blocked.h"
 
 #include <utility>
 
@@ -6,24 +6,6 @@
 #include "framework/error.h"
 
 namespace kiln::jit {
-
-std::string KeptName(const std::string& var, ActLayout layout) { return var + "@" + ActLayoutName(layout); }
-
-proto::VarDesc KeptVar(const Cluster& c, const std::string& kept, ActLayout layout, DataType dtype) {
-  const std::string suffix = KeptName("", layout);
-  KILN_CHECK(kept.size() > suffix.size() && kept.compare(kept.size() - suffix.size(), suffix.size(), suffix) == 0);
-  const std::string var = kept.substr(0, kept.size() - suffix.size());
-  const Dims d = c.dims(var);
-  KILN_CHECK(d.size() == 4 && c.IsF32(var));
-  proto::VarDesc v = c.var(var);
-  v.set_name(kept);
-  v.set_persistable(false);
-  if (dtype == DataType::kBF16) v.set_dtype(proto::BF16);
-  v.clear_dims();
-  for (int64_t x : ActStoredDims(layout, d)) v.add_dims(x);
-  return v;
-}
-
 namespace {
 
 class BlockedMaxPoolKernel final : public runtime::Kernel {
@@ -93,53 +75,59 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
 
 // ---- BlockedMaxPoolUnit --------------------------------------------------------------
 
-BlockedMaxPoolUnit::BlockedMaxPoolUnit(const std::string& step, int op, std::string x_kept, std::string out,
-                                       Dims x_dims, ActLayout layout)
-    : Unit(step, {op}, {x_kept}, {out}),
-      x_(std::move(x_kept)),
-      out_(std::move(out)),
-      x_dims_(std::move(x_dims)),
-      layout_(layout) {}
+BlockedMaxPoolUnit::BlockedMaxPoolUnit(const std::string& step, int op, Operands operands)
+    : Unit(step, {op}, {operands.x.Name()}, {operands.out}), o_(std::move(operands)) {
+  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout);
+}
 
 std::string BlockedMaxPoolUnit::Describe(const Cluster&) const {
-  return "kiln max-pool 2x2/2 kernel reading " + x_ + ", writing " + out_ + " plain";
+  return "kiln max-pool 2x2/2 kernel reading " + o_.x.Name() + ", writing " + o_.out + " plain";
 }
 
 std::vector<EmittedKernel> BlockedMaxPoolUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), x_dims_, layout_);
-  k.args = {x_, out_};
+  k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), o_.x_dims, o_.x.layout);
+  k.args = {o_.x.Name(), o_.out};
   k.num_inputs = 1;
   return {k};
 }
 
 // ---- BlockedMaxPoolGradUnit ----------------------------------------------------------
 
-BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops,
-                                               std::vector<std::string> args, Dims x_dims, ActLayout layout,
-                                               PoolGradThen then, DataType out)
-    : Unit(step, std::move(ops), {args.at(0), args.at(1), args.at(2)},
-           args.size() == 5 ? std::set<std::string>{args[3], args[4]} : std::set<std::string>{args.at(3)}),
-      args_(std::move(args)),
-      x_dims_(std::move(x_dims)),
-      layout_(layout),
-      then_(then),
-      out_(out) {}
+namespace {
+
+std::set<std::string> Written(const BlockedMaxPoolGradUnit::Operands& o) {
+  std::set<std::string> w = {o.dx.Name()};
+  if (!o.dbias.empty()) w.insert(o.dbias);
+  return w;
+}
+
+}  // namespace
+
+BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops, Operands operands,
+                                               PoolGradThen then)
+    : Unit(step, std::move(ops), {operands.x.Name(), operands.out, operands.dout}, Written(operands)),
+      o_(std::move(operands)),
+      then_(then) {
+  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout && o_.dx.kind == DerivedKind::kKeptLayout &&
+             o_.x.layout == o_.dx.layout);
+}
 
 std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {
   return "kiln max-pool 2x2/2 gradient" + std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") +
-         " kernel reading " + args_[0] + ", writing " + args_[3];
+         " kernel reading " + o_.x.Name() + ", writing " + o_.dx.Name();
 }
 
 std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  const bool with_dbias = args_.size() == 5;
-  KILN_CHECK(!with_dbias || out_ == DataType::kBF16);
-  k.kernel = std::make_shared<BlockedMaxPoolGradKernel>(ctx.KernelName("maxpool_grad"), x_dims_, layout_, then_, out_,
-                                                        with_dbias);
-  k.args = args_;
+  const bool with_dbias = !o_.dbias.empty();
+  KILN_CHECK(!with_dbias || o_.dx.dtype == DataType::kBF16);
+  k.kernel = std::make_shared<BlockedMaxPoolGradKernel>(ctx.KernelName("maxpool_grad"), o_.x_dims, o_.x.layout, then_,
+                                                        o_.dx.dtype, with_dbias);
+  k.args = {o_.x.Name(), o_.out, o_.dout, o_.dx.Name()};
+  if (with_dbias) k.args.push_back(o_.dbias);
   k.num_inputs = 3;
-  k.new_vars.push_back(KeptVar(ctx.cluster(), args_[3], layout_, out_));
+  k.new_vars.push_back(o_.dx.Desc(ctx.cluster()));
   return {k};
 }
 
@@ -147,34 +135,36 @@ std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const 
 
 namespace {
 
-std::set<std::string> Written(const ConvGradUnit::Args& a) {
-  std::set<std::string> w = {a.dfilter};
-  if (!a.dinput.empty()) w.insert(a.dinput);
-  if (!a.dbias.empty()) w.insert(a.dbias);
+std::set<std::string> Written(const ConvGradUnit::Operands& o) {
+  std::set<std::string> w = {o.dfilter};
+  if (!o.dinput.empty()) w.insert(o.dinput);
+  if (!o.dbias.empty()) w.insert(o.dbias);
   return w;
 }
 
 }  // namespace
 
-ConvGradUnit::ConvGradUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec, Args args)
-    : Unit(step, std::move(ops), {args.input, args.filter, args.dy}, Written(args)), spec_(spec), args_(std::move(args)) {}
+ConvGradUnit::ConvGradUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec, Operands operands)
+    : Unit(step, std::move(ops), {operands.input, operands.filter, operands.dy.Name()}, Written(operands)),
+      spec_(spec),
+      o_(std::move(operands)) {}
 
 std::string ConvGradUnit::Describe(const Cluster&) const {
   std::string s = "oneDNN convolution backward: ";
-  if (!args_.dinput.empty()) s += args_.dinput + ", ";
-  s += args_.dfilter;
-  if (!args_.dbias.empty()) s += " and " + args_.dbias + " (the bias gradient in the weights' pass)";
-  return s + " from " + args_.dy;
+  if (!o_.dinput.empty()) s += o_.dinput + ", ";
+  s += o_.dfilter;
+  if (!o_.dbias.empty()) s += " and " + o_.dbias + " (the bias gradient in the weights' pass)";
+  return s + " from " + o_.dy.Name();
 }
 
 std::vector<EmittedKernel> ConvGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeConvGradKernel(spec_, !args_.dinput.empty(), !args_.dbias.empty(), ctx.KernelName("conv_grad"),
-                                args_.dy_dtype);
-  k.args = {args_.input, args_.filter, args_.dy};
-  if (!args_.dinput.empty()) k.args.push_back(args_.dinput);
-  k.args.push_back(args_.dfilter);
-  if (!args_.dbias.empty()) k.args.push_back(args_.dbias);
+  k.kernel = MakeConvGradKernel(spec_, !o_.dinput.empty(), !o_.dbias.empty(), ctx.KernelName("conv_grad"),
+                                o_.dy.dtype);
+  k.args = {o_.input, o_.filter, o_.dy.Name()};
+  if (!o_.dinput.empty()) k.args.push_back(o_.dinput);
+  k.args.push_back(o_.dfilter);
+  if (!o_.dbias.empty()) k.args.push_back(o_.dbias);
   k.num_inputs = 3;
   return {k};
 }
