@@ -1,7 +1,7 @@
 // Lowering of one cluster for one shape signature, in the shape of Halide's
 // Lower(): the cluster's ops with concrete shapes (lowering/cluster.h) go
 // through a flat, ordered list of steps (lowering/*.h, listed in lower.cc),
-// each turning ops into typed units (lowering/unit.h); the units become
+// each turning ops into typed units (lowering/units/unit.h); the units become
 // kernels, a unit that cannot be compiled falls back alone to framework
 // kernels, and the kernels become a program with an arena plan
 // (lowering/buffers.h). What each step matched is kept as the compiled
