@@ -39,8 +39,8 @@ DEFINE_bool(jit_explain, false, "JIT: print at the end of kiln train / kiln run 
 DEFINE_int32(jit_verbose, 0, "JIT: log level on stderr; >= 1 logs every recompile of a cluster with the inputs whose shape changed");
 DEFINE_bool(markdown, false, "kiln flags / kiln ops: print a Markdown table (docs/flags.md, docs/ops.md)");
 
-DEFINE_string(model, "mlp", "Model to build: mlp | cnn | transformer");
-DEFINE_string(dataset, "", "Dataset: digits | fashion-mnist | synthetic (default: digits, synthetic for the transformer)");
+DEFINE_string(model, "mlp", "Model to build: mlp | cnn | transformer | resnet | gpt");
+DEFINE_string(dataset, "", "Dataset: digits | fashion-mnist | synthetic (default: digits, synthetic for the transformer, resnet and gpt; resnet takes all three, 3x32x32 images when synthetic; gpt only synthetic token sequences)");
 DEFINE_string(data_dir, "", "Where the dataset files are (default: tools/data for digits, /usr/share/datasets/fashion-mnist)");
 DEFINE_int32(epochs, 10, "Training epochs");
 DEFINE_int32(batch_size, 32, "Samples per training step");
@@ -64,10 +64,14 @@ DEFINE_double(dp_bucket_mb, 25, "--data_parallel: gradients averaged together in
 DEFINE_int32(dp_check_every, 0, "--data_parallel: every N steps compare a checksum of every parameter across the ranks and fail naming the first that differs (0: never)");
 DEFINE_double(dp_timeout_s, 300, "--data_parallel: seconds a rank waits for the others before the job is aborted (a rank died or hangs)");
 DEFINE_string(mlp_hidden, "128", "Hidden layer sizes of the MLP, comma-separated");
-DEFINE_int32(seq_len, 16, "Transformer: sequence length");
-DEFINE_int32(d_model, 32, "Transformer: model width");
-DEFINE_int32(num_heads, 4, "Transformer: attention heads");
-DEFINE_int32(ffn_dim, 64, "Transformer: feed-forward width");
+DEFINE_int32(seq_len, 16, "Transformer and gpt: sequence length (gpt predicts seq_len next tokens; a sample holds seq_len + 1)");
+DEFINE_int32(d_model, 32, "Transformer and gpt: model width");
+DEFINE_int32(num_heads, 4, "Transformer and gpt: attention heads (must divide --d_model)");
+DEFINE_int32(ffn_dim, 64, "Transformer and gpt: feed-forward width");
+DEFINE_string(resnet_widths, "32,64,128,256", "Resnet: channels of each stage, comma-separated (one stage per width; each stage after the first halves the image)");
+DEFINE_int32(resnet_blocks, 2, "Resnet: basic blocks per stage");
+DEFINE_int32(gpt_layers, 4, "Gpt: decoder blocks");
+DEFINE_int32(vocab, 256, "Gpt: vocabulary size (token ids 0 .. vocab-1)");
 DEFINE_int32(synthetic_size, 2048, "Synthetic dataset: number of sequences (80% train, 20% test)");
 DEFINE_int32(max_steps, 0, "Stop training after this many steps (0: no limit)");
 DEFINE_bool(progress, true, "On a terminal, show a progress bar with an ETA (kiln train; kiln run and kiln bench when they run over a second)");

@@ -57,7 +57,7 @@ TEST(CliHelpTest, HelpPerCommandShowsOnlyItsFlags) {
   }
   const CliResult train = Kiln("train --help");
   ExpectHas(train, "\nmodel:\n  --d_model=N");
-  ExpectHas(train, "--model=NAME                   Model to build: mlp | cnn | transformer (default \"mlp\")");
+  ExpectHas(train, "--model=NAME                   Model to build: mlp | cnn | transformer | resnet | gpt (default \"mlp\")");
   ExpectHas(train, "--lr=X                         Learning rate (a finite number > 0) (default 0.1)");
   EXPECT_EQ(train.output.find("--bench_steps"), std::string::npos) << train.output;
   EXPECT_EQ(train.output.find("--fetch"), std::string::npos) << train.output;
@@ -95,7 +95,14 @@ blocks { idx: 0 parent_idx: -1
       {"trian", "kiln trian: error: unknown command 'trian'; did you mean train?"},
       {"train --modle mlp", "unknown flag --modle; did you mean --model?"},
       {"train --epocs=3", "unknown flag --epocs; did you mean --epochs?"},
-      {"train --model mpl", "unknown model 'mpl': expected mlp, cnn or transformer; did you mean 'mlp'?"},
+      {"train --model mpl", "unknown model 'mpl': expected mlp, cnn, transformer, resnet or gpt; did you mean 'mlp'?"},
+      {"train --model resnet --resnet_widths ,", "--resnet_widths is empty: give the channels of each stage"},
+      {"train --model resnet --resnet_widths 32,x", "--resnet_widths: 'x' is not a positive channel count"},
+      {"train --model resnet --resnet_blocks 0", "--resnet_blocks must be at least 1, got 0"},
+      {"train --model gpt --d_model 32 --num_heads 3",
+       "gpt: num_heads (--num_heads) 3 does not divide d_model (--d_model) 32"},
+      {"train --model gpt --vocab 1", "gpt: vocab (--vocab) must be at least 2, got 1"},
+      {"train --model gpt --dataset digits", "--model gpt trains on synthetic token sequences, not digits"},
       {"train --optimizer adma", "unknown optimizer 'adma': expected sgd, momentum, adam or adamw; did you mean 'adam'?"},
       {"train --dataset digit", "did you mean 'digits'?"},
       {"train --epochs ten", "--epochs takes an integer (int32), got 'ten'"},
@@ -140,7 +147,7 @@ std::string Complete(const std::string& words, int cword) {
 TEST(CliHelpTest, BashCompletion) {
   EXPECT_EQ(Complete("kiln tr", 1), "train\n");
   EXPECT_EQ(Complete("kiln train --mo", 2), "--model\n");
-  EXPECT_EQ(Complete("kiln train --model \"\"", 3), "mlp cnn transformer\n");
+  EXPECT_EQ(Complete("kiln train --model \"\"", 3), "mlp cnn transformer resnet gpt\n");
   EXPECT_EQ(Complete("kiln train --optimizer = a", 4), "adam adamw\n");  // --optimizer=a
   EXPECT_EQ(Complete("kiln train --jit_launch_mode \"\"", 3), "runtime executor\n");
   EXPECT_EQ(Complete("kiln run --fe", 2), "--fetch --feed\n");

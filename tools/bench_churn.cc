@@ -116,9 +116,7 @@ std::vector<ChurnPoint> RunChurn(const Model& model, const proto::ProgramDesc& p
 int BenchChurn() {
   const int64_t sizes = FLAGS_bench_churn_sizes;
   if (sizes < 1) ThrowInvalidArgument("--bench_churn_sizes must be at least 1, got ", sizes);
-  const std::string dataset =
-      FLAGS_dataset.empty() ? (FLAGS_model == "transformer" ? "synthetic" : "digits") : FLAGS_dataset;
-  const Model model = BuildModelFromFlags(dataset);
+  const Model model = BuildModelFromFlags(DatasetFromFlags());
   const proto::ProgramDesc program = RunPipelineFromFlags(model.train, {model.features, model.labels, model.loss});
   ChurnOptions options;
   options.sizes = sizes;

@@ -155,7 +155,7 @@ FlopCount CountFlops(const Model& model, int64_t batch) {
 
 std::string BenchDataset() {
   if (!FLAGS_dataset.empty()) return FLAGS_dataset;
-  return FLAGS_model == "transformer" ? "synthetic" : "fashion-mnist";
+  return SyntheticByDefault(FLAGS_model) ? "synthetic" : "fashion-mnist";
 }
 
 int BenchModel() {
@@ -165,15 +165,19 @@ int BenchModel() {
   if (batch < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", batch);
   const Model model = BuildModelFromFlags(BenchDataset());
 
-  // Seeded random inputs: features uniform in [0, 1), labels uniform over the
-  // classes (the last dim of the probabilities).
+  // Seeded random inputs: features uniform in [0, 1) (token ids uniform over
+  // the vocabulary for a token model), labels uniform over the classes (the
+  // last dim of the probabilities).
   std::mt19937_64 rng(FLAGS_seed);
   Dims fdims = model.sample_dims;
   fdims.insert(fdims.begin(), batch);
   Tensor features(DataType::kFP32, fdims);
   float* f = features.mutable_data<float>();
   std::uniform_real_distribution<float> uf(0.f, 1.f);
-  for (int64_t i = 0; i < features.numel(); ++i) f[i] = uf(rng);
+  std::uniform_int_distribution<int64_t> token(0, std::max<int64_t>(model.token_vocab - 1, 0));
+  for (int64_t i = 0; i < features.numel(); ++i) {
+    f[i] = model.token_vocab > 0 ? static_cast<float>(token(rng)) : uf(rng);
+  }
   const proto::VarDesc* probs = FindVarDesc(model.train.blocks(0), model.probs);
   KILN_CHECK(probs != nullptr && probs->dims_size() == 2, "bench: probabilities var has no [batch, classes] dims");
   const int64_t classes = probs->dims(1);

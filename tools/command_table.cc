@@ -11,7 +11,7 @@ using Flags = std::vector<std::string>;
 
 const std::map<std::string, Flags>& GroupFlags() {
   static const std::map<std::string, Flags> groups = {
-      {"model", {"model", "mlp_hidden", "seq_len", "d_model", "num_heads", "ffn_dim"}},
+      {"model", {"model", "mlp_hidden", "seq_len", "d_model", "num_heads", "ffn_dim", "resnet_widths", "resnet_blocks", "gpt_layers", "vocab"}},
       {"data", {"dataset", "data_dir", "synthetic_size"}},
       {"training",
        {"optimizer", "lr", "lr_schedule", "weight_decay", "grad_merge_steps", "grad_clip_norm", "epochs", "batch_size", "eval_batch_size", "num_workers", "max_steps", "seed",
@@ -125,7 +125,7 @@ const std::map<std::string, std::string>& ValueForms() {
       {"data_dir", "DIR"},          {"append_backward", "LOSS"},   {"model", "NAME"},
       {"dataset", "NAME"},          {"optimizer", "NAME"},         {"lr_schedule", "KIND:K=V[,K=V]"},         {"jit_allow_ops", "OP[,OP]"},
       {"jit_deny_ops", "OP[,OP]"},  {"jit_deny_clusters", "KEY[,KEY]"}, {"recompute_ops", "OP[,OP]"},
-      {"mlp_hidden", "N[,N]"},      {"jit_launch_mode", "runtime|executor"}, {"jit_isa", "avx512|avx2"},
+      {"mlp_hidden", "N[,N]"},      {"resnet_widths", "N[,N]"},      {"jit_launch_mode", "runtime|executor"}, {"jit_isa", "avx512|avx2"},
       {"bench_what", "model|matmul|copy|churn"},
   };
   return forms;

@@ -37,7 +37,7 @@ std::string BashCompletion() {
        "  local cmd=\"${COMP_WORDS[1]}\"\n"
        "  case \"$prev\" in\n"
        "    --model) if [ \"$cmd\" = predict ]; then COMPREPLY=($(compgen -d -- \"$cur\"));"
-       " else COMPREPLY=($(compgen -W \"mlp cnn transformer\" -- \"$cur\")); fi; return ;;\n"
+       " else COMPREPLY=($(compgen -W \"mlp cnn transformer resnet gpt\" -- \"$cur\")); fi; return ;;\n"
        "    --dataset) COMPREPLY=($(compgen -W \"digits fashion-mnist synthetic\" -- \"$cur\")); return ;;\n"
        "    --optimizer) COMPREPLY=($(compgen -W \"sgd momentum adam adamw\" -- \"$cur\")); return ;;\n"
        "    --jit_launch_mode) COMPREPLY=($(compgen -W \"runtime executor\" -- \"$cur\")); return ;;\n"

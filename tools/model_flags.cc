@@ -19,9 +19,13 @@
 
 namespace kiln::tools {
 
+bool SyntheticByDefault(const std::string& model) {
+  return model == "transformer" || model == "resnet" || model == "gpt";
+}
+
 std::string DatasetFromFlags() {
   if (!FLAGS_dataset.empty()) return FLAGS_dataset;
-  return FLAGS_model == "transformer" ? "synthetic" : "digits";
+  return SyntheticByDefault(FLAGS_model) ? "synthetic" : "digits";
 }
 
 namespace {
@@ -174,6 +178,56 @@ Model BuildProgramModelFromFlags(const std::string& dataset) {
   return m;
 }
 
+namespace {
+
+// "N,N,..." of positive sizes (empty items skipped); throws naming `flag`.
+std::vector<int64_t> ParseSizes(const std::string& flag, const std::string& value, const char* what) {
+  std::vector<int64_t> sizes;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item);
+    } catch (const std::exception&) {
+      v = 0;
+    }
+    if (v <= 0) ThrowInvalidArgument("--", flag, ": '", item, "' is not a positive ", what);
+    sizes.push_back(v);
+  }
+  return sizes;
+}
+
+Model BuildResnetFromFlags(const std::string& dataset, const TrainConfig& tc) {
+  ResnetConfig c;
+  if (dataset != "synthetic") {  // the image datasets, one channel
+    c.channels = 1;
+    c.height = c.width = dataset == "digits" ? 8 : 28;
+  }
+  c.widths = ParseSizes("resnet_widths", FLAGS_resnet_widths, "channel count");
+  if (c.widths.empty()) {
+    ThrowInvalidArgument("--resnet_widths is empty: give the channels of each stage, e.g. 32,64,128,256");
+  }
+  if (FLAGS_resnet_blocks < 1) ThrowInvalidArgument("--resnet_blocks must be at least 1, got ", FLAGS_resnet_blocks);
+  c.blocks = FLAGS_resnet_blocks;
+  return BuildResnet(c, tc);
+}
+
+Model BuildGptFromFlags(const std::string& dataset, const TrainConfig& tc) {
+  if (dataset != "synthetic") ThrowInvalidArgument("--model gpt trains on synthetic token sequences, not ", dataset);
+  GptConfig c;
+  c.layers = FLAGS_gpt_layers;
+  c.seq_len = FLAGS_seq_len;
+  c.d_model = FLAGS_d_model;
+  c.num_heads = FLAGS_num_heads;
+  c.ffn_dim = FLAGS_ffn_dim;
+  c.vocab = FLAGS_vocab;
+  return BuildGpt(c, tc);  // its errors name the flags
+}
+
+}  // namespace
+
 Model BuildModelFromFlags(const std::string& dataset) {
   const TrainConfig tc = TrainConfigFromFlags();
   CheckDatasetName(dataset);
@@ -183,20 +237,7 @@ Model BuildModelFromFlags(const std::string& dataset) {
     if (!image) ThrowInvalidArgument("--model mlp trains on digits or fashion-mnist, not ", dataset);
     MlpConfig c;
     c.input = side * side;
-    c.hidden.clear();
-    std::stringstream ss(FLAGS_mlp_hidden);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item.empty()) continue;
-      int64_t v = 0;
-      try {
-        v = std::stoll(item);
-      } catch (const std::exception&) {
-        v = 0;
-      }
-      if (v <= 0) ThrowInvalidArgument("--mlp_hidden: '", item, "' is not a positive layer size");
-      c.hidden.push_back(v);
-    }
+    c.hidden = ParseSizes("mlp_hidden", FLAGS_mlp_hidden, "layer size");
     return BuildMlp(c, tc);
   }
   if (FLAGS_model == "cnn") {
@@ -214,8 +255,10 @@ Model BuildModelFromFlags(const std::string& dataset) {
     c.ffn_dim = FLAGS_ffn_dim;
     return BuildTransformer(c, tc);
   }
-  ThrowInvalidArgument("unknown model '", FLAGS_model, "': expected mlp, cnn or transformer",
-                       DidYouMean(FLAGS_model, {"mlp", "cnn", "transformer"}));
+  if (FLAGS_model == "resnet") return BuildResnetFromFlags(dataset, tc);
+  if (FLAGS_model == "gpt") return BuildGptFromFlags(dataset, tc);
+  ThrowInvalidArgument("unknown model '", FLAGS_model, "': expected mlp, cnn, transformer, resnet or gpt",
+                       DidYouMean(FLAGS_model, {"mlp", "cnn", "transformer", "resnet", "gpt"}));
 }
 
 }  // namespace kiln::tools

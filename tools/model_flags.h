@@ -7,10 +7,14 @@
 namespace kiln::tools {
 
 // Input dims follow the dataset (digits: 64 or 1x8x8, fashion-mnist: 784 or
-// 1x28x28, synthetic: seq_len x d_model).
+// 1x28x28, synthetic: seq_len x d_model for the transformer, 3x32x32 for the
+// resnet, seq_len + 1 token ids for gpt).
 Model BuildModelFromFlags(const std::string& dataset);
 // --dataset, or the model's default when empty.
 std::string DatasetFromFlags();
+// Whether `model` (a --model name) trains on synthetic data unless --dataset
+// says otherwise: the transformer, resnet and gpt.
+bool SyntheticByDefault(const std::string& model);
 
 // kiln train --from DIR [--program P.pbtxt]: whether they are given.
 bool ProgramModelFlagsSet();

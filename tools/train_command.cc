@@ -13,6 +13,7 @@
 #include "framework/data/digits.h"
 #include "framework/data/idx.h"
 #include "framework/data/synthetic.h"
+#include "framework/data/synthetic_tasks.h"
 #include "framework/file_util.h"
 #include "framework/program_io.h"
 #include "framework/flags.h"
@@ -41,10 +42,18 @@ TrainTest LoadDataset(const std::string& dataset, const Model& model) {
   } else {
     const int64_t n = FLAGS_synthetic_size;
     if (n < 10) ThrowInvalidArgument("--synthetic_size must be at least 10, got ", n);
-    // The rows are made a batch at a time: at --seq_len 1024 --d_model 256
-    // the default 2048 sequences would hold 2 GiB.
-    const Dataset all = MakeSyntheticSequences(n, FLAGS_seq_len, FLAGS_d_model, 10, FLAGS_seed,
-                                               kSyntheticTeacherSeed, /*hold_features=*/false);
+    const Dims& sample = model.sample_dims;
+    Dataset all;
+    if (model.token_vocab > 0) {  // gpt: seq_len + 1 tokens a row
+      all = MakeSyntheticTokens(n, sample[0], model.token_vocab, FLAGS_seed);
+    } else if (sample.size() == 3) {  // resnet: images
+      all = MakeSyntheticImages(n, sample[0], sample[1], sample[2], 10, FLAGS_seed);
+    } else {
+      // The rows are made a batch at a time: at --seq_len 1024 --d_model 256
+      // the default 2048 sequences would hold 2 GiB.
+      all = MakeSyntheticSequences(n, FLAGS_seq_len, FLAGS_d_model, 10, FLAGS_seed, kSyntheticTeacherSeed,
+                                   /*hold_features=*/false);
+    }
     auto split = SplitDataset(all, 0.8);
     data.train = std::move(split.first);
     data.test = std::move(split.second);

@@ -1,61 +1,19 @@
 #include "framework/models/models.h"
 
-#include <cmath>
-
-#include "framework/backward.h"
 #include "framework/checkpoint/inference.h"
 #include "framework/op_desc.h"
+#include "framework/models/model_layers.h"
 #include "framework/ops/assign_value_op.h"
-#include "framework/optimizer_builder.h"
 #include "framework/program_builder.h"
 
 namespace kiln {
 
+using model_layers::Act;
+using model_layers::ClassifierLoss;
+using model_layers::Fc;
+using model_layers::Finish;
+
 namespace {
-
-enum class Act { kNone, kRelu, kGelu };
-
-// y = act(x @ w + b); x's last dim is `in`.
-std::string Fc(ProgramBuilder& b, const std::string& x, int64_t in, int64_t out, Act act, const std::string& name) {
-  const Init w_init = act == Act::kRelu ? Init::HeUniform(in) : Init::XavierUniform(in, out);
-  const std::string w = b.Param(name + ".w", {in, out}, w_init);
-  const std::string bias = b.Param(name + ".b", {out}, Init::Constant(0.f));
-  std::string y = b.Op1("matmul", {{"X", {x}}, {"Y", {w}}});
-  y = b.Op1("elementwise_add", {{"X", {y}}, {"Y", {bias}}});
-  if (act == Act::kRelu) y = b.Op1("relu", {{"X", {y}}});
-  if (act == Act::kGelu) y = b.Op1("gelu", {{"X", {y}}});
-  return y;
-}
-
-// softmax_with_cross_entropy + mean; fills model.probs/loss.
-void ClassifierLoss(ProgramBuilder& b, Model& m, const std::string& logits) {
-  auto outs = b.Op("softmax_with_cross_entropy", {{"Logits", {logits}}, {"Label", {m.labels}}}, {"Softmax", "Loss"});
-  m.probs = outs[0];
-  m.loss = b.Op1("mean", {{"X", {outs[1]}}});
-}
-
-Model Finish(ProgramBuilder& b, Model m, const TrainConfig& tc) {
-  m.forward = b.main();
-  const auto params_grads = AppendBackward(&b.main(), m.loss);
-  OptimizerConfig oc;
-  oc.kind = tc.optimizer;
-  oc.lr = tc.lr;
-  oc.momentum = tc.momentum;
-  oc.weight_decay = tc.weight_decay;
-  oc.grad_clip_norm = tc.grad_clip_norm;
-  oc.grad_merge_steps = tc.grad_merge_steps;
-  const std::string lr = AppendOptimizer(b, params_grads, oc);
-  if (tc.lr_schedule) AppendLrSchedule(b, lr, *tc.lr_schedule);
-  m.train = b.main();
-  m.startup = b.startup();
-  m.params = b.params();
-  // A program built elsewhere declared its parameters itself: they are the
-  // persistable vars that got a gradient.
-  if (m.params.empty()) {
-    for (const auto& pg : params_grads) m.params.push_back(pg.first);
-  }
-  return m;
-}
 
 // The checks of BuildFromProgram on its feed, its logits and the values of
 // its persistable vars.
@@ -188,33 +146,15 @@ Model BuildTransformer(const TransformerConfig& c, const TrainConfig& tc) {
   }
   ProgramBuilder b(tc.seed);
   Model m;
-  const int64_t d = c.d_model, h = c.num_heads, dh = d / h;
+  const int64_t d = c.d_model;
   m.sample_dims = {c.seq_len, d};
   m.features = b.Data("features", {-1, c.seq_len, d});
   m.labels = b.Data("labels", {-1, 1}, DataType::kINT64);
   const std::string x = m.features;
-
-  // [B,S,D] -> [B,H,S,Dh]
-  auto split_heads = [&](const std::string& t) {
-    std::string r = b.Op1("reshape2", {{"X", {t}}}, {{"shape", std::vector<int64_t>{0, 0, h, dh}}});
-    return b.Op1("transpose2", {{"X", {r}}}, {{"axis", std::vector<int64_t>{0, 2, 1, 3}}});
-  };
-  const std::string q = split_heads(Fc(b, x, d, d, Act::kNone, "attn.q"));
-  const std::string k = split_heads(Fc(b, x, d, d, Act::kNone, "attn.k"));
-  const std::string v = split_heads(Fc(b, x, d, d, Act::kNone, "attn.v"));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  std::string s = b.Op1("matmul", {{"X", {q}}, {"Y", {k}}}, {{"transpose_Y", true}, {"alpha", scale}});
-  s = b.Op1("softmax", {{"X", {s}}});
-  std::string ctx = b.Op1("matmul", {{"X", {s}}, {"Y", {v}}});
-  ctx = b.Op1("transpose2", {{"X", {ctx}}}, {{"axis", std::vector<int64_t>{0, 2, 1, 3}}});
-  ctx = b.Op1("reshape2", {{"X", {ctx}}}, {{"shape", std::vector<int64_t>{0, 0, d}}});
-  const std::string attn = Fc(b, ctx, d, d, Act::kNone, "attn.out");
+  const std::string attn = model_layers::SelfAttention(b, x, d, c.num_heads, /*causal=*/false, "attn");
 
   auto layer_norm = [&](const std::string& t, const std::string& name) {
-    const std::string sc = b.Param(name + ".scale", {d}, Init::Constant(1.f));
-    const std::string bi = b.Param(name + ".bias", {d}, Init::Constant(0.f));
-    return b.Op("layer_norm", {{"X", {t}}, {"Scale", {sc}}, {"Bias", {bi}}}, {"Y", "Mean", "Variance"},
-                {{"begin_norm_axis", int64_t{2}}, {"epsilon", 1e-5f}}, name)[0];
+    return model_layers::LayerNorm(b, t, d, 2, name);
   };
   const std::string ln1 = layer_norm(b.Op1("elementwise_add", {{"X", {x}}, {"Y", {attn}}}), "ln1");
   const std::string ffn = Fc(b, Fc(b, ln1, d, c.ffn_dim, Act::kGelu, "ffn0"), c.ffn_dim, d, Act::kNone, "ffn1");

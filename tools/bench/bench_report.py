@@ -242,10 +242,14 @@ def method_paragraph(args, configs):
     out = []
     sizes = ("MLP 784-1024-1024-10 at batch 1, 64 and 256; LeNet CNN on 1x28x28 at batch 64; one post-LN "
              "transformer encoder block at batch 8, seq 128, d_model 256, 4 heads, FFN 1024, GELU erf, mean-pooled, "
-             "classifier")
+             "classifier; a ResNet-18-shaped CNN on 3x32x32 at batch 32 (widths 32-64-128-256, two basic blocks a "
+             "stage, bias-free convolutions, batch_norm, global average pool); a 4-layer pre-LN GPT at batch 16 "
+             "(d_model 256, 4 heads, causal, seq 128, vocabulary 256, FFN 1024, cross-entropy over every next "
+             "token)")
     if args.tiny:
         sizes = "the --tiny smoke-test sizes: " + "; ".join(c[0] + " " + " ".join(c[3]) for c in configs)
-    out.append("Each step is forward + backward + plain SGD update (lr 0.1, no momentum), f32, seeded random data "
+    out.append("Each step is forward + backward + the optimizer's update (plain SGD at lr 0.1, no momentum; the "
+               "ResNet with momentum 0.9 at lr 0.05, the GPT with Adam at lr 0.001), f32, seeded random data "
                "(" + sizes + "). The PyTorch models in the script "
                "mirror `framework/models/models.cc` layer by layer; neither side computes the input's gradient. "
                "Each measurement is its own process (OMP_NUM_THREADS and torch.set_num_threads set before it "

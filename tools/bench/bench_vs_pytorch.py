@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""kiln against PyTorch eager: training-step time of the same three models.
+"""kiln against PyTorch eager: training-step time of the same five models.
 
 Run with Debian's /usr/bin/python3 (it has numpy and python3-torch); the
 script re-executes itself with it when started by another interpreter.
@@ -8,8 +8,9 @@ what is measured and holds the last full run.
 
 Every measurement runs in its own process, so each has a clean thread setting
 (OMP_NUM_THREADS, and torch.set_num_threads for PyTorch) and its own peak RSS.
-For each thread count and each (model, batch), the three sides run
-interleaved, PyTorch, kiln without JIT, kiln with JIT, for --rounds rounds;
+For each thread count and each (model, batch) of bench_configs.py, the
+sides run interleaved, PyTorch (fp32 and bf16 autocast), kiln without JIT,
+kiln with JIT and kiln with JIT and --amp bf16, for --rounds rounds;
 a side's step time is the median over rounds of each process's median step
 (warm-up steps, which include JIT compiles, are not timed).
 """
@@ -27,6 +28,8 @@ import time
 
 # The PyTorch peer (its models stay importable from here: tests/convert_checkpoint_test.py).
 from torch_peer import torch_models, torch_worker  # noqa: F401
+# The measured configurations (compare_kiln.py reads FULL_CONFIGS from here).
+from bench_configs import FULL_CONFIGS, TINY_CONFIGS  # noqa: F401
 # The reporting half; its names stay importable from here (scaling.py uses md_table and replace_section).
 from bench_report import (  # noqa: F401
     MATMUL_FRACTION_TARGET, SECTION, SIDE_NAMES, SIDES, TARGETS, fmt, markdown_section, md_table, ratio,
@@ -36,27 +39,6 @@ DEBIAN_PYTHON = "/usr/bin/python3"
 APT_PACKAGES = ["python3-torch", "libopenblas0-openmp"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# (name, model, batch, kiln flags, torch model arguments). Input sizes:
-# MLP 784 (Fashion-MNIST rows), CNN 1x28x28, transformer seq_len x d_model.
-FULL_CONFIGS = [
-    ("mlp b1", "mlp", 1, ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"],
-     {"input": 784, "hidden": [1024, 1024]}),
-    ("mlp b64", "mlp", 64, ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"],
-     {"input": 784, "hidden": [1024, 1024]}),
-    ("mlp b256", "mlp", 256, ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"],
-     {"input": 784, "hidden": [1024, 1024]}),
-    ("cnn b64", "cnn", 64, ["--dataset", "fashion-mnist"], {"side": 28}),
-    ("transformer b8", "transformer", 8,
-     ["--dataset", "synthetic", "--seq_len", "128", "--d_model", "256", "--num_heads", "4", "--ffn_dim", "1024"],
-     {"seq_len": 128, "d_model": 256, "num_heads": 4, "ffn_dim": 1024}),
-]
-TINY_CONFIGS = [
-    ("mlp b4", "mlp", 4, ["--dataset", "digits", "--mlp_hidden", "32"], {"input": 64, "hidden": [32]}),
-    ("cnn b4", "cnn", 4, ["--dataset", "digits"], {"side": 8}),
-    ("transformer b2", "transformer", 2,
-     ["--dataset", "synthetic", "--seq_len", "8", "--d_model", "16", "--num_heads", "2", "--ffn_dim", "32"],
-     {"seq_len": 8, "d_model": 16, "num_heads": 2, "ffn_dim": 32}),
-]
 TORCH_SIDES = ("torch", "torch_bf16")
 
 
@@ -227,8 +209,9 @@ def run_json(cmd, env_threads, timeout, idle_wait=0.0, peer=False):
 
 
 def kiln_cmd(kiln, cfg, side, args):
-    name, model, batch, flags, _ = cfg
-    return [kiln, "bench", "--model", model, "--batch_size", str(batch), "--optimizer", "sgd", "--lr", "0.1",
+    name, model, batch, flags, spec = cfg
+    optimizer, lr = spec.get("optimizer", "sgd"), spec.get("lr", 0.1)
+    return [kiln, "bench", "--model", model, "--batch_size", str(batch), "--optimizer", optimizer, "--lr", str(lr),
             "--seed", "1", "--bench_warmup", str(args.warmup), "--bench_steps", str(args.steps),
             "--use_jit=" + ("false" if side == "nojit" else "true")] + flags + \
         (["--amp", "bf16"] if side == "jit_bf16" else [])

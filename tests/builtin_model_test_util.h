@@ -1,0 +1,57 @@
+// The resnet and gpt tests' shared check: a built-in model trained with the
+// JIT off and with kiln train's default JIT pipeline (attention fusion,
+// layer_norm recompute, build_jit, in-place) gives the same losses.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "compiler/jit_compiler.h"
+#include "framework/trainer.h"
+#include "launch_op/jit_launch_op.h"
+#include "tests/jit_pipeline_util.h"
+
+namespace kiln::test {
+
+inline proto::ProgramDesc DefaultJitPipeline(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+  PipelineOptions o = JitPipeline(BuildJitPassOptions{});
+  o.fuse_attention = true;
+  o.recompute = true;
+  o.config.recompute.op_types = {"layer_norm"};
+  o.inplace = true;
+  o.keep_vars = keep;
+  return RunPipeline(p, o);
+}
+
+struct OffAndOn {
+  TrainResult off;
+  TrainResult on;
+};
+
+// `steps` steps of batch `batch` each way; fails the test where a loss differs
+// by more than 1e-4 relative (the tolerance of tests/jit_train_test.cc).
+// The test suite registers the JIT ops (jit::RegisterJitOps) first.
+inline OffAndOn ExpectJitMatchesJitOff(const Model& m, const Dataset& train, const Dataset& test, int64_t batch,
+                                       int64_t steps, float rtol = 1e-4f) {
+  jit::JitCompiler::Instance().ClearCache();
+  TrainOptions o;
+  o.epochs = 1000;
+  o.batch_size = batch;
+  o.max_steps = steps;
+  OffAndOn r;
+  r.off = Train(m, train, test, o);
+  o.program_transform = DefaultJitPipeline;
+  r.on = Train(m, train, test, o);
+  EXPECT_GT(jit::JitCompiler::Instance().stats().compiles, 0);
+  EXPECT_EQ(r.off.losses.size(), static_cast<size_t>(steps));
+  EXPECT_EQ(r.on.losses.size(), r.off.losses.size());
+  for (size_t i = 0; i < std::min(r.off.losses.size(), r.on.losses.size()); ++i) {
+    EXPECT_NEAR(r.on.losses[i], r.off.losses[i], rtol * std::max(1.0f, std::fabs(r.off.losses[i]))) << "step " << i;
+  }
+  return r;
+}
+
+}  // namespace kiln::test
