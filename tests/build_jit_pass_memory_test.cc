@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/op_desc.h"
 #include "passes/pipeline.h"
 #include "tests/jit_memory_test_util.h"
@@ -66,7 +66,7 @@ TEST_F(JitPassMemoryTest, TransformerClustersHaveShapeOnlyAndDonatableVars) {
   bool backward_seen = false, forward_seen = false;
   int donatable_total = 0;
   for (const auto& c : report.clusters) {
-    const JitSubgraph& sg = jit::JitCompiler::Instance().GetSubgraph(c.key);
+    const JitSubgraph& sg = jit::DefaultJit().cache().GetSubgraph(c.key);
     const std::vector<std::string> types = OpTypes(sg);
     const bool backward = Contains(types, "reshape2_grad");
     const bool forward = Contains(types, "reshape2") && !backward;

@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/program_io.h"
 #include "launch_op/jit_launch_op.h"
@@ -70,7 +70,7 @@ TEST_F(CheckNanInfTest, InsideAClusterTheErrorNamesTheClustersOpAndVar) {
   Tensor y = Filled(2.0f);
   y.mutable_data<float>()[7] = 0.0f;
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
     const std::string e = RunChecked(jitted, Filled(1.0f), y);
     EXPECT_NE(e.find("--check_nan_inf: in JIT cluster"), std::string::npos) << e;
     EXPECT_NE(e.find("wrote +Inf to var '"), std::string::npos) << e;
@@ -78,17 +78,17 @@ TEST_F(CheckNanInfTest, InsideAClusterTheErrorNamesTheClustersOpAndVar) {
     EXPECT_NE(e.find("(kernel "), std::string::npos) << e;
   }
   // The cluster denied: its framework ops run, and the first one is named.
-  jit::JitCompilerOptions denied = jit::JitCompiler::Instance().options();
+  jit::JitOptions denied = jit::DefaultJit().options();
   for (const auto& a : jitted.blocks(0).ops(0).attrs()) {
     if (a.name() == "compilation_key") denied.deny_clusters = {a.s()};
   }
-  jit::JitCompiler::Instance().Configure(denied);
+  jit::DefaultJit().Configure(denied);
   const std::string e = RunChecked(jitted, Filled(1.0f), y);
   EXPECT_NE(e.find("op #0 'elementwise_div' wrote +Inf to output Out (var 'q' f32[3,17]) at flat index 7"),
             std::string::npos)
       << e;
   denied.deny_clusters.clear();
-  jit::JitCompiler::Instance().Configure(denied);
+  jit::DefaultJit().Configure(denied);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/data/synthetic.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
@@ -59,7 +59,7 @@ TEST_F(JitLaunchMemoryTest, TransformerTrainsAsWithoutTheJitWithInputsDonated) {
   const std::vector<float> on = losses(p);
   ASSERT_EQ(off.size(), on.size());
   for (size_t i = 0; i < off.size(); ++i) EXPECT_NEAR(on[i], off[i], 1e-4f * std::max(1.0f, off[i])) << "step " << i;
-  const jit::LaunchStats stats = jit::GetLaunchStats();
+  const jit::LaunchStats stats = jit::DefaultJit().stats().launch;
   EXPECT_GT(stats.launches, 0);
   EXPECT_EQ(stats.framework_fallbacks, 0);
   // The backward cluster's dying inputs (activations, softmax_0, ...) hold its temps.
@@ -109,10 +109,10 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   Tensor sm_ref;
   const Tensor want = run(program, nullptr, &sm_ref);  // JIT off, sm kept
 
-  jit::ResetLaunchStats();
+  jit::DefaultJit().launch().ResetCounters();
   Tensor held;
   const Tensor shared = run(jitted, &held, nullptr);
-  jit::LaunchStats stats = jit::GetLaunchStats();
+  jit::LaunchStats stats = jit::DefaultJit().stats().launch;
   EXPECT_EQ(stats.launches, 1);
   EXPECT_EQ(stats.inputs_kept, 1) << "sm's buffer is shared with the test's tensor";
   EXPECT_EQ(stats.inputs_donated, 0);
@@ -120,9 +120,9 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   EXPECT_EQ(BitDiff(held, sm_ref), "") << "the shared buffer holds softmax_with_cross_entropy's output, untouched";
   EXPECT_EQ(test::CompareTensors(shared, want, 1e-5, 1e-4), "");
 
-  jit::ResetLaunchStats();
+  jit::DefaultJit().launch().ResetCounters();
   const Tensor alone = run(jitted, nullptr, nullptr);
-  stats = jit::GetLaunchStats();
+  stats = jit::DefaultJit().stats().launch;
   EXPECT_EQ(stats.launches, 1);
   EXPECT_EQ(stats.inputs_donated, 1) << "sm alone owns its buffer: donated";
   EXPECT_EQ(stats.inputs_kept, 0);
@@ -178,13 +178,13 @@ TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunc
   const auto want = run(program);
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
     const auto got = run(jitted);
     EXPECT_EQ(test::CompareTensors(got.first, want.first, 1e-6, 1e-5), "");
     EXPECT_EQ(test::CompareTensors(got.second, want.second, 1e-6, 1e-5), "");
   }
   // The case is the one described: y is a dims-only buffer.
-  const auto objects = jit::JitCompiler::Instance().CachedObjects();
+  const auto objects = jit::DefaultJit().cache().CachedObjects();
   ASSERT_EQ(objects.size(), 1u);
   EXPECT_EQ(objects[0]->unit_fallbacks.size(), 1u) << objects[0]->lowering;
   bool y_dims_only = false;

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
@@ -21,12 +21,12 @@ namespace {
 
 class JitLaunchOpTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    jit::JitCompiler::Instance().ClearCache();
-    jit::ResetLaunchStats();
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().launch().ResetCounters();
   }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
+  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
 };
 
 // relu(x) = h, then matmul(h, w) = y: the parameter w is read by the
@@ -82,7 +82,7 @@ TEST_F(JitLaunchOpTest, AnInputWithoutDataIsNamedAsTheClustersOpThatReadsIt) {
   ASSERT_NE(plain.find("op #1 'matmul': input Y ('w') holds no data"), std::string::npos) << plain;
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
     const std::string e = ErrorOfRun(jitted, false);
     EXPECT_EQ(e.rfind("op #1 'matmul': input Y ('w') holds no data: it is read before any op writes it and was not "
                       "fed (a parameter: run its startup program or load a checkpoint first) [op numbers count the "
@@ -90,7 +90,7 @@ TEST_F(JitLaunchOpTest, AnInputWithoutDataIsNamedAsTheClustersOpThatReadsIt) {
               0u)
         << e;
     EXPECT_EQ(e.find("jit_launch"), std::string::npos) << e;
-    EXPECT_EQ(jit::JitCompiler::Instance().stats().compiles, 0) << "it failed before compiling";
+    EXPECT_EQ(jit::DefaultJit().stats().compiles, 0) << "it failed before compiling";
   }
 }
 
@@ -117,7 +117,7 @@ TEST_F(JitLaunchOpTest, AShapeOnlyInputWithoutDimsIsNamedToo) {
   EXPECT_EQ(shape_only->strings(0), "x");
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
     Scope scope;
     const std::string e = test::ErrorOf([&] {
       Executor exec;
@@ -148,12 +148,12 @@ TEST_F(JitLaunchOpTest, AnInputWithDataRunsTheCluster) {
   ASSERT_EQ(ErrorOfRun(program, true, &want), "(no error)");
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
-    jit::ResetLaunchStats();
+    jit::DefaultJit().SetLaunchMode(mode);
+    jit::DefaultJit().launch().ResetCounters();
     Tensor got;
     ASSERT_EQ(ErrorOfRun(jitted, true, &got), "(no error)");
     EXPECT_EQ(test::CompareTensors(got, want, 1e-6, 1e-5), "");
-    EXPECT_EQ(jit::GetLaunchStats().launches, 1);
+    EXPECT_EQ(jit::DefaultJit().stats().launch.launches, 1);
   }
 }
 

@@ -1,6 +1,6 @@
 // Shared by build_jit_pass_memory_test and jit_launch_memory_test: a fixture
 // that registers the JIT ops and starts each test with an empty
-// JitCompiler::Instance() and zero launch counters, and the small
+// jit::DefaultJit() and zero launch counters, and the small
 // transformer whose clusters have shape-only and donatable vars.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/models/models.h"
 #include "framework/op_registry.h"
 #include "launch_op/jit_launch_op.h"
@@ -19,11 +19,11 @@ namespace kiln::test {
 
 class JitMemoryTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    jit::JitCompiler::Instance().ClearCache();
-    jit::ResetLaunchStats();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().launch().ResetCounters();
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
 };
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "compiler/codegen/isa.h"
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
@@ -207,13 +207,13 @@ Trace Train(const proto::ProgramDesc& program, int steps) {
 
 class JitModelOpsProgramTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override { saved_ = jit::JitCompiler::Instance().options(); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
+  void SetUp() override { saved_ = jit::DefaultJit().options(); }
   void TearDown() override {
-    jit::JitCompiler::Instance().Configure(saved_);
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    jit::DefaultJit().Configure(saved_);
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
-  jit::JitCompilerOptions saved_;
+  jit::JitOptions saved_;
 };
 
 TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
@@ -242,12 +242,12 @@ TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
       const auto mode = variant == 1 ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime;
       SCOPED_TRACE(std::string(IsaName(isa)) + (variant == 1 ? " executor" : " runtime") +
                    (variant == 2 ? " without oneDNN" : ""));
-      jit::JitCompilerOptions options = saved_;
+      jit::JitOptions options = saved_;
       options.compile.isa = isa;
       options.compile.use_onednn = variant != 2;
-      jit::JitCompiler::Instance().Configure(options);
-      jit::JitCompiler::Instance().ClearCache();
-      jit::SetLaunchMode(mode);
+      jit::DefaultJit().Configure(options);
+      jit::DefaultJit().ClearCache();
+      jit::DefaultJit().SetLaunchMode(mode);
       const Trace on = Train(jitted, 4);
       ASSERT_EQ(on.losses.size(), off.losses.size());
       for (size_t s = 0; s < off.losses.size(); ++s) {
@@ -256,14 +256,14 @@ TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
       for (const auto& [name, t] : off.params) {
         EXPECT_EQ(test::CompareTensors(on.params.at(name), t, 1e-5, 1e-5), "") << name;
       }
-      const jit::JitStats stats = jit::JitCompiler::Instance().stats();
+      const jit::JitStats stats = jit::DefaultJit().stats();
       EXPECT_GT(stats.compiles, 0);
       EXPECT_EQ(stats.failures, 0);
       EXPECT_EQ(stats.unit_fallbacks, 0);
       // Every new op was lowered in a compiled cluster; clip and clip_grad
       // into generated kernels (with the bias add and its grad).
       std::string lowering;
-      for (const auto& obj : jit::JitCompiler::Instance().CachedObjects()) lowering += obj->lowering;
+      for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) lowering += obj->lowering;
       for (const auto& type : kNewOps) {
         const bool lowered = lowering.find(" " + type + " ->") != std::string::npos ||
                              lowering.find(" " + type + ", #") != std::string::npos;

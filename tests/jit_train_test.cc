@@ -6,7 +6,7 @@
 #include <cmath>
 #include <thread>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/data/digits.h"
 #include "framework/data/synthetic.h"
 #include "framework/trainer.h"
@@ -18,15 +18,14 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 
 class JitTrainTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    JitCompiler::Instance().ClearCache();
-    jit::ResetLaunchStats();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().launch().ResetCounters();
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
   static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
     return JitDenying(p, keep, {});
@@ -67,12 +66,12 @@ TEST_F(JitTrainTest, ThirtyStepsMatchWithJitOffInBothLaunchModes) {
     ASSERT_EQ(off.steps, 30);
     o.program_transform = Jit;
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-      JitCompiler::Instance().ClearCache();
-      jit::SetLaunchMode(mode);
+      jit::DefaultJit().ClearCache();
+      jit::DefaultJit().SetLaunchMode(mode);
       const TrainResult on = Train(c.model, c.train, c.test, o);
       ExpectSameLosses(off, on, c.name + (mode == jit::LaunchMode::kRuntime ? " runtime" : " executor"));
       EXPECT_NEAR(on.test_accuracy, off.test_accuracy, 1e-6) << c.name;
-      EXPECT_GT(JitCompiler::Instance().stats().compiles, 0) << c.name;
+      EXPECT_GT(jit::DefaultJit().stats().compiles, 0) << c.name;
     }
   }
 }
@@ -89,7 +88,7 @@ TEST_F(JitTrainTest, MlpStepBecomesFusedMatmulsAndGeneratedKernels) {
   FeedTensor(p.blocks(0), scope, c.model.labels, b.labels);
   exec.Run(*plan, scope);
   std::string listing;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) listing += obj->Listing();
   // fc0: matmul + bias + relu in one oneDNN primitive; the backward and the
   // optimizer updates in generated kernels.
   EXPECT_NE(listing.find("+ bias + relu post-op"), std::string::npos) << listing;
@@ -127,13 +126,13 @@ TEST_F(JitTrainTest, SecondStepCompilesNothingAndANewBatchSizeCompilesOnce) {
   Scope scope;
   Executor().RunProgram(c.model.startup, scope);
   RunSteps(c.model, p, scope, c.train, 32, 1);
-  const int64_t after_first = JitCompiler::Instance().stats().compiles;
+  const int64_t after_first = jit::DefaultJit().stats().compiles;
   EXPECT_EQ(after_first, clusters);
   RunSteps(c.model, p, scope, c.train, 32, 3);
-  EXPECT_EQ(JitCompiler::Instance().stats().compiles, after_first);
-  EXPECT_EQ(JitCompiler::Instance().stats().hits, 3 * clusters);
+  EXPECT_EQ(jit::DefaultJit().stats().compiles, after_first);
+  EXPECT_EQ(jit::DefaultJit().stats().hits, 3 * clusters);
   RunSteps(c.model, p, scope, c.train, 17, 2);
-  EXPECT_EQ(JitCompiler::Instance().stats().compiles, after_first + clusters);
+  EXPECT_EQ(jit::DefaultJit().stats().compiles, after_first + clusters);
 }
 
 TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
@@ -146,7 +145,7 @@ TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
     Executor().RunProgram(c.model.startup, scope);
     RunSteps(c.model, c.model.train, scope, c.train, 32, 5, &reference);
   }
-  JitCompiler::Instance().ClearCache();
+  jit::DefaultJit().ClearCache();
   std::vector<std::vector<float>> losses(8);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -157,7 +156,7 @@ TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(JitCompiler::Instance().stats().compiles, clusters);
+  EXPECT_EQ(jit::DefaultJit().stats().compiles, clusters);
   for (int t = 0; t < 8; ++t) {
     ASSERT_EQ(losses[t].size(), reference.size());
     for (size_t s = 0; s < reference.size(); ++s) EXPECT_NEAR(losses[t][s], reference[s], 1e-5) << t;
@@ -170,7 +169,7 @@ TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
   Scope scope;
   Executor().RunProgram(c.model.startup, scope);
   RunSteps(c.model, p, scope, c.train, 32, 1);
-  const jit::LaunchStats first = jit::GetLaunchStats();
+  const jit::LaunchStats first = jit::DefaultJit().stats().launch;
   EXPECT_GT(first.donated, 0);
   EXPECT_EQ(first.copy_protected, 0);
   // Another tensor shares fc0.w's buffer: the update must not touch it.
@@ -180,7 +179,7 @@ TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
   Tensor sharer = *w;
   ASSERT_TRUE(sharer.IsSharedBufferWith(*w));
   RunSteps(c.model, p, scope, c.train, 32, 1);
-  EXPECT_EQ(jit::GetLaunchStats().copy_protected, 1);
+  EXPECT_EQ(jit::DefaultJit().stats().launch.copy_protected, 1);
   EXPECT_FALSE(sharer.IsSharedBufferWith(*scope.GetTensor("fc0.w")));
   EXPECT_EQ(test::CompareTensors(sharer, snapshot, 0, 0), "");
   EXPECT_NE(test::CompareTensors(*scope.GetTensor("fc0.w"), snapshot, 0, 0), "");
@@ -192,19 +191,19 @@ TEST_F(JitTrainTest, CacheIsBoundedLeastRecentlyUsedFirst) {
   const proto::ProgramDesc p =
       JitDenying(c.model.train, {c.model.features, c.model.labels, c.model.loss}, {"softmax_with_cross_entropy"});
   ASSERT_EQ(CountOps(p, "jit_launch"), 2);
-  const jit::JitCompilerOptions saved = JitCompiler::Instance().options();
-  jit::JitCompilerOptions o = saved;
+  const jit::JitOptions saved = jit::DefaultJit().options();
+  jit::JitOptions o = saved;
   o.cache_capacity = 1;  // two clusters take turns
-  JitCompiler::Instance().Configure(o);
+  jit::DefaultJit().Configure(o);
   Scope jit_scope, ref_scope;
   Executor().RunProgram(c.model.startup, jit_scope);
   Executor().RunProgram(c.model.startup, ref_scope);
   std::vector<float> got, want;
   RunSteps(c.model, p, jit_scope, c.train, 32, 3, &got);
   RunSteps(c.model, c.model.train, ref_scope, c.train, 32, 3, &want);
-  const jit::JitStats stats = JitCompiler::Instance().stats();
-  JitCompiler::Instance().Configure(saved);
-  EXPECT_EQ(JitCompiler::Instance().CachedObjects().size(), 1u);
+  const jit::JitStats stats = jit::DefaultJit().stats();
+  jit::DefaultJit().Configure(saved);
+  EXPECT_EQ(jit::DefaultJit().cache().CachedObjects().size(), 1u);
   EXPECT_EQ(stats.compiles, 6);  // both clusters recompile every step
   EXPECT_EQ(stats.evictions, 5);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
@@ -213,10 +212,10 @@ TEST_F(JitTrainTest, CacheIsBoundedLeastRecentlyUsedFirst) {
 TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
   const Case c = Models()[0];
   const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
-  jit::JitCompilerOptions saved = JitCompiler::Instance().options();
-  jit::JitCompilerOptions o = saved;
+  jit::JitOptions saved = jit::DefaultJit().options();
+  jit::JitOptions o = saved;
   o.recompile_limit = 2;
-  JitCompiler::Instance().Configure(o);
+  jit::DefaultJit().Configure(o);
   Scope jit_scope, ref_scope;
   Executor().RunProgram(c.model.startup, jit_scope);
   Executor().RunProgram(c.model.startup, ref_scope);
@@ -225,8 +224,8 @@ TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
     RunSteps(c.model, p, jit_scope, c.train, batch, 1, &got);
     RunSteps(c.model, c.model.train, ref_scope, c.train, batch, 1, &want);
   }
-  JitCompiler::Instance().Configure(saved);
-  EXPECT_GT(jit::GetLaunchStats().framework_fallbacks, 0);
+  jit::DefaultJit().Configure(saved);
+  EXPECT_GT(jit::DefaultJit().stats().launch.framework_fallbacks, 0);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
 }
 
@@ -237,7 +236,7 @@ TEST_F(JitTrainTest, SgdWeightUpdatesFoldIntoTheWeightGradientMatmul) {
   Executor().RunProgram(c.model.startup, scope);
   RunSteps(c.model, p, scope, c.train, 16, 1);
   std::string listing;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) listing += obj->Listing();
   size_t folded = 0;
   for (size_t at = listing.find("sgd step in one primitive"); at != std::string::npos;
        at = listing.find("sgd step in one primitive", at + 1)) {
@@ -265,7 +264,7 @@ TEST_F(JitTrainTest, BatchOneUsesMatrixVectorKernelsAndMatches) {
   const TrainResult on = Train(m, digits.train, digits.test, o);
   ExpectSameLosses(off, on, "mlp batch 1");
   std::string listing;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) listing += obj->Listing();
   EXPECT_NE(listing.find("matrix-vector product (kiln gemv, batch 1)"), std::string::npos) << listing;
   EXPECT_NE(listing.find("dX = dY W^T and W -= lr * X^T dY in one pass over W"), std::string::npos) << listing;
 }

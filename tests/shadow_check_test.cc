@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/trainer.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
@@ -19,7 +19,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 using jit::ShadowOptions;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -124,16 +123,16 @@ TEST(ShadowFailureTest, TheWorstOutputIsReportedWithTheFirstOpThatWritesIt) {
 
 class ShadowTrainTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    saved_ = JitCompiler::Instance().options();
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    saved_ = jit::DefaultJit().options();
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
   void TearDown() override {
-    JitCompiler::Instance().Configure(saved_);
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    jit::DefaultJit().Configure(saved_);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
   static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
     BuildJitPassOptions o;
@@ -144,8 +143,8 @@ class ShadowTrainTest : public ::testing::Test {
   // optimizer updates.
   static std::string UpdateCluster(const Model& m) {
     Jit(m.train, {m.features, m.labels, m.loss});
-    for (const std::string& key : JitCompiler::Instance().Keys()) {
-      for (const auto& op : JitCompiler::Instance().GetSubgraph(key).block.ops()) {
+    for (const std::string& key : jit::DefaultJit().cache().Keys()) {
+      for (const auto& op : jit::DefaultJit().cache().GetSubgraph(key).block.ops()) {
         if (op.type() == "adam" || op.type() == "sgd" || op.type() == "momentum") return key;
       }
     }
@@ -153,8 +152,8 @@ class ShadowTrainTest : public ::testing::Test {
   }
   // Options whose fault adds 0.5 to the first element of every output of the
   // last instruction of cluster `key`: a kernel that is wrong.
-  jit::JitCompilerOptions Faulty(const std::string& key, int shadow_every) const {
-    jit::JitCompilerOptions o = saved_;
+  jit::JitOptions Faulty(const std::string& key, int shadow_every) const {
+    jit::JitOptions o = saved_;
     o.shadow.every = shadow_every;
     o.fault_for_testing = [key](const jit::CompiledObject& obj, size_t i, const runtime::BufferView* args) {
       const runtime::Instruction& ins = obj.program.instructions[i];
@@ -170,10 +169,10 @@ class ShadowTrainTest : public ::testing::Test {
     o.epochs = 100;
     o.batch_size = 16;
     o.max_steps = steps;
-    o.before_step = [](int64_t step) { JitCompiler::Instance().SetStep(step); };
+    o.before_step = [](int64_t step) { jit::DefaultJit().launch().SetStep(step); };
     return o;
   }
-  jit::JitCompilerOptions saved_;
+  jit::JitOptions saved_;
 };
 
 int Count(const std::string& s, const std::string& what) {
@@ -189,13 +188,13 @@ TEST_F(ShadowTrainTest, AWrongKernelIsReportedOnceDeniedAndTrainingRecovers) {
   const TrainResult off = Train(c.model, c.train, c.test, Steps(12));
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     const std::string what = mode == jit::LaunchMode::kRuntime ? "runtime" : "executor";
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
     TrainOptions o = Steps(12);
     o.program_transform = Jit;
 
     // Unchecked, the fault corrupts every step's update: training goes wrong.
-    JitCompiler::Instance().ClearCache();
-    JitCompiler::Instance().Configure(Faulty(key, /*shadow_every=*/0));
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().Configure(Faulty(key, /*shadow_every=*/0));
     TrainOptions unchecked = o;
     unchecked.stop_on_nonfinite = false;
     const TrainResult broken = Train(c.model, c.train, c.test, unchecked);
@@ -203,8 +202,8 @@ TEST_F(ShadowTrainTest, AWrongKernelIsReportedOnceDeniedAndTrainingRecovers) {
     for (size_t i = 0; i < off.losses.size(); ++i) differ += !(std::fabs(broken.losses[i] - off.losses[i]) <= 1e-2);
     EXPECT_GE(differ, 5) << what << ": the fault must change training for this test to mean anything";
 
-    JitCompiler::Instance().ClearCache();
-    JitCompiler::Instance().Configure(Faulty(key, /*shadow_every=*/1));
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().Configure(Faulty(key, /*shadow_every=*/1));
     testing::internal::CaptureStderr();
     const TrainResult checked = Train(c.model, c.train, c.test, o);
     const std::string err = testing::internal::GetCapturedStderr();
@@ -216,7 +215,7 @@ TEST_F(ShadowTrainTest, AWrongKernelIsReportedOnceDeniedAndTrainingRecovers) {
     EXPECT_EQ(Count(err, "shadow check failed"), 1) << err;
     EXPECT_NE(err.find("cluster " + key), std::string::npos) << err;
     EXPECT_NE(err.find("at step 1 (launch 1 of the cluster)"), std::string::npos) << err;
-    const jit::JitStats s = JitCompiler::Instance().stats();
+    const jit::JitStats s = jit::DefaultJit().stats();
     ASSERT_EQ(s.shadow_failures.size(), 1u) << what;
     const jit::ShadowFailure& f = s.shadow_failures[0];
     EXPECT_EQ(f.key, key);
@@ -238,11 +237,11 @@ TEST_F(ShadowTrainTest, EveryNthLaunchIsCheckedAndCorrectKernelsPass) {
     int launch_ops = 0;
     for (const auto& op : p.blocks(0).ops()) launch_ops += op.type() == "jit_launch";
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-      jit::SetLaunchMode(mode);
-      JitCompiler::Instance().ClearCache();
-      jit::JitCompilerOptions o = saved_;
+      jit::DefaultJit().SetLaunchMode(mode);
+      jit::DefaultJit().ClearCache();
+      jit::JitOptions o = saved_;
       o.shadow.every = 3;
-      JitCompiler::Instance().Configure(o);
+      jit::DefaultJit().Configure(o);
       Scope scope;
       Executor().RunProgram(c.model.startup, scope);
       Executor exec;
@@ -253,7 +252,7 @@ TEST_F(ShadowTrainTest, EveryNthLaunchIsCheckedAndCorrectKernelsPass) {
         FeedTensor(p.blocks(0), scope, c.model.labels, b.labels);
         exec.Run(*plan, scope);
       }
-      const jit::JitStats s = JitCompiler::Instance().stats();
+      const jit::JitStats s = jit::DefaultJit().stats();
       EXPECT_TRUE(s.shadow_failures.empty()) << c.name << ": " << s.shadow_failures[0].ToString();
       EXPECT_EQ(s.failures, 0) << c.name;
       EXPECT_EQ(s.shadow_checks, 3 * launch_ops) << c.name;

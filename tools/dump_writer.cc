@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "compiler/dump/jit_dump.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
@@ -155,8 +155,8 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   const proto::ProgramDesc after = RunPipeline(program, options);
   RecordJitReport(report);
 
-  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
-  const jit::CompileOptions copts = compiler.options().compile;
+  jit::JitRuntime& jit = jit::DefaultJit();
+  const jit::CompileOptions copts = jit.options().compile;
   std::vector<ClusterRow> rows;
   std::vector<std::string> ids;
   std::vector<jit::DumpFile> files;  // paths relative to --out
@@ -165,12 +165,12 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
     ClusterRow row;
     row.id = "c" + std::to_string(i);
     row.key = report.clusters[i].key;
-    row.subgraph = &compiler.GetSubgraph(row.key);
+    row.subgraph = &jit.cache().GetSubgraph(row.key);
     jit::ShapeSignature sig;
     for (const auto& name : row.subgraph->inputs) {
       sig.inputs.push_back(ConcreteInput(concrete, *row.subgraph, name, src.batch));
     }
-    if (auto obj = compiler.Compile(row.key, sig)) {
+    if (auto obj = jit.Compile(row.key, sig)) {
       row.objects.push_back(obj);
       cluster_files["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
     } else {
@@ -197,7 +197,7 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
       PassList(options) + "), "
       "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
       "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
-  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats()) + CollectivesMarkdown(after);
+  const std::string index = IndexMarkdown(preamble, rows, excluded, jit.stats()) + CollectivesMarkdown(after);
   files.push_back({"index.md", index});
   files.push_back({"program.before.pbtxt", ProgramToText(program)});
   files.push_back({"program.after.pbtxt", ProgramToText(after)});
@@ -219,7 +219,7 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   jit::WriteDumpFiles(out_dir, files);
   for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(out_dir + "/" + dir, fs);
   DumpResult result;
-  result.explain = ExplainText(rows, excluded, compiler.stats());
+  result.explain = ExplainText(rows, excluded, jit.stats());
   result.clusters = cluster_files.size();
   return result;
 }
