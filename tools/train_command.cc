@@ -301,7 +301,8 @@ int TrainCommand() {
   allocator.ResetStats();
   const AllocatorStats baseline = allocator.stats();
   AllocatorStats train_stats = baseline;
-  ResetPeakRecord();
+  PeakTracker peak_tracker;  // --memory_report: where the training steps' executors peaked
+  if (FLAGS_memory_report) options.exec.peak = &peak_tracker;
   PeakRecord train_peak;
   TrainProgressPrinter progress(FLAGS_max_steps);
   History history;
@@ -311,7 +312,7 @@ int TrainCommand() {
   options.on_step = [&, lead](const TrainProgress& p) {
     jit::DefaultJit().launch().SetStep(0);  // evaluation runs between steps
     train_stats = allocator.stats();
-    if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
+    if (FLAGS_memory_report) train_peak = peak_tracker.Get();
     if (FLAGS_progress && lead) progress(p);
     if (keep_history) history.Step(p);
     if (tracing) TraceWindow(p.step);
