@@ -86,44 +86,47 @@ void Executor::Bind(ExecutionPlan& plan, Scope& scope) const {
 
 namespace {
 
-std::mutex g_peak_mu;
-PeakRecord g_peak;
-
-void RecordPeak(const ExecutionPlan::PreparedOp& op, const Scope& scope, size_t peak_before) {
+void RecordPeak(const ExecutionPlan::PreparedOp& op, const Scope& scope, size_t peak_before, PeakTracker* tracker) {
   const AllocatorStats st = CachingAllocator::Global().stats();
   if (st.peak_in_use_bytes <= peak_before) return;
-  std::lock_guard<std::mutex> lock(g_peak_mu);
-  if (st.peak_in_use_bytes <= g_peak.peak_bytes) return;
-  g_peak.peak_bytes = st.peak_in_use_bytes;
-  g_peak.in_use_after = st.in_use_bytes;
-  g_peak.op = OpLabel(op.desc, op.index);
-  if (op.desc.type() == "jit_launch") {
-    for (const auto& a : op.desc.attrs()) {
-      if (a.name() == "compilation_key") g_peak.op += " (cluster " + a.s() + ")";
+  tracker->Update(st.peak_in_use_bytes, [&](PeakRecord* peak) {
+    peak->peak_bytes = st.peak_in_use_bytes;
+    peak->in_use_after = st.in_use_bytes;
+    peak->op = OpLabel(op.desc, op.index);
+    if (op.desc.type() == "jit_launch") {
+      for (const auto& a : op.desc.attrs()) {
+        if (a.name() == "compilation_key") peak->op += " (cluster " + a.s() + ")";
+      }
     }
-  }
-  g_peak.live.clear();
-  std::set<const void*> seen;
-  for (const auto& name : scope.LocalVarNames()) {
-    const Variable* v = scope.FindLocalVar(name);
-    if (v == nullptr || !v->Get().initialized() || !v->Get().allocation()->owned()) continue;
-    if (!seen.insert(v->Get().allocation().get()).second) continue;
-    g_peak.live.push_back({name, v->Get().allocation()->size()});
-  }
-  std::sort(g_peak.live.begin(), g_peak.live.end(),
-            [](const PeakRecord::Live& a, const PeakRecord::Live& b) { return a.bytes > b.bytes; });
+    peak->live.clear();
+    std::set<const void*> seen;
+    for (const auto& name : scope.LocalVarNames()) {
+      const Variable* v = scope.FindLocalVar(name);
+      if (v == nullptr || !v->Get().initialized() || !v->Get().allocation()->owned()) continue;
+      if (!seen.insert(v->Get().allocation().get()).second) continue;
+      peak->live.push_back({name, v->Get().allocation()->size()});
+    }
+    std::sort(peak->live.begin(), peak->live.end(),
+              [](const PeakRecord::Live& a, const PeakRecord::Live& b) { return a.bytes > b.bytes; });
+  });
 }
 
 }  // namespace
 
-PeakRecord PeakRecordOfRuns() {
-  std::lock_guard<std::mutex> lock(g_peak_mu);
-  return g_peak;
+PeakRecord PeakTracker::Get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
 }
 
-void ResetPeakRecord() {
-  std::lock_guard<std::mutex> lock(g_peak_mu);
-  g_peak = PeakRecord{};
+void PeakTracker::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = PeakRecord{};
+}
+
+void PeakTracker::Update(size_t peak_bytes, const std::function<void(PeakRecord*)>& fill) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (peak_bytes <= peak_.peak_bytes) return;
+  fill(&peak_);
 }
 
 namespace {
@@ -150,7 +153,7 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
   Bind(plan, scope);
   std::set<const Variable*> written;  // by this run, for --check_nan_inf
   for (auto& op : plan.ops_) {
-    const size_t peak_before = options_.track_peak ? CachingAllocator::Global().stats().peak_in_use_bytes : 0;
+    const size_t peak_before = options_.peak != nullptr ? CachingAllocator::Global().stats().peak_in_use_bytes : 0;
     if (options_.check_nan_inf) CheckInputsNanInf(op, &written);
     ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index);
     ctx.set_check_nan_inf(options_.check_nan_inf);
@@ -164,7 +167,7 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
     }
     if (Tracer::Global().on()) AnnotateSpan(op, done, &span);
     if (options_.check_nan_inf) CheckNanInf(op);
-    if (options_.track_peak) RecordPeak(op, scope, peak_before);
+    if (options_.peak != nullptr) RecordPeak(op, scope, peak_before, options_.peak);
     for (Variable* v : op.release_after) v->GetMutable()->ReleaseBuffer();
     for (Variable* v : op.free_after) v->GetMutable()->Clear();
   }

@@ -8,8 +8,10 @@
 // kept for them.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +22,8 @@
 
 namespace kiln {
 
+class PeakTracker;
+
 struct ExecutorOptions {
   bool use_onednn = true;          // oneDNN kernels where an op has one
   bool check_nan_inf = false;      // stop at the first op that writes NaN/Inf
@@ -27,14 +31,14 @@ struct ExecutorOptions {
   // With free_intermediates: release a var's buffer after its last data use
   // when the ops after that read only its shape (OpInfo::no_need_buffer).
   bool release_shape_only = true;
-  // Record the op during which the allocator's peak of live bytes rose
-  // highest, and what was live then (PeakRecordOfRuns). Costs two allocator
-  // reads per op.
-  bool track_peak = false;
+  // When set, records there the op during which the allocator's peak of live
+  // bytes rose highest, and what was live then. Costs two allocator reads per
+  // op. The tracker outlives the runs; executors may share one.
+  PeakTracker* peak = nullptr;
 };
 
-// Where the highest peak of live tensor bytes seen by executors with
-// track_peak happened (since ResetPeakRecord).
+// Where the highest peak of live tensor bytes seen by the executors that
+// record into one PeakTracker happened.
 struct PeakRecord {
   size_t peak_bytes = 0;    // allocator peak_in_use_bytes reached during the op
   size_t in_use_after = 0;  // live bytes right after the op, before its dead inputs are freed
@@ -45,8 +49,21 @@ struct PeakRecord {
   };
   std::vector<Live> live;   // scope vars holding buffers then, largest first (shared buffers once)
 };
-PeakRecord PeakRecordOfRuns();
-void ResetPeakRecord();
+
+// The highest peak of its executors' runs (ExecutorOptions::peak).
+// Thread-safe: executors on several threads may record into one tracker.
+class PeakTracker {
+ public:
+  PeakRecord Get() const;
+  void Reset();
+  // Calls `fill` (under the tracker's lock) with the record to overwrite
+  // when `peak_bytes` is above the highest peak recorded so far.
+  void Update(size_t peak_bytes, const std::function<void(PeakRecord*)>& fill);
+
+ private:
+  mutable std::mutex mu_;
+  PeakRecord peak_;
+};
 
 class ExecutionPlan {
  public:

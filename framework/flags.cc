@@ -116,7 +116,6 @@ ExecutorOptions ExecutorOptionsFromFlags() {
   o.check_nan_inf = FLAGS_check_nan_inf;
   o.free_intermediates = FLAGS_free_intermediates;
   o.release_shape_only = FLAGS_release_shape_only;
-  o.track_peak = FLAGS_memory_report;
   return o;
 }
 

@@ -29,9 +29,10 @@ void FeedBatch(const Model& m, const proto::ProgramDesc& program, Scope& scope, 
 }  // namespace
 
 double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& data,
-                int64_t batch_size, const ExecutorOptions& exec_options, int num_workers) {
+                int64_t batch_size, const ExecutorOptions& exec_options, int num_workers,
+                const OpRegistry& registry) {
   if (data.size() == 0) return 0.0;
-  Executor exec(exec_options);
+  Executor exec(exec_options, registry);
   auto plan = exec.Prepare(forward, 0, {model.probs});
   DataLoaderOptions lo;
   lo.batcher.batch_size = batch_size;
@@ -133,7 +134,8 @@ double MeasuredEvaluate(const Model& model, const proto::ProgramDesc& forward, S
   const size_t before = allocator.stats().in_use_bytes;
   allocator.ResetWindowPeak();
   const int64_t batch = options.eval_batch_size > 0 ? options.eval_batch_size : options.batch_size;
-  const double accuracy = Evaluate(model, forward, scope, test, batch, options.exec, options.num_workers);
+  const double accuracy = Evaluate(model, forward, scope, test, batch, options.exec, options.num_workers,
+                                   options.registry != nullptr ? *options.registry : OpRegistry::Global());
   const size_t peak = allocator.stats().window_peak_in_use_bytes;
   result->eval_peak_tensor_bytes = std::max(result->eval_peak_tensor_bytes, peak > before ? peak - before : 0);
   return accuracy;
@@ -160,7 +162,7 @@ void CheckLossFinite(float loss, int64_t step, int epoch, int64_t batch, const T
 TrainResult Train(const Model& model, const Dataset& train, const Dataset& test, const TrainOptions& options) {
   CheckOptions(train, options);
   Scope scope;
-  Executor exec(options.exec);
+  Executor exec(options.exec, options.registry != nullptr ? *options.registry : OpRegistry::Global());
   exec.RunProgram(model.startup, scope);
   LoopState at{0, 0, 0, options.seed, options.batch_size};
   if (!options.resume_from.empty()) at = Resume(model, options, scope);

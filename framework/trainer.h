@@ -54,6 +54,9 @@ struct TrainOptions {
   int num_workers = 1;
   int64_t max_steps = 0;  // 0: no limit
   ExecutorOptions exec;
+  // The ops the programs run with (a test's own JIT ops); OpRegistry::Global()
+  // when null.
+  const OpRegistry* registry = nullptr;
   std::function<void(int64_t step)> before_step;      // before every step, with its global 1-based number
   std::function<void(const TrainProgress&)> on_step;  // after every step
   std::function<void(int epoch, double test_accuracy)> on_epoch;  // after every epoch (evaluated)
@@ -100,6 +103,7 @@ TrainResult Train(const Model& model, const Dataset& train, const Dataset& test,
 // `forward` is the model's forward program, possibly transformed; batches
 // are made by `num_workers` threads ahead of the step (0: between steps).
 double Evaluate(const Model& model, const proto::ProgramDesc& forward, Scope& scope, const Dataset& data,
-                int64_t batch_size, const ExecutorOptions& exec_options, int num_workers = 1);
+                int64_t batch_size, const ExecutorOptions& exec_options, int num_workers = 1,
+                const OpRegistry& registry = OpRegistry::Global());
 
 }  // namespace kiln

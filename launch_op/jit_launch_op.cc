@@ -5,7 +5,6 @@
 #include <mutex>
 #include <optional>
 
-#include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/op_registry.h"
 #include "launch_op/nan_check.h"
@@ -15,8 +14,12 @@
 namespace kiln::jit {
 namespace {
 
-std::atomic<int> g_mode{static_cast<int>(LaunchMode::kRuntime)};
-std::atomic<int64_t> g_executor_programs{0};  // ExecutorModeProgram objects alive
+// What the ops of one RegisterJitOps call launch through: the runtime, and
+// the registry that holds its jit_kernel op (executor launch mode).
+struct JitOps {
+  JitRuntime& jit;
+  const OpRegistry& registry;
+};
 
 // The cluster's own framework ops over a local scope holding `inputs` (in
 // the subgraph's input order; shared, or deep copies with `copy_inputs`);
@@ -42,7 +45,7 @@ std::unique_ptr<Scope> RunClusterOps(const JitSubgraph& sg, const std::vector<Te
 
 // The cluster's framework ops on the caller's buffers (inputs shared, outputs
 // shared back).
-void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
+void RunFallback(ExecContext& ctx, const JitSubgraph& sg, LaunchServices& launch) {
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < sg.inputs.size(); ++i) inputs.push_back(ctx.InputMeta("X", i));
   ExecutorOptions options;
@@ -50,7 +53,7 @@ void RunFallback(ExecContext& ctx, const JitSubgraph& sg) {
   const auto local = RunClusterOps(sg, inputs, /*copy_inputs=*/false, options);
   inputs.clear();
   for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local->GetVar(sg.outputs[o])->Get();
-  JitCompiler::Instance().Count(LaunchEvent::kFrameworkFallback);
+  launch.Count(LaunchEvent::kFrameworkFallback);
 }
 
 // Deep copies of a launch's inputs for its shadow check. Taken before the
@@ -75,9 +78,9 @@ std::vector<const Tensor*> OutputsIn(const Scope& scope, const JitSubgraph& sg) 
 // On a mismatch the cluster is reported and denied, and this launch's
 // outputs are replaced by the framework's, so the run goes on as if the
 // cluster had never been compiled.
-void ShadowCheck(ExecContext& ctx, JitCompiler& compiler, const CompiledObject& obj, const std::vector<Tensor>& copies,
+void ShadowCheck(ExecContext& ctx, JitRuntime& jit, const CompiledObject& obj, const std::vector<Tensor>& copies,
                  const LaunchChecks& checks) {
-  const JitSubgraph& sg = compiler.GetSubgraph(obj.key);
+  const JitSubgraph& sg = jit.cache().GetSubgraph(obj.key);
   ExecutorOptions options;  // the kernels a run without the JIT would use
   options.use_onednn = obj.options.use_onednn;
   const auto local = RunClusterOps(sg, copies, /*copy_inputs=*/true, options);
@@ -91,17 +94,17 @@ void ShadowCheck(ExecContext& ctx, JitCompiler& compiler, const CompiledObject& 
   failure = FindShadowFailure(sg, got, want, checks.tolerances, OutputsIn(*alt, sg));
   if (!failure) return;
   failure->key = obj.key;
-  failure->step = compiler.step();
+  failure->step = jit.launch().step();
   failure->launch = checks.launch;
-  compiler.DenyAfterShadowFailure(std::move(*failure));
+  jit.launch().DenyAfterShadowFailure(std::move(*failure));
   for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = *want[o];
-  compiler.Count(LaunchEvent::kFrameworkFallback);
+  jit.launch().Count(LaunchEvent::kFrameworkFallback);
 }
 
 // What runs after each instruction: the test fault, then --check_nan_inf.
-runtime::InstructionHook AfterInstruction(const CompiledObject& obj, JitCompiler& compiler, bool check_nan_inf,
+runtime::InstructionHook AfterInstruction(const CompiledObject& obj, const CompileCache& cache, bool check_nan_inf,
                                           InstructionFault fault) {
-  runtime::InstructionHook check = check_nan_inf ? NanInfCheck(obj, compiler.GetSubgraph(obj.key)) : nullptr;
+  runtime::InstructionHook check = check_nan_inf ? NanInfCheck(obj, cache.GetSubgraph(obj.key)) : nullptr;
   if (!fault) return check;
   return [&obj, fault = std::move(fault), check = std::move(check)](size_t i, const runtime::BufferView* args) {
     fault(obj, i, args);
@@ -114,16 +117,17 @@ runtime::InstructionHook AfterInstruction(const CompiledObject& obj, JitCompiler
 // binds the vars of one scope, so launches of one object through it take
 // turns on its scope.
 struct ExecutorModeProgram : CompiledObjectAttachment {
-  ExecutorModeProgram() { ++g_executor_programs; }
-  ~ExecutorModeProgram() override { --g_executor_programs; }
+  explicit ExecutorModeProgram(std::shared_ptr<std::atomic<int64_t>> alive) : alive(std::move(alive)) { ++*this->alive; }
+  ~ExecutorModeProgram() override { --*alive; }
+  std::shared_ptr<std::atomic<int64_t>> alive;  // JitRuntime::executor_programs()
   proto::ProgramDesc program;
   std::unique_ptr<ExecutionPlan> plan;
   mutable std::mutex mu;
   mutable Scope scope;
 };
 
-std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const CompiledObject& obj) {
-  auto p = std::make_shared<ExecutorModeProgram>();
+std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const CompiledObject& obj, const JitOps& ops) {
+  auto p = std::make_shared<ExecutorModeProgram>(ops.jit.executor_programs());
   proto::BlockDesc* block = p->program.add_blocks();
   block->set_idx(0);
   block->set_parent_idx(-1);
@@ -149,14 +153,14 @@ std::shared_ptr<const CompiledObjectAttachment> BuildExecutorProgram(const Compi
                             .Attr("instruction", static_cast<int64_t>(i))
                             .Build();
   }
-  p->plan = Executor().Prepare(p->program, 0, {});
+  p->plan = Executor({}, ops.registry).Prepare(p->program, 0, {});
   return p;
 }
 
 void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins, const std::vector<void*>& outs,
-                        bool check_nan_inf) {
+                        bool check_nan_inf, const JitOps& ops) {
   const auto p = std::static_pointer_cast<const ExecutorModeProgram>(
-      obj.Attachment([&obj] { return BuildExecutorProgram(obj); }));
+      obj.Attachment([&obj, &ops] { return BuildExecutorProgram(obj, ops); }));
   std::lock_guard<std::mutex> lock(p->mu);
   // A dims-only temp (BufferInfo::dims_only) gets its dims without data, as
   // the runtime binds it as nullptr; the other temps are the ops' own.
@@ -167,11 +171,11 @@ void RunThroughExecutor(const CompiledObject& obj, const std::vector<void*>& ins
   }
   ExecutorOptions options;
   options.check_nan_inf = check_nan_inf;  // jit_kernel checks inside its instruction
-  Executor(options).Run(*p->plan, p->scope);
+  Executor(options, ops.registry).Run(*p->plan, p->scope);
 }
 
-void JitKernelKernel(ExecContext& ctx) {
-  const auto obj = JitCompiler::Instance().FindById(static_cast<uint64_t>(ctx.Attr<int64_t>("object_id")));
+void JitKernelKernel(ExecContext& ctx, JitRuntime& jit) {
+  const auto obj = jit.cache().FindById(static_cast<uint64_t>(ctx.Attr<int64_t>("object_id")));
   if (!obj) ctx.Fail("compiled object ", ctx.Attr<int64_t>("object_id"), " is no longer cached");
   const size_t i = static_cast<size_t>(ctx.Attr<int64_t>("instruction"));
   const runtime::Instruction& ins = obj->program.instructions.at(i);
@@ -185,9 +189,9 @@ void JitKernelKernel(ExecContext& ctx) {
     t->Resize(info.dims);
     data.push_back(t->raw_mutable_data(info.dtype));
   }
-  JitCompiler& compiler = JitCompiler::Instance();
-  runtime::Runner::RunInstruction(obj->program, i, data, compiler.profiler(),
-                                  AfterInstruction(*obj, compiler, ctx.check_nan_inf(), compiler.fault_for_testing()));
+  runtime::Runner::RunInstruction(
+      obj->program, i, data, jit.launch().profiler(),
+      AfterInstruction(*obj, jit.cache(), ctx.check_nan_inf(), jit.launch().fault_for_testing()));
 }
 
 // A dying input (the plan's donors) is donated when this var alone owns its
@@ -195,7 +199,7 @@ void JitKernelKernel(ExecContext& ctx) {
 // launch takes over the buffer of every input that dies in it and that its
 // var alone holds: the var keeps its dims (shape-only) and the runner frees
 // the buffer after its last use inside the launch.
-void TakeDyingInputs(ExecContext& ctx, const runtime::BufferPlan& plan, JitCompiler& compiler,
+void TakeDyingInputs(ExecContext& ctx, const runtime::BufferPlan& plan, LaunchServices& launch,
                      std::vector<bool>* donate, std::vector<std::shared_ptr<Allocation>>* owned) {
   const size_t n_in = ctx.InputCount("X");
   donate->assign(n_in, false);
@@ -211,14 +215,14 @@ void TakeDyingInputs(ExecContext& ctx, const runtime::BufferPlan& plan, JitCompi
       (*owned)[i] = t->allocation();
       t->ReleaseBuffer();
     }
-    compiler.Count(take ? LaunchEvent::kInputDonated : LaunchEvent::kInputKept);
+    launch.Count(take ? LaunchEvent::kInputDonated : LaunchEvent::kInputKept);
   }
 }
 
 // Binds the outputs of a launch of `obj` (see the header): their data
 // pointers, null for an output the runner allocates when it is first written
 // (runtime mode) and for one handed out without data.
-std::vector<void*> BindOutputs(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compiler) {
+std::vector<void*> BindOutputs(ExecContext& ctx, const CompiledObject& obj, JitRuntime& jit) {
   std::vector<void*> outs(obj.output_names.size());
   for (size_t o = 0; o < outs.size(); ++o) {
     Tensor* t = ctx.Output("Out", o);
@@ -233,9 +237,9 @@ std::vector<void*> BindOutputs(ExecContext& ctx, const CompiledObject& obj, JitC
         Tensor fresh;
         fresh.CopyFrom(*t);
         *t = fresh;
-        compiler.Count(LaunchEvent::kCopyProtected);
+        jit.launch().Count(LaunchEvent::kCopyProtected);
       } else {
-        compiler.Count(LaunchEvent::kDonated);
+        jit.launch().Count(LaunchEvent::kDonated);
       }
       outs[o] = t->raw_data();
       continue;
@@ -244,16 +248,17 @@ std::vector<void*> BindOutputs(ExecContext& ctx, const CompiledObject& obj, JitC
     t->Resize(obj.output_dims[o]);
     t->set_dtype(obj.output_dtypes[o]);
     // In runtime mode the runner asks for it when it is about to be written.
-    if (GetLaunchMode() == LaunchMode::kExecutor) outs[o] = t->raw_mutable_data(obj.output_dtypes[o]);
+    if (jit.launch_mode() == LaunchMode::kExecutor) outs[o] = t->raw_mutable_data(obj.output_dtypes[o]);
   }
   return outs;
 }
 
-void RunCompiled(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compiler, const std::vector<void*>& ins,
+void RunCompiled(ExecContext& ctx, const CompiledObject& obj, const JitOps& ops, const std::vector<void*>& ins,
                  InstructionFault fault) {
-  const std::vector<void*> outs = BindOutputs(ctx, obj, compiler);
-  if (GetLaunchMode() == LaunchMode::kExecutor) {
-    RunThroughExecutor(obj, ins, outs, ctx.check_nan_inf());  // its jit_kernel ops apply the fault
+  JitRuntime& jit = ops.jit;
+  const std::vector<void*> outs = BindOutputs(ctx, obj, jit);
+  if (jit.launch_mode() == LaunchMode::kExecutor) {
+    RunThroughExecutor(obj, ins, outs, ctx.check_nan_inf(), ops);  // its jit_kernel ops apply the fault
     return;
   }
   auto allocate_output = [&ctx, &obj](int o) {
@@ -261,9 +266,9 @@ void RunCompiled(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compi
   };
   std::vector<bool> donate;
   std::vector<std::shared_ptr<Allocation>> owned;
-  TakeDyingInputs(ctx, obj.program.plan, compiler, &donate, &owned);
-  runtime::Runner::Run(obj.program, ins, outs, donate, std::move(owned), allocate_output, compiler.profiler(),
-                       AfterInstruction(obj, compiler, ctx.check_nan_inf(), std::move(fault)));
+  TakeDyingInputs(ctx, obj.program.plan, jit.launch(), &donate, &owned);
+  runtime::Runner::Run(obj.program, ins, outs, donate, std::move(owned), allocate_output, jit.launch().profiler(),
+                       AfterInstruction(obj, jit.cache(), ctx.check_nan_inf(), std::move(fault)));
   // An output no instruction writes (none today) still gets its buffer.
   for (size_t o = 0; o < outs.size(); ++o) {
     if (!obj.output_shape_only[o] && !ctx.Output("Out", o)->initialized()) allocate_output(static_cast<int>(o));
@@ -286,9 +291,9 @@ void RunCompiled(ExecContext& ctx, const CompiledObject& obj, JitCompiler& compi
   ThrowInvalidArgument("input '", var, "' of JIT cluster ", cluster_name, " holds no data");
 }
 
-void JitLaunchKernel(ExecContext& ctx) {
-  JitCompiler& compiler = JitCompiler::Instance();
-  compiler.Count(LaunchEvent::kLaunch);
+void JitLaunchKernel(ExecContext& ctx, const JitOps& ops) {
+  JitRuntime& jit = ops.jit;
+  jit.launch().Count(LaunchEvent::kLaunch);
   const std::string& key = ctx.Attr<std::string>("compilation_key");
   ShapeSignature sig;
   const size_t n_in = ctx.InputCount("X");
@@ -300,46 +305,31 @@ void JitLaunchKernel(ExecContext& ctx) {
     const bool meta = std::find(shape_only.begin(), shape_only.end(), ctx.InputName("X", i)) != shape_only.end();
     const Variable* var = ctx.InputVar("X", i);
     if (var == nullptr || !(meta ? var->Get().has_shape() : var->Get().initialized())) {
-      const auto name_of = compiler.options().cluster_name;
-      FailUnwritten(compiler.GetSubgraph(key), name_of ? name_of(key) : key, ctx.InputName("X", i));
+      FailUnwritten(jit.cache().GetSubgraph(key), jit.cache().ClusterName(key), ctx.InputName("X", i));
     }
     const Tensor& t = meta ? ctx.InputMeta("X", i) : ctx.Input("X", i);
     sig.inputs.push_back({t.dtype(), t.dims()});
     ins[i] = const_cast<void*>(t.raw_data());
   }
-  const auto obj = compiler.Compile(key, sig);
+  const auto obj = jit.Compile(key, sig);
   if (!obj) {
-    RunFallback(ctx, compiler.GetSubgraph(key));
+    RunFallback(ctx, jit.cache().GetSubgraph(key), jit.launch());
     return;
   }
   const size_t n_out = ctx.OutputCount("Out");
   if (n_out != obj->output_names.size()) {
     ctx.Fail("has ", n_out, " outputs, cluster ", key, " produces ", obj->output_names.size());
   }
-  LaunchChecks checks = compiler.BeginLaunch(key);
+  LaunchChecks checks = jit.launch().BeginLaunch(key);
   std::vector<Tensor> copies;
   if (checks.shadow) copies = CopyInputs(ctx);
-  RunCompiled(ctx, *obj, compiler, ins, std::move(checks.fault));
-  if (checks.shadow) ShadowCheck(ctx, compiler, *obj, copies, checks);
+  RunCompiled(ctx, *obj, ops, ins, std::move(checks.fault));
+  if (checks.shadow) ShadowCheck(ctx, jit, *obj, copies, checks);
 }
 
 }  // namespace
 
-LaunchMode ParseLaunchMode(const std::string& name) {
-  if (name == "runtime") return LaunchMode::kRuntime;
-  if (name == "executor") return LaunchMode::kExecutor;
-  ThrowInvalidArgument("unknown --jit_launch_mode '", name, "': expected runtime or executor");
-}
-
-void SetLaunchMode(LaunchMode mode) { g_mode = static_cast<int>(mode); }
-LaunchMode GetLaunchMode() { return static_cast<LaunchMode>(g_mode.load()); }
-
-int64_t ExecutorModeProgramsAlive() { return g_executor_programs.load(); }
-
-LaunchStats GetLaunchStats() { return JitCompiler::Instance().stats().launch; }
-void ResetLaunchStats() { JitCompiler::Instance().ResetLaunchStats(); }
-
-void RegisterJitOps(OpRegistry& registry) {
+void RegisterJitOps(OpRegistry& registry, JitRuntime& runtime) {
   if (registry.Find("jit_launch") != nullptr) return;
   OpInfo launch;
   launch.type = "jit_launch";
@@ -354,7 +344,8 @@ void RegisterJitOps(OpRegistry& registry) {
     }
     return std::vector<std::string>{};
   };
-  launch.reference_kernel = JitLaunchKernel;
+  const JitOps ops{runtime, registry};
+  launch.reference_kernel = [ops](ExecContext& ctx) { JitLaunchKernel(ctx, ops); };
   registry.Add(std::move(launch));
 
   OpInfo kernel;
@@ -363,7 +354,7 @@ void RegisterJitOps(OpRegistry& registry) {
   kernel.inputs = {{"X", true, true}};
   kernel.outputs = {{"Out", true, true}};
   kernel.attrs = {{"object_id", AttrKind::kInt, std::nullopt}, {"instruction", AttrKind::kInt, std::nullopt}};
-  kernel.reference_kernel = JitKernelKernel;
+  kernel.reference_kernel = [&runtime](ExecContext& ctx) { JitKernelKernel(ctx, runtime); };
   registry.Add(std::move(kernel));
 }
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/launch_services.h"
 #include "framework/jit_subgraph.h"
 #include "framework/tensor.h"
 

@@ -60,7 +60,8 @@ struct BuildJitPassOptions {
 };
 
 // Stores a cluster's subgraph and returns its compilation key (the tools wire
-// it to JitCompiler::Instance(); tests use JitSubgraphFingerprint).
+// it to jit::DefaultJit()'s compile cache; tests to a cache of their own or
+// to JitSubgraphFingerprint).
 using SubgraphSink = std::function<std::string(const JitSubgraph&)>;
 
 // Why an op was not put in a cluster.

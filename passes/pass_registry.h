@@ -35,7 +35,7 @@ struct PassConfig {
   // When not null, recompute_pass writes what it did here on every run.
   RecomputeReport* recompute_report = nullptr;
   BuildJitPassOptions build_jit;
-  // Required by build_jit_pass (the tools: JitCompiler::Instance()).
+  // Required by build_jit_pass (the tools: jit::DefaultJit()'s compile cache).
   SubgraphSink jit_sink;
   // When not null, build_jit_pass writes what it did here on every run.
   BuildJitReport* build_jit_report = nullptr;

@@ -17,7 +17,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/allocator.h"
 #include "framework/backward.h"
 #include "framework/data/synthetic.h"
@@ -267,8 +267,8 @@ void ExpectSameLosses(const TrainResult& a, const TrainResult& b, const std::str
 }
 
 TEST(AttentionFusionPassTrain, SameLossesOnAndOffWithAndWithoutTheJit) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
-  jit::JitCompiler::Instance().ClearCache();
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  jit::DefaultJit().ClearCache();
   const TrainSetup s = Transformer(24);
   const TrainResult off = Train(s.model, s.train, s.test, ShortTraining());
   const TrainResult jit_fused = Train(s.model, s.train, s.test, WithJit(true));
@@ -296,7 +296,7 @@ size_t PeakTensorBytes(const TrainSetup& s, const TrainOptions& o) {
 // seq 96, batch 16: each [16, 4, 96, 96] f32 tensor of the attention is
 // 2.25 MiB, the [16, 96, 32] activations 192 KiB.
 TEST(AttentionFusionPassTrain, TheProbabilitiesLeaveThePeak) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   const TrainSetup s = Transformer(96);
   TrainOptions fused = WithJit(true), unfused = WithJit(false);
   fused.max_steps = unfused.max_steps = 2;

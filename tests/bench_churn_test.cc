@@ -11,7 +11,7 @@
 
 #include <cmath>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/onednn/primitive_cache.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
@@ -20,7 +20,6 @@
 namespace kiln::tools {
 namespace {
 
-using jit::JitCompiler;
 
 constexpr size_t kJitCapacity = 8;
 constexpr size_t kPrimitiveCapacity = 48;
@@ -28,24 +27,24 @@ constexpr int64_t kSizes = 150;
 
 class BenchChurnTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    saved_ = JitCompiler::Instance().options();
+    saved_ = jit::DefaultJit().options();
     saved_primitive_capacity_ = onednn::PrimitiveCache::Global().stats().capacity;
     onednn::PrimitiveCache::Global().set_capacity(kPrimitiveCapacity);
   }
   void TearDown() override {
-    JitCompiler::Instance().Configure(saved_);
-    JitCompiler::Instance().ClearCache();
+    jit::DefaultJit().Configure(saved_);
+    jit::DefaultJit().ClearCache();
     onednn::PrimitiveCache::Global().set_capacity(saved_primitive_capacity_);
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
   void Configure(int recompile_limit) {
-    jit::JitCompilerOptions o = saved_;
+    jit::JitOptions o = saved_;
     o.cache_capacity = kJitCapacity;
     o.recompile_limit = recompile_limit;
-    JitCompiler::Instance().ClearCache();
-    JitCompiler::Instance().Configure(o);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().Configure(o);
   }
   // The losses of a churn run, checking the bounds after every step.
   std::vector<float> Churn(const Model& m, const proto::ProgramDesc& program, std::vector<ChurnPoint>* points) {
@@ -55,17 +54,17 @@ class BenchChurnTest : public ::testing::Test {
     o.checkpoints = {50, 100};
     o.on_step = [&losses](int64_t batch, float loss) {
       losses.push_back(loss);
-      JitCompiler& c = JitCompiler::Instance();
-      EXPECT_LE(c.cache_size(), kJitCapacity) << "batch " << batch;
+      jit::JitRuntime& c = jit::DefaultJit();
+      EXPECT_LE(c.cache().cache_size(), kJitCapacity) << "batch " << batch;
       // Expired ids are dropped when the map passes 2 * capacity + 64.
-      EXPECT_LE(c.ids_tracked(), 2 * kJitCapacity + 65) << "batch " << batch;
-      EXPECT_LE(jit::ExecutorModeProgramsAlive(), static_cast<int64_t>(kJitCapacity)) << "batch " << batch;
+      EXPECT_LE(c.cache().ids_tracked(), 2 * kJitCapacity + 65) << "batch " << batch;
+      EXPECT_LE(c.executor_programs_alive(), static_cast<int64_t>(kJitCapacity)) << "batch " << batch;
       EXPECT_LE(onednn::PrimitiveCache::Global().stats().size, kPrimitiveCapacity) << "batch " << batch;
     };
     *points = RunChurn(m, program, o, ExecutorOptions());
     return losses;
   }
-  jit::JitCompilerOptions saved_;
+  jit::JitOptions saved_;
   size_t saved_primitive_capacity_ = 0;
 };
 
@@ -91,7 +90,7 @@ TEST_F(BenchChurnTest, CachesStayBoundedInBothLaunchModes) {
   EXPECT_EQ(points.back().sizes_seen, kSizes);
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     const std::string what = mode == jit::LaunchMode::kRuntime ? "runtime" : "executor";
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
 
     // Every size compiles (the limit is out of reach): the LRU evicts.
     Configure(/*recompile_limit=*/1000000);

@@ -9,11 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
 #include "framework/op_desc.h"
 #include "passes/pipeline.h"
 #include "tests/jit_memory_test_util.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/memory_test_util.h"
 
 namespace kiln {
@@ -46,7 +44,7 @@ std::vector<std::string> StringsAttr(const proto::OpDesc& op, const std::string&
 }
 
 TEST_F(JitPassMemoryTest, TransformerClustersHaveShapeOnlyAndDonatableVars) {
-  const test::TinyTransformer tt;
+  const test::TinyTransformer tt(jit_);
   const Model& m = tt.model;
   const std::set<std::string>& keep = tt.keep;
   const BuildJitReport& report = tt.report;
@@ -66,7 +64,7 @@ TEST_F(JitPassMemoryTest, TransformerClustersHaveShapeOnlyAndDonatableVars) {
   bool backward_seen = false, forward_seen = false;
   int donatable_total = 0;
   for (const auto& c : report.clusters) {
-    const JitSubgraph& sg = jit::JitCompiler::Instance().GetSubgraph(c.key);
+    const JitSubgraph& sg = jit_->cache().GetSubgraph(c.key);
     const std::vector<std::string> types = OpTypes(sg);
     const bool backward = Contains(types, "reshape2_grad");
     const bool forward = Contains(types, "reshape2") && !backward;
@@ -118,7 +116,7 @@ TEST_F(JitPassMemoryTest, TransformerClustersHaveShapeOnlyAndDonatableVars) {
 
 // Fetching a var that died in a cluster keeps it from being donated.
 TEST_F(JitPassMemoryTest, FetchingATransformerVarThatDiesInAClusterKeepsItFromBeingDonated) {
-  const test::TinyTransformer tt;
+  const test::TinyTransformer tt(jit_);
   const Model& m = tt.model;
   const BuildJitPassOptions& o = tt.options;
   const BuildJitReport& report = tt.report;
@@ -130,7 +128,7 @@ TEST_F(JitPassMemoryTest, FetchingATransformerVarThatDiesInAClusterKeepsItFromBe
   BuildJitPassOptions o2 = o;
   o2.keep_vars.insert(dying);
   BuildJitReport report2;
-  test::ApplyBuildJit(m.train, o2, &report2);
+  jit_.ApplyBuildJit(m.train, o2, &report2);
   bool still_input = false;
   for (const auto& c : report2.clusters) {
     EXPECT_FALSE(Contains(c.donatable_inputs, dying)) << dying << " is fetched\n" << report2.ToString();
@@ -157,7 +155,7 @@ TEST_F(JitPassMemoryTest, InputReadAfterTheClusterOrKeptIsNotDonatable) {
     if (c.later_reader) o.keep_vars.insert("ce2");
     o.keep_vars.insert(c.extra_keep.begin(), c.extra_keep.end());
     BuildJitReport report;
-    test::ApplyBuildJit(program, o, &report);
+    jit_.ApplyBuildJit(program, o, &report);
     ASSERT_EQ(report.clusters.size(), 1u) << report.ToString();
     const auto& cl = report.clusters[0];
     EXPECT_EQ(std::set<std::string>(cl.inputs.begin(), cl.inputs.end()), (std::set<std::string>{"sm", "w"}))

@@ -7,23 +7,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 
-#include "compiler/jit_compiler.h"
 #include "framework/trainer.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 
 namespace kiln::test {
 
-inline proto::ProgramDesc DefaultJitPipeline(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-  PipelineOptions o = JitPipeline(BuildJitPassOptions{});
+// kiln train's default pipeline, storing its subgraphs in `jit`.
+inline PipelineOptions DefaultJitPipeline(TestJit& jit, const std::set<std::string>& keep) {
+  PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
   o.fuse_attention = true;
   o.recompute = true;
   o.config.recompute.op_types = {"layer_norm"};
   o.inplace = true;
   o.keep_vars = keep;
-  return RunPipeline(p, o);
+  return o;
 }
 
 struct OffAndOn {
@@ -33,19 +33,22 @@ struct OffAndOn {
 
 // `steps` steps of batch `batch` each way; fails the test where a loss differs
 // by more than 1e-4 relative (the tolerance of tests/jit_train_test.cc).
-// The test suite registers the JIT ops (jit::RegisterJitOps) first.
+// The JIT side runs on a JIT of its own (tests/test_jit.h).
 inline OffAndOn ExpectJitMatchesJitOff(const Model& m, const Dataset& train, const Dataset& test, int64_t batch,
                                        int64_t steps, float rtol = 1e-4f) {
-  jit::JitCompiler::Instance().ClearCache();
+  TestJit jit;
   TrainOptions o;
   o.epochs = 1000;
   o.batch_size = batch;
   o.max_steps = steps;
   OffAndOn r;
   r.off = Train(m, train, test, o);
-  o.program_transform = DefaultJitPipeline;
+  o.registry = &jit.registry();
+  o.program_transform = [&jit](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+    return RunPipeline(p, DefaultJitPipeline(jit, keep), jit.registry());
+  };
   r.on = Train(m, train, test, o);
-  EXPECT_GT(jit::JitCompiler::Instance().stats().compiles, 0);
+  EXPECT_GT(jit->stats().compiles, 0);
   EXPECT_EQ(r.off.losses.size(), static_cast<size_t>(steps));
   EXPECT_EQ(r.on.losses.size(), r.off.losses.size());
   for (size_t i = 0; i < std::min(r.off.losses.size(), r.on.losses.size()); ++i) {

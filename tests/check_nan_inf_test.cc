@@ -8,17 +8,20 @@
 #include <limits>
 #include <string>
 
-#include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/program_io.h"
 #include "launch_op/jit_launch_op.h"
-#include "tests/jit_memory_test_util.h"
+#include "tests/test_jit.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
 namespace {
 
-using CheckNanInfTest = test::JitMemoryTest;
+// Each test has a JIT of its own (test::TestJit).
+class CheckNanInfTest : public ::testing::Test {
+ protected:
+  test::TestJit jit_;
+};
 
 // x / y -> relu -> scale: a zero in y makes an Inf that the JIT cluster
 // carries to its output.
@@ -35,13 +38,14 @@ proto::ProgramDesc DivReluScale() {
             attrs { name: "scale" type: FLOAT f: 2 } } })pb");
 }
 
-std::string RunChecked(const proto::ProgramDesc& p, const Tensor& x, const Tensor& y) {
+std::string RunChecked(const proto::ProgramDesc& p, const Tensor& x, const Tensor& y,
+                       const OpRegistry& registry = OpRegistry::Global()) {
   Scope scope;
   FeedTensor(p.blocks(0), scope, "x", x);
   FeedTensor(p.blocks(0), scope, "y", y);
   ExecutorOptions o;
   o.check_nan_inf = true;
-  Executor exec(o);
+  Executor exec(o, registry);
   auto plan = exec.Prepare(p, 0, {"out"});
   return test::ErrorOf([&] { exec.Run(*plan, scope); });
 }
@@ -65,30 +69,28 @@ TEST_F(CheckNanInfTest, AFeedHoldingNaNIsNamedBeforeAnyOpReadsIt) {
 TEST_F(CheckNanInfTest, InsideAClusterTheErrorNamesTheClustersOpAndVar) {
   BuildJitPassOptions options;
   options.keep_vars = {"x", "y", "out"};
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(DivReluScale(), options);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(DivReluScale(), options);
   ASSERT_EQ(jitted.blocks(0).ops_size(), 1) << jitted.DebugString();
   Tensor y = Filled(2.0f);
   y.mutable_data<float>()[7] = 0.0f;
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-    jit::SetLaunchMode(mode);
-    const std::string e = RunChecked(jitted, Filled(1.0f), y);
+    jit_->SetLaunchMode(mode);
+    const std::string e = RunChecked(jitted, Filled(1.0f), y, jit_.registry());
     EXPECT_NE(e.find("--check_nan_inf: in JIT cluster"), std::string::npos) << e;
     EXPECT_NE(e.find("wrote +Inf to var '"), std::string::npos) << e;
     EXPECT_NE(e.find("at flat index 7"), std::string::npos) << e;
     EXPECT_NE(e.find("(kernel "), std::string::npos) << e;
   }
   // The cluster denied: its framework ops run, and the first one is named.
-  jit::JitCompilerOptions denied = jit::JitCompiler::Instance().options();
+  jit::JitOptions denied = jit_->options();
   for (const auto& a : jitted.blocks(0).ops(0).attrs()) {
     if (a.name() == "compilation_key") denied.deny_clusters = {a.s()};
   }
-  jit::JitCompiler::Instance().Configure(denied);
-  const std::string e = RunChecked(jitted, Filled(1.0f), y);
+  jit_->Configure(denied);
+  const std::string e = RunChecked(jitted, Filled(1.0f), y, jit_.registry());
   EXPECT_NE(e.find("op #0 'elementwise_div' wrote +Inf to output Out (var 'q' f32[3,17]) at flat index 7"),
             std::string::npos)
       << e;
-  denied.deny_clusters.clear();
-  jit::JitCompiler::Instance().Configure(denied);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "framework/file_util.h"
 #include "framework/op_registry.h"
 #include "framework/trainer.h"
+#include "launch_op/default_jit.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
@@ -224,7 +225,7 @@ TEST(CheckpointTest, AProgramThatDoesNotMatchIsNamedVarByVar) {
 // uninterrupted run bit for bit: JIT on and off, sgd, momentum and adam,
 // across an epoch boundary (digits: 44 batches of 32 an epoch).
 TEST(CheckpointTest, ResumeIsBitExact) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   const test::TrainCase base = test::SmallTrainCases()[0];
   for (OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
     TrainConfig tc;

@@ -1,7 +1,7 @@
 // Threads sharing the JIT compiler and the oneDNN primitive cache. Eight
 // threads compile and launch the same and different clusters (the small
 // models' training programs at two batch sizes) through
-// JitCompiler::Instance() and jit_launch, in both launch modes; eight
+// jit::DefaultJit() and jit_launch, in both launch modes; eight
 // executors run the JIT-off programs through PrimitiveCache::Global(), also
 // with a capacity so small that entries are evicted while other threads use
 // them. Every thread's losses equal the single-threaded run's, and each
@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/onednn/primitive_cache.h"
 #include "framework/trainer.h"
 #include "launch_op/jit_launch_op.h"
@@ -25,7 +25,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 using onednn::PrimitiveCache;
 
 constexpr int kThreads = 8;
@@ -91,7 +90,7 @@ void ExpectSameLosses(const std::vector<std::vector<float>>& got, const std::vec
 class ConcurrencyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+    jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
     cases_ = new std::vector<test::TrainCase>(test::SmallTrainCases());
     jitted_ = new std::vector<proto::ProgramDesc>();
     for (const test::TrainCase& c : *cases_) {
@@ -107,7 +106,7 @@ class ConcurrencyTest : public ::testing::Test {
     delete cases_;
     delete jitted_;
   }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
+  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
 
   // Every model at every batch size: 6 configs on 8 threads, so two configs
   // run on two threads at once (same clusters, same shapes), and every
@@ -130,18 +129,18 @@ TEST_F(ConcurrencyTest, EightThreadsCompileAndLaunchTheSameAndDifferentClusters)
   const std::vector<Config> configs = Configs(/*jit=*/true);
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().SetLaunchMode(mode);
     // Single-threaded: the losses, and how many compiles all configs need.
-    JitCompiler::Instance().ClearCache();
+    jit::DefaultJit().ClearCache();
     std::vector<std::vector<float>> want;
     for (const Config& cfg : configs) want.push_back(Train(cfg));
-    const int64_t compiles = JitCompiler::Instance().stats().compiles;
+    const int64_t compiles = jit::DefaultJit().stats().compiles;
     ASSERT_GT(compiles, static_cast<int64_t>(configs.size()));
 
-    JitCompiler::Instance().ClearCache();
+    jit::DefaultJit().ClearCache();
     const auto got = TrainOnThreads(configs);
     ExpectSameLosses(got, want);
-    const jit::JitStats stats = JitCompiler::Instance().stats();
+    const jit::JitStats stats = jit::DefaultJit().stats();
     EXPECT_EQ(stats.compiles, compiles) << "a (cluster, signature) compiled twice, or one was missed";
     EXPECT_EQ(stats.failures, 0);
     EXPECT_GT(stats.hits, 0);

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/distributed/data_parallel.h"
 #include "framework/executor.h"
 #include "framework/models/models.h"
@@ -99,7 +99,7 @@ TEST(DataParallelTest, DoesNotFireTwiceOrWithoutUpdates) {
 
 // build_jit_pass keeps every cluster on one side of each collective.
 TEST(DataParallelTest, ClustersDoNotSpanTheCollectives) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   Model m = Mlp(OptimizerKind::kMomentum);
   DataParallelOptions o;
   o.bucket_bytes = 4096;
@@ -128,7 +128,7 @@ TEST(DataParallelTest, ClustersDoNotSpanTheCollectives) {
 // The updates after a bucket's wait read only averaged gradients (no data
 // edge to each other): they compile as one cluster, not one op each.
 TEST(DataParallelTest, UpdatesAfterAWaitFormOneCluster) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   Model m = Mlp(OptimizerKind::kMomentum);
   AppendDataParallel(&m.train, DataParallelOptions{});
   BuildJitPassOptions bo;

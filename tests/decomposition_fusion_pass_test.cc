@@ -22,7 +22,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/executor.h"
 #include "framework/file_util.h"
@@ -373,7 +373,7 @@ void ExpectClose(const Values& a, const Values& b, const std::string& what) {
 // Fused before append_backward (as kiln.onnx.load does): layer_norm_grad and
 // gelu_grad give the decomposition's gradients; the same with the JIT.
 TEST(DecompositionFusionPassNumbers, SameLossAndGradientsJitOffAndOn) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   DecompProgram p;
   p.Var("x", {4, 8, 16});
   p.LayerNorm("ln.", "x", 16).Gelu("ga.", "ln.y", true).Gelu("gb.", "ga.y", false).Unary("mean", "gb.y", "loss");
@@ -401,7 +401,7 @@ TEST(DecompositionFusionPassNumbers, SameLossAndGradientsJitOffAndOn) {
 // softmax's loss and q/k/v gradients; with the JIT, attention_fusion_pass
 // turns them into fused_attention and fused_attention_grad.
 TEST(DecompositionFusionPassNumbers, AttentionSameLossAndGradientsJitOffAndOn) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   DecompProgram p;
   p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
   p.ConstTensor("triu", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : 0.0f; });

@@ -15,8 +15,6 @@ namespace {
 
 class GptTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-
   static GptConfig Tiny() {
     GptConfig c;
     c.layers = 2;

@@ -11,7 +11,7 @@
 #include <random>
 #include <set>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/program_builder.h"
 #include "launch_op/jit_launch_op.h"
@@ -22,7 +22,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 
 using Net = test::TrainNet;
 
@@ -128,10 +127,10 @@ TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
   for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(mode);
     const test::TrainRun on = test::TrainSteps(n, jitted);
-    EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
+    EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
       EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
@@ -162,8 +161,8 @@ TEST_F(IndexOpsJitTest, TrainingThroughWhereIsGeneratedAndMatchesJitOff) {
   for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(mode);
     const test::TrainRun on = test::TrainSteps(n, jitted);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
@@ -173,7 +172,7 @@ TEST_F(IndexOpsJitTest, TrainingThroughWhereIsGeneratedAndMatchesJitOff) {
       EXPECT_EQ(test::CompareTensors(on.vars.at(name), want, 1e-5, 1e-5), "") << name;
     }
     std::set<std::string> fused;
-    const auto objects = JitCompiler::Instance().CachedObjects();
+    const auto objects = jit::DefaultJit().cache().CachedObjects();
     ASSERT_FALSE(objects.empty());
     for (const auto& obj : objects) {
       for (const auto& ins : obj->program.instructions) {

@@ -16,7 +16,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/data/digits.h"
 #include "framework/data/synthetic.h"
 #include "framework/error.h"
@@ -406,8 +406,8 @@ TEST(InplacePassTrain, LossesMatchWithThePassOff) {
 
 // The production pipeline: build_jit_pass, then inplace_pass on what is left.
 TEST(InplacePassTrain, AfterBuildJitPassLossesMatch) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
-  jit::JitCompiler::Instance().ClearCache();
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  jit::DefaultJit().ClearCache();
   for (const TrainCase& c : Models()) {
     TrainOptions o;
     o.epochs = 100;

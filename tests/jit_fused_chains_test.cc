@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "compiler/codegen/ew_codegen.h"
-#include "compiler/jit_compiler.h"
+#include "compiler/compile_cache.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
@@ -332,9 +332,9 @@ TEST(JitOpsTest, AGroupThatCannotBeLaidOutFallsBackAlone) {
     ASSERT_EQ(obj->unit_fallbacks.size(), 1u) << obj->lowering;
     EXPECT_NE(obj->unit_fallbacks[0].find("collapse to 6 dims"), std::string::npos) << obj->lowering;
     EXPECT_NE(obj->lowering.find("#0 elementwise_add -> framework_op"), std::string::npos) << obj->lowering;
-    jit::JitCompilerOptions options;
+    jit::CompileCacheOptions options;
     options.compile = OptionsFor(isa);
-    jit::JitCompiler compiler(options);
+    jit::CompileCache compiler(options);
     const std::string key = compiler.AddSubgraph(sg);
     EXPECT_NE(compiler.Compile(key, sig), nullptr);
     EXPECT_EQ(compiler.stats().failures, 0);

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
 #include "framework/data/synthetic.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
@@ -21,7 +20,6 @@
 #include "framework/program_io.h"
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_memory_test_util.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/memory_test_util.h"
 #include "tests/op_test_util.h"
 
@@ -33,7 +31,7 @@ using test::Copy;
 using JitLaunchMemoryTest = test::JitMemoryTest;
 
 TEST_F(JitLaunchMemoryTest, TransformerTrainsAsWithoutTheJitWithInputsDonated) {
-  const test::TinyTransformer tt;
+  const test::TinyTransformer tt(jit_);
   const TransformerConfig& tc = tt.config;
   const Model& m = tt.model;
   const proto::ProgramDesc& p = tt.jitted;
@@ -43,7 +41,7 @@ TEST_F(JitLaunchMemoryTest, TransformerTrainsAsWithoutTheJitWithInputsDonated) {
   auto losses = [&](const proto::ProgramDesc& program) {
     Scope scope;
     Executor().RunProgram(m.startup, scope);
-    Executor exec;
+    Executor exec = jit_.executor();
     auto plan = exec.Prepare(program, 0, {m.loss});
     std::vector<float> out;
     for (int s = 0; s < 3; ++s) {
@@ -59,7 +57,7 @@ TEST_F(JitLaunchMemoryTest, TransformerTrainsAsWithoutTheJitWithInputsDonated) {
   const std::vector<float> on = losses(p);
   ASSERT_EQ(off.size(), on.size());
   for (size_t i = 0; i < off.size(); ++i) EXPECT_NEAR(on[i], off[i], 1e-4f * std::max(1.0f, off[i])) << "step " << i;
-  const jit::LaunchStats stats = jit::GetLaunchStats();
+  const jit::LaunchStats stats = jit_->stats().launch;
   EXPECT_GT(stats.launches, 0);
   EXPECT_EQ(stats.framework_fallbacks, 0);
   // The backward cluster's dying inputs (activations, softmax_0, ...) hold its temps.
@@ -74,7 +72,7 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   po.keep_vars = {"logits", "labels", "out"};
   po.deny_ops = {"softmax_with_cross_entropy"};  // sm comes from outside
   BuildJitReport report;
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, po, &report);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(program, po, &report);
   ASSERT_EQ(report.clusters.size(), 1u);
   ASSERT_EQ(report.clusters[0].donatable_inputs, std::vector<std::string>{"sm"}) << report.ToString();
 
@@ -97,7 +95,7 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
       scope.Var("sm")->GetMutable()->ShareBufferWith(*held);
       EXPECT_EQ(held->use_count(), 2);
     }
-    Executor exec;
+    Executor exec = jit_.executor();
     std::set<std::string> keep = {"out"};
     if (sm_ref != nullptr) keep.insert("sm");
     auto plan = exec.Prepare(p, 0, keep);
@@ -109,10 +107,10 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   Tensor sm_ref;
   const Tensor want = run(program, nullptr, &sm_ref);  // JIT off, sm kept
 
-  jit::ResetLaunchStats();
+  jit_->launch().ResetCounters();
   Tensor held;
   const Tensor shared = run(jitted, &held, nullptr);
-  jit::LaunchStats stats = jit::GetLaunchStats();
+  jit::LaunchStats stats = jit_->stats().launch;
   EXPECT_EQ(stats.launches, 1);
   EXPECT_EQ(stats.inputs_kept, 1) << "sm's buffer is shared with the test's tensor";
   EXPECT_EQ(stats.inputs_donated, 0);
@@ -120,9 +118,9 @@ TEST_F(JitLaunchMemoryTest, SharedDyingInputIsKeptAndNotScribbled) {
   EXPECT_EQ(BitDiff(held, sm_ref), "") << "the shared buffer holds softmax_with_cross_entropy's output, untouched";
   EXPECT_EQ(test::CompareTensors(shared, want, 1e-5, 1e-4), "");
 
-  jit::ResetLaunchStats();
+  jit_->launch().ResetCounters();
   const Tensor alone = run(jitted, nullptr, nullptr);
-  stats = jit::GetLaunchStats();
+  stats = jit_->stats().launch;
   EXPECT_EQ(stats.launches, 1);
   EXPECT_EQ(stats.inputs_donated, 1) << "sm alone owns its buffer: donated";
   EXPECT_EQ(stats.inputs_kept, 0);
@@ -159,7 +157,7 @@ TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunc
   po.keep_vars = {"z", "w", "m", "s"};
   po.min_cluster_size = 1;
   BuildJitReport report;
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, po, &report);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(program, po, &report);
   ASSERT_EQ(report.clusters.size(), 1u) << report.ToString();
   ASSERT_EQ(jitted.blocks(0).ops_size(), 1) << jitted.DebugString();
 
@@ -170,7 +168,7 @@ TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunc
   auto run = [&](const proto::ProgramDesc& p) {
     Scope scope;
     for (const auto& [name, t] : feeds) FeedTensor(p.blocks(0), scope, name, t);
-    Executor exec;
+    Executor exec = jit_.executor();
     auto plan = exec.Prepare(p, 0, {"m", "s"});
     exec.Run(*plan, scope);
     return std::make_pair(Copy(scope.GetVar("m")->Get()), Copy(scope.GetVar("s")->Get()));
@@ -178,13 +176,13 @@ TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunc
   const auto want = run(program);
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
+    jit_->SetLaunchMode(mode);
     const auto got = run(jitted);
     EXPECT_EQ(test::CompareTensors(got.first, want.first, 1e-6, 1e-5), "");
     EXPECT_EQ(test::CompareTensors(got.second, want.second, 1e-6, 1e-5), "");
   }
   // The case is the one described: y is a dims-only buffer.
-  const auto objects = jit::JitCompiler::Instance().CachedObjects();
+  const auto objects = jit_->cache().CachedObjects();
   ASSERT_EQ(objects.size(), 1u);
   EXPECT_EQ(objects[0]->unit_fallbacks.size(), 1u) << objects[0]->lowering;
   bool y_dims_only = false;
@@ -194,7 +192,7 @@ TEST_F(JitLaunchMemoryTest, AValueReadForItsShapeAloneNeedsNoWriterInEitherLaunc
 
 // jit_launch: its attr names the shape-only inputs; one it also writes is not.
 TEST_F(JitLaunchMemoryTest, NoNeedBufferVarsAreTheShapeOnlyInputsItDoesNotWrite) {
-  const OpRegistry& r = OpRegistry::Global();
+  const OpRegistry& r = jit_.registry();
   const OpInfo& launch = r.Get("jit_launch");
   auto launch_op = [](const std::vector<std::string>& in, const std::vector<std::string>& out,
                       const std::vector<std::string>& shape_only) {

@@ -7,26 +7,21 @@
 
 #include <string>
 
-#include "compiler/jit_compiler.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
 #include "framework/program_io.h"
 #include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
 namespace {
 
+// Each test has a JIT of its own (test::TestJit).
 class JitLaunchOpTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override {
-    jit::JitCompiler::Instance().ClearCache();
-    jit::ResetLaunchStats();
-  }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
+  test::TestJit jit_;
 };
 
 // relu(x) = h, then matmul(h, w) = y: the parameter w is read by the
@@ -43,12 +38,12 @@ blocks {
 }
 )pb";
 
-proto::ProgramDesc Jitted(const proto::ProgramDesc& program) {
+proto::ProgramDesc Jitted(test::TestJit& jit, const proto::ProgramDesc& program) {
   BuildJitPassOptions o;
   o.keep_vars = {"x", "w", "y"};
   o.min_cluster_size = 1;
   BuildJitReport report;
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, o, &report);
+  const proto::ProgramDesc jitted = jit.ApplyBuildJit(program, o, &report);
   EXPECT_EQ(report.clusters.size(), 1u) << report.ToString();
   EXPECT_EQ(jitted.blocks(0).ops_size(), 1);
   EXPECT_EQ(jitted.blocks(0).ops(0).type(), "jit_launch");
@@ -56,14 +51,14 @@ proto::ProgramDesc Jitted(const proto::ProgramDesc& program) {
 }
 
 // The message of running `p` with x fed and, with `with_w`, w set.
-std::string ErrorOfRun(const proto::ProgramDesc& p, bool with_w, Tensor* y = nullptr) {
+std::string ErrorOfRun(const OpRegistry& registry, const proto::ProgramDesc& p, bool with_w, Tensor* y = nullptr) {
   std::mt19937 rng(2);
   Scope scope;
   FeedTensor(p.blocks(0), scope, "x", test::RandomTensor({4, 3}, DataType::kFP32, rng));
   const Tensor w = test::RandomTensor({3, 2}, DataType::kFP32, rng);
   if (with_w) FeedTensor(p.blocks(0), scope, "w", w);
   const std::string e = test::ErrorOf([&] {
-    Executor exec;
+    Executor exec({}, registry);
     auto plan = exec.Prepare(p, 0, {"y"});
     exec.Run(*plan, scope);
   });
@@ -73,24 +68,24 @@ std::string ErrorOfRun(const proto::ProgramDesc& p, bool with_w, Tensor* y = nul
 
 TEST_F(JitLaunchOpTest, AnInputWithoutDataIsNamedAsTheClustersOpThatReadsIt) {
   const proto::ProgramDesc program = ParseProgramText(kProgram, "relu_matmul");
-  const proto::ProgramDesc jitted = Jitted(program);
+  const proto::ProgramDesc jitted = Jitted(jit_, program);
   const proto::AttrDesc* key_attr = FindAttr(jitted.blocks(0).ops(0), "compilation_key");
   ASSERT_NE(key_attr, nullptr);
   const std::string key = key_attr->s();
   // Without the JIT: the executor's own message.
-  const std::string plain = ErrorOfRun(program, false);
+  const std::string plain = ErrorOfRun(jit_.registry(), program, false);
   ASSERT_NE(plain.find("op #1 'matmul': input Y ('w') holds no data"), std::string::npos) << plain;
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
-    const std::string e = ErrorOfRun(jitted, false);
+    jit_->SetLaunchMode(mode);
+    const std::string e = ErrorOfRun(jit_.registry(), jitted, false);
     EXPECT_EQ(e.rfind("op #1 'matmul': input Y ('w') holds no data: it is read before any op writes it and was not "
                       "fed (a parameter: run its startup program or load a checkpoint first) [op numbers count the "
                       "ops of JIT cluster " + key + "]", 0),
               0u)
         << e;
     EXPECT_EQ(e.find("jit_launch"), std::string::npos) << e;
-    EXPECT_EQ(jit::JitCompiler::Instance().stats().compiles, 0) << "it failed before compiling";
+    EXPECT_EQ(jit_->stats().compiles, 0) << "it failed before compiling";
   }
 }
 
@@ -109,7 +104,7 @@ TEST_F(JitLaunchOpTest, AShapeOnlyInputWithoutDimsIsNamedToo) {
   BuildJitPassOptions o;
   o.keep_vars = {"x", "y"};
   o.min_cluster_size = 1;
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, o);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(program, o);
   ASSERT_EQ(jitted.blocks(0).ops_size(), 1) << jitted.DebugString();
   const proto::AttrDesc* shape_only = FindAttr(jitted.blocks(0).ops(0), "shape_only_inputs");
   ASSERT_NE(shape_only, nullptr) << jitted.DebugString();
@@ -117,10 +112,10 @@ TEST_F(JitLaunchOpTest, AShapeOnlyInputWithoutDimsIsNamedToo) {
   EXPECT_EQ(shape_only->strings(0), "x");
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
+    jit_->SetLaunchMode(mode);
     Scope scope;
     const std::string e = test::ErrorOf([&] {
-      Executor exec;
+      Executor exec = jit_.executor();
       auto plan = exec.Prepare(jitted, 0, {"y"});
       exec.Run(*plan, scope);
     });
@@ -130,7 +125,7 @@ TEST_F(JitLaunchOpTest, AShapeOnlyInputWithoutDimsIsNamedToo) {
     Tensor* x = scope.Var("x")->GetMutable();
     *x = Tensor(DataType::kFP32, {4, 3});
     x->ReleaseBuffer();
-    Executor exec;
+    Executor exec = jit_.executor();
     auto plan = exec.Prepare(jitted, 0, {"y"});
     exec.Run(*plan, scope);
     const Tensor& y = scope.GetVar("y")->Get();
@@ -143,17 +138,17 @@ TEST_F(JitLaunchOpTest, AShapeOnlyInputWithoutDimsIsNamedToo) {
 // what the program gives without the JIT.
 TEST_F(JitLaunchOpTest, AnInputWithDataRunsTheCluster) {
   const proto::ProgramDesc program = ParseProgramText(kProgram, "relu_matmul");
-  const proto::ProgramDesc jitted = Jitted(program);
+  const proto::ProgramDesc jitted = Jitted(jit_, program);
   Tensor want;
-  ASSERT_EQ(ErrorOfRun(program, true, &want), "(no error)");
+  ASSERT_EQ(ErrorOfRun(jit_.registry(), program, true, &want), "(no error)");
   for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::SetLaunchMode(mode);
-    jit::ResetLaunchStats();
+    jit_->SetLaunchMode(mode);
+    jit_->launch().ResetCounters();
     Tensor got;
-    ASSERT_EQ(ErrorOfRun(jitted, true, &got), "(no error)");
+    ASSERT_EQ(ErrorOfRun(jit_.registry(), jitted, true, &got), "(no error)");
     EXPECT_EQ(test::CompareTensors(got, want, 1e-6, 1e-5), "");
-    EXPECT_EQ(jit::GetLaunchStats().launches, 1);
+    EXPECT_EQ(jit_->stats().launch.launches, 1);
   }
 }
 

@@ -1,6 +1,5 @@
 // Shared by build_jit_pass_memory_test and jit_launch_memory_test: a fixture
-// that registers the JIT ops and starts each test with an empty
-// JitCompiler::Instance() and zero launch counters, and the small
+// that gives each test a JIT of its own (test::TestJit), and the small
 // transformer whose clusters have shape-only and donatable vars.
 #pragma once
 
@@ -9,27 +8,19 @@
 #include <set>
 #include <string>
 
-#include "compiler/jit_compiler.h"
 #include "framework/models/models.h"
-#include "framework/op_registry.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 
 namespace kiln::test {
 
 class JitMemoryTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override {
-    jit::JitCompiler::Instance().ClearCache();
-    jit::ResetLaunchStats();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
+  TestJit jit_;
 };
 
 // One encoder block (seq 5, d_model 8, 2 heads) trained with sgd, and its
 // train program through build_jit_pass keeping features, labels and loss,
-// with softmax_with_cross_entropy denied.
+// with softmax_with_cross_entropy denied, clustered into `jit`'s cache.
 struct TinyTransformer {
   TransformerConfig config;
   Model model;
@@ -38,7 +29,7 @@ struct TinyTransformer {
   BuildJitReport report;
   proto::ProgramDesc jitted;
 
-  TinyTransformer() {
+  explicit TinyTransformer(TestJit& jit) {
     config.seq_len = 5;
     config.d_model = 8;
     config.num_heads = 2;
@@ -52,7 +43,7 @@ struct TinyTransformer {
     // The loss stays outside: the forward and backward clusters then pass
     // activations between them (shape-only and donatable vars).
     options.deny_ops = {"softmax_with_cross_entropy"};
-    jitted = ApplyBuildJit(model.train, options, &report);
+    jitted = jit.ApplyBuildJit(model.train, options, &report);
   }
 };
 

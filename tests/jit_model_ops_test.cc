@@ -19,14 +19,13 @@
 #include <vector>
 
 #include "compiler/codegen/isa.h"
-#include "compiler/jit_compiler.h"
 #include "framework/backward.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/program_io.h"
 #include "framework/validate.h"
 #include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 #include "tests/lowering_test_util.h"
 #include "tests/op_test_util.h"
 
@@ -183,7 +182,7 @@ struct Trace {
 };
 
 // Runs `steps` training steps of `program` from the same initial values.
-Trace Train(const proto::ProgramDesc& program, int steps) {
+Trace Train(const proto::ProgramDesc& program, int steps, const OpRegistry& registry = OpRegistry::Global()) {
   std::mt19937 rng(5);
   Scope scope;
   const auto init = [&](const std::string& name, const Dims& dims, double limit) {
@@ -193,7 +192,7 @@ Trace Train(const proto::ProgramDesc& program, int steps) {
   init("b", {2 * kD}, 0.3);
   init("w2", {2 * kD, kV}, 0.5);
   scope.Var("lr")->GetMutable()->CopyFrom(test::FloatTensor({1}, {0.5f}));
-  Executor exec;
+  Executor exec({}, registry);
   auto plan = exec.Prepare(program, 0, {"loss"});
   Trace t;
   for (int s = 0; s < steps; ++s) {
@@ -205,15 +204,10 @@ Trace Train(const proto::ProgramDesc& program, int steps) {
   return t;
 }
 
+// Each test has a JIT of its own (test::TestJit).
 class JitModelOpsProgramTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override { saved_ = jit::JitCompiler::Instance().options(); }
-  void TearDown() override {
-    jit::JitCompiler::Instance().Configure(saved_);
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  jit::JitCompilerOptions saved_;
+  test::TestJit jit_;
 };
 
 TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
@@ -224,7 +218,7 @@ TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
 
   BuildJitPassOptions o;
   o.keep_vars = {"x", "loss"};
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(program, o);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(program, o);
   int launches = 0;
   for (const auto& op : jitted.blocks(0).ops()) {
     EXPECT_FALSE(kNewOps.count(op.type())) << op.type() << " was left outside the clusters";
@@ -242,13 +236,13 @@ TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
       const auto mode = variant == 1 ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime;
       SCOPED_TRACE(std::string(IsaName(isa)) + (variant == 1 ? " executor" : " runtime") +
                    (variant == 2 ? " without oneDNN" : ""));
-      jit::JitCompilerOptions options = saved_;
+      jit::JitOptions options;
       options.compile.isa = isa;
       options.compile.use_onednn = variant != 2;
-      jit::JitCompiler::Instance().Configure(options);
-      jit::JitCompiler::Instance().ClearCache();
-      jit::SetLaunchMode(mode);
-      const Trace on = Train(jitted, 4);
+      options.launch_mode = mode;
+      jit_->Configure(options);
+      jit_->ClearCache();
+      const Trace on = Train(jitted, 4, jit_.registry());
       ASSERT_EQ(on.losses.size(), off.losses.size());
       for (size_t s = 0; s < off.losses.size(); ++s) {
         EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
@@ -256,14 +250,14 @@ TEST_F(JitModelOpsProgramTest, EveryNewOpIsClusteredAndTrainingMatchesJitOff) {
       for (const auto& [name, t] : off.params) {
         EXPECT_EQ(test::CompareTensors(on.params.at(name), t, 1e-5, 1e-5), "") << name;
       }
-      const jit::JitStats stats = jit::JitCompiler::Instance().stats();
+      const jit::JitStats stats = jit_->stats();
       EXPECT_GT(stats.compiles, 0);
       EXPECT_EQ(stats.failures, 0);
       EXPECT_EQ(stats.unit_fallbacks, 0);
       // Every new op was lowered in a compiled cluster; clip and clip_grad
       // into generated kernels (with the bias add and its grad).
       std::string lowering;
-      for (const auto& obj : jit::JitCompiler::Instance().CachedObjects()) lowering += obj->lowering;
+      for (const auto& obj : jit_->cache().CachedObjects()) lowering += obj->lowering;
       for (const auto& type : kNewOps) {
         const bool lowered = lowering.find(" " + type + " ->") != std::string::npos ||
                              lowering.find(" " + type + ", #") != std::string::npos;

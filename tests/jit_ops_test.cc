@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "compiler/codegen/ew_codegen.h"
-#include "compiler/jit_compiler.h"
+#include "compiler/compile_cache.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"

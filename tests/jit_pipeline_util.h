@@ -1,9 +1,9 @@
 // Tests' way into the JIT: the production pipeline (passes/pipeline.h) with
-// build_jit_pass storing its subgraphs in JitCompiler::Instance(), as
+// build_jit_pass storing its subgraphs in jit::DefaultJit(), as
 // tools/pipeline_setup.h wires it for the tools.
 #pragma once
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "passes/pipeline.h"
 
 namespace kiln::test {
@@ -13,7 +13,7 @@ inline PipelineOptions JitPipeline(const BuildJitPassOptions& options, BuildJitR
   PipelineOptions o;
   o.build_jit = true;
   o.config.build_jit = options;
-  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::JitCompiler::Instance().AddSubgraph(sg); };
+  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::DefaultJit().cache().AddSubgraph(sg); };
   o.config.build_jit_report = report;
   return o;
 }

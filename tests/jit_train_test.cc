@@ -6,43 +6,58 @@
 #include <cmath>
 #include <thread>
 
-#include "compiler/jit_compiler.h"
 #include "framework/data/digits.h"
 #include "framework/data/synthetic.h"
 #include "framework/trainer.h"
 #include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 #include "tests/op_test_util.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 
+// Each test has a JIT of its own (test::TestJit).
 class JitTrainTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override {
-    JitCompiler::Instance().ClearCache();
-    jit::ResetLaunchStats();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+  proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
     return JitDenying(p, keep, {});
   }
-  static proto::ProgramDesc JitDenying(const proto::ProgramDesc& p, const std::set<std::string>& keep,
-                                       std::vector<std::string> deny) {
+  proto::ProgramDesc JitDenying(const proto::ProgramDesc& p, const std::set<std::string>& keep,
+                                std::vector<std::string> deny) {
     BuildJitPassOptions o;
     o.keep_vars = keep;
     o.deny_ops = std::move(deny);
-    return test::ApplyBuildJit(p, o);
+    return jit_.ApplyBuildJit(p, o);
+  }
+  // Trains through this test's JIT ops.
+  TrainOptions WithJit(TrainOptions o) {
+    o.registry = &jit_.registry();
+    o.program_transform = [this](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+      return Jit(p, keep);
+    };
+    return o;
+  }
+  // Runs `steps` training steps of `program` on batches of `batch` rows.
+  void RunSteps(const Model& m, const proto::ProgramDesc& program, Scope& scope, const Dataset& data, int64_t batch,
+                int steps, std::vector<float>* losses = nullptr) {
+    Executor exec = jit_.executor();
+    auto plan = exec.Prepare(program, 0, {m.loss});
+    for (int s = 0; s < steps; ++s) {
+      const Dataset b = SliceRows(data, s * batch, (s + 1) * batch);
+      FeedTensor(program.blocks(0), scope, m.features, b.features);
+      FeedTensor(program.blocks(0), scope, m.labels, b.labels);
+      exec.Run(*plan, scope);
+      if (losses) losses->push_back(scope.GetVar(m.loss)->Get().data<float>()[0]);
+    }
   }
   static int CountOps(const proto::ProgramDesc& p, const std::string& type) {
     int n = 0;
     for (const auto& op : p.blocks(0).ops()) n += op.type() == type;
     return n;
   }
+  test::TestJit jit_;
 };
 
 void ExpectSameLosses(const TrainResult& off, const TrainResult& on, const std::string& what) {
@@ -65,14 +80,14 @@ TEST_F(JitTrainTest, ThirtyStepsMatchWithJitOffInBothLaunchModes) {
     o.max_steps = 30;
     const TrainResult off = Train(c.model, c.train, c.test, o);
     ASSERT_EQ(off.steps, 30);
-    o.program_transform = Jit;
+    o = WithJit(o);
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-      JitCompiler::Instance().ClearCache();
-      jit::SetLaunchMode(mode);
+      jit_->ClearCache();
+      jit_->SetLaunchMode(mode);
       const TrainResult on = Train(c.model, c.train, c.test, o);
       ExpectSameLosses(off, on, c.name + (mode == jit::LaunchMode::kRuntime ? " runtime" : " executor"));
       EXPECT_NEAR(on.test_accuracy, off.test_accuracy, 1e-6) << c.name;
-      EXPECT_GT(JitCompiler::Instance().stats().compiles, 0) << c.name;
+      EXPECT_GT(jit_->stats().compiles, 0) << c.name;
     }
   }
 }
@@ -82,14 +97,14 @@ TEST_F(JitTrainTest, MlpStepBecomesFusedMatmulsAndGeneratedKernels) {
   const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
   Scope scope;
   Executor().RunProgram(c.model.startup, scope);
-  Executor exec;
+  Executor exec = jit_.executor();
   auto plan = exec.Prepare(p, 0, {c.model.loss});
   const Dataset b = SliceRows(c.train, 0, 32);
   FeedTensor(p.blocks(0), scope, c.model.features, b.features);
   FeedTensor(p.blocks(0), scope, c.model.labels, b.labels);
   exec.Run(*plan, scope);
   std::string listing;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  for (const auto& obj : jit_->cache().CachedObjects()) listing += obj->Listing();
   // fc0: matmul + bias + relu in one oneDNN primitive; the backward and the
   // optimizer updates in generated kernels.
   EXPECT_NE(listing.find("+ bias + relu post-op"), std::string::npos) << listing;
@@ -106,20 +121,6 @@ TEST_F(JitTrainTest, ProgramsAreClusteredAndRunOnlyThroughLaunchOps) {
   }
 }
 
-// Runs `steps` training steps of the jitted program on batches of `batch` rows.
-void RunSteps(const Model& m, const proto::ProgramDesc& program, Scope& scope, const Dataset& data, int64_t batch,
-              int steps, std::vector<float>* losses = nullptr) {
-  Executor exec;
-  auto plan = exec.Prepare(program, 0, {m.loss});
-  for (int s = 0; s < steps; ++s) {
-    const Dataset b = SliceRows(data, s * batch, (s + 1) * batch);
-    FeedTensor(program.blocks(0), scope, m.features, b.features);
-    FeedTensor(program.blocks(0), scope, m.labels, b.labels);
-    exec.Run(*plan, scope);
-    if (losses) losses->push_back(scope.GetVar(m.loss)->Get().data<float>()[0]);
-  }
-}
-
 TEST_F(JitTrainTest, SecondStepCompilesNothingAndANewBatchSizeCompilesOnce) {
   const Case c = Models()[0];
   const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
@@ -127,13 +128,13 @@ TEST_F(JitTrainTest, SecondStepCompilesNothingAndANewBatchSizeCompilesOnce) {
   Scope scope;
   Executor().RunProgram(c.model.startup, scope);
   RunSteps(c.model, p, scope, c.train, 32, 1);
-  const int64_t after_first = JitCompiler::Instance().stats().compiles;
+  const int64_t after_first = jit_->stats().compiles;
   EXPECT_EQ(after_first, clusters);
   RunSteps(c.model, p, scope, c.train, 32, 3);
-  EXPECT_EQ(JitCompiler::Instance().stats().compiles, after_first);
-  EXPECT_EQ(JitCompiler::Instance().stats().hits, 3 * clusters);
+  EXPECT_EQ(jit_->stats().compiles, after_first);
+  EXPECT_EQ(jit_->stats().hits, 3 * clusters);
   RunSteps(c.model, p, scope, c.train, 17, 2);
-  EXPECT_EQ(JitCompiler::Instance().stats().compiles, after_first + clusters);
+  EXPECT_EQ(jit_->stats().compiles, after_first + clusters);
 }
 
 TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
@@ -146,7 +147,7 @@ TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
     Executor().RunProgram(c.model.startup, scope);
     RunSteps(c.model, c.model.train, scope, c.train, 32, 5, &reference);
   }
-  JitCompiler::Instance().ClearCache();
+  jit_->ClearCache();
   std::vector<std::vector<float>> losses(8);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -157,7 +158,7 @@ TEST_F(JitTrainTest, EightThreadsCompileEachSignatureOnceAndAgree) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(JitCompiler::Instance().stats().compiles, clusters);
+  EXPECT_EQ(jit_->stats().compiles, clusters);
   for (int t = 0; t < 8; ++t) {
     ASSERT_EQ(losses[t].size(), reference.size());
     for (size_t s = 0; s < reference.size(); ++s) EXPECT_NEAR(losses[t][s], reference[s], 1e-5) << t;
@@ -170,7 +171,7 @@ TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
   Scope scope;
   Executor().RunProgram(c.model.startup, scope);
   RunSteps(c.model, p, scope, c.train, 32, 1);
-  const jit::LaunchStats first = jit::GetLaunchStats();
+  const jit::LaunchStats first = jit_->stats().launch;
   EXPECT_GT(first.donated, 0);
   EXPECT_EQ(first.copy_protected, 0);
   // Another tensor shares fc0.w's buffer: the update must not touch it.
@@ -180,7 +181,7 @@ TEST_F(JitTrainTest, InPlaceUpdatesDonateOrCopyProtect) {
   Tensor sharer = *w;
   ASSERT_TRUE(sharer.IsSharedBufferWith(*w));
   RunSteps(c.model, p, scope, c.train, 32, 1);
-  EXPECT_EQ(jit::GetLaunchStats().copy_protected, 1);
+  EXPECT_EQ(jit_->stats().launch.copy_protected, 1);
   EXPECT_FALSE(sharer.IsSharedBufferWith(*scope.GetTensor("fc0.w")));
   EXPECT_EQ(test::CompareTensors(sharer, snapshot, 0, 0), "");
   EXPECT_NE(test::CompareTensors(*scope.GetTensor("fc0.w"), snapshot, 0, 0), "");
@@ -192,19 +193,17 @@ TEST_F(JitTrainTest, CacheIsBoundedLeastRecentlyUsedFirst) {
   const proto::ProgramDesc p =
       JitDenying(c.model.train, {c.model.features, c.model.labels, c.model.loss}, {"softmax_with_cross_entropy"});
   ASSERT_EQ(CountOps(p, "jit_launch"), 2);
-  const jit::JitCompilerOptions saved = JitCompiler::Instance().options();
-  jit::JitCompilerOptions o = saved;
+  jit::JitOptions o = jit_->options();
   o.cache_capacity = 1;  // two clusters take turns
-  JitCompiler::Instance().Configure(o);
+  jit_->Configure(o);
   Scope jit_scope, ref_scope;
   Executor().RunProgram(c.model.startup, jit_scope);
   Executor().RunProgram(c.model.startup, ref_scope);
   std::vector<float> got, want;
   RunSteps(c.model, p, jit_scope, c.train, 32, 3, &got);
   RunSteps(c.model, c.model.train, ref_scope, c.train, 32, 3, &want);
-  const jit::JitStats stats = JitCompiler::Instance().stats();
-  JitCompiler::Instance().Configure(saved);
-  EXPECT_EQ(JitCompiler::Instance().CachedObjects().size(), 1u);
+  const jit::JitStats stats = jit_->stats();
+  EXPECT_EQ(jit_->cache().CachedObjects().size(), 1u);
   EXPECT_EQ(stats.compiles, 6);  // both clusters recompile every step
   EXPECT_EQ(stats.evictions, 5);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
@@ -213,10 +212,9 @@ TEST_F(JitTrainTest, CacheIsBoundedLeastRecentlyUsedFirst) {
 TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
   const Case c = Models()[0];
   const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
-  jit::JitCompilerOptions saved = JitCompiler::Instance().options();
-  jit::JitCompilerOptions o = saved;
+  jit::JitOptions o = jit_->options();
   o.recompile_limit = 2;
-  JitCompiler::Instance().Configure(o);
+  jit_->Configure(o);
   Scope jit_scope, ref_scope;
   Executor().RunProgram(c.model.startup, jit_scope);
   Executor().RunProgram(c.model.startup, ref_scope);
@@ -225,8 +223,7 @@ TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
     RunSteps(c.model, p, jit_scope, c.train, batch, 1, &got);
     RunSteps(c.model, c.model.train, ref_scope, c.train, batch, 1, &want);
   }
-  JitCompiler::Instance().Configure(saved);
-  EXPECT_GT(jit::GetLaunchStats().framework_fallbacks, 0);
+  EXPECT_GT(jit_->stats().launch.framework_fallbacks, 0);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
 }
 
@@ -237,7 +234,7 @@ TEST_F(JitTrainTest, SgdWeightUpdatesFoldIntoTheWeightGradientMatmul) {
   Executor().RunProgram(c.model.startup, scope);
   RunSteps(c.model, p, scope, c.train, 16, 1);
   std::string listing;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  for (const auto& obj : jit_->cache().CachedObjects()) listing += obj->Listing();
   size_t folded = 0;
   for (size_t at = listing.find("sgd step in one primitive"); at != std::string::npos;
        at = listing.find("sgd step in one primitive", at + 1)) {
@@ -261,11 +258,11 @@ TEST_F(JitTrainTest, BatchOneUsesMatrixVectorKernelsAndMatches) {
   o.batch_size = 1;
   o.max_steps = 40;
   const TrainResult off = Train(m, digits.train, digits.test, o);
-  o.program_transform = Jit;
+  o = WithJit(o);
   const TrainResult on = Train(m, digits.train, digits.test, o);
   ExpectSameLosses(off, on, "mlp batch 1");
   std::string listing;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) listing += obj->Listing();
+  for (const auto& obj : jit_->cache().CachedObjects()) listing += obj->Listing();
   EXPECT_NE(listing.find("matrix-vector product (kiln gemv, batch 1)"), std::string::npos) << listing;
   EXPECT_NE(listing.find("dX = dY W^T and W -= lr * X^T dY in one pass over W"), std::string::npos) << listing;
 }

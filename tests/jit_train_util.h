@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
@@ -63,12 +63,12 @@ inline int CountOps(const proto::ProgramDesc& p, const std::string& type) {
 // again after it.
 class JitTrainTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    jit::JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
   }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
+  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
 };
 
 }  // namespace kiln::test

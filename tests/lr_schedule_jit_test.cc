@@ -16,7 +16,7 @@
 #include <random>
 #include <set>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/lr_schedule.h"
@@ -30,7 +30,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 
 constexpr int kSteps = 12;
 
@@ -127,7 +126,7 @@ proto::ProgramDesc Jitted(const Net& n, BuildJitReport* report = nullptr) {
 // The kernel names of every compiled instruction.
 std::set<std::string> CompiledKernels() {
   std::set<std::string> names;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) {
+  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) {
     for (const auto& ins : obj->program.instructions) names.insert(ins.kernel->name());
   }
   return names;
@@ -158,8 +157,8 @@ TEST_F(LrScheduleJitTest, RunsInTheUpdatesClusterAndMatchesJitOff) {
       const Steps off = TrainFresh(n, n.train);
       for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
         SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-        JitCompiler::Instance().ClearCache();
-        jit::SetLaunchMode(mode);
+        jit::DefaultJit().ClearCache();
+        jit::DefaultJit().SetLaunchMode(mode);
         const Steps on = TrainFresh(n, jitted);
         EXPECT_EQ(on.lrs, off.lrs);  // the same kernel: bit for bit
         EXPECT_EQ(on.steps, off.steps);

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/executor.h"
 #include "framework/program_builder.h"
@@ -26,7 +26,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 
 const std::vector<std::string> kNewOps = {"log", "sqrt",       "rsqrt",    "abs",
                                           "pow", "leaky_relu", "softplus", "sigmoid_cross_entropy_with_logits"};
@@ -100,7 +99,7 @@ void ExpectNewOpsInGeneratedKernels(bool normalize) {
   const std::string ce = "sigmoid_cross_entropy_with_logits";
   const std::set<std::string> allowed = normalize ? std::set<std::string>{ce, ce + "_grad"} : std::set<std::string>{};
   int framework_ce = 0;
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) {
+  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) {
     for (const auto& ins : obj->program.instructions) {
       const std::string& name = ins.kernel->name();
       for (const std::string& type : kNewOps) {
@@ -115,9 +114,9 @@ void ExpectNewOpsInGeneratedKernels(bool normalize) {
 
 class MathOpsJitTest : public ::testing::TestWithParam<bool> {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override { JitCompiler::Instance().ClearCache(); }
-  void TearDown() override { jit::SetLaunchMode(jit::LaunchMode::kRuntime); }
+  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
+  void SetUp() override { jit::DefaultJit().ClearCache(); }
+  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
 };
 
 TEST_P(MathOpsJitTest, FocalLossTrainsTheSameWithTheJitOnAndOff) {
@@ -142,10 +141,10 @@ TEST_P(MathOpsJitTest, FocalLossTrainsTheSameWithTheJitOnAndOff) {
   }
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(mode);
     const test::TrainRun on = test::TrainSteps(n, jitted);
-    EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
+    EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
     ExpectNewOpsInGeneratedKernels(normalize);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/checkpoint/inference.h"
 #include "framework/program_builder.h"
@@ -21,7 +21,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 using test::RandomTensor;
 
 // A training program, its startup and one feed map per step.
@@ -185,10 +184,10 @@ class ModelOpsJitTest : public test::JitTrainTest {
     for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
       SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-      JitCompiler::Instance().ClearCache();
-      jit::SetLaunchMode(mode);
+      jit::DefaultJit().ClearCache();
+      jit::DefaultJit().SetLaunchMode(mode);
       const test::TrainRun on = test::TrainSteps(n, jitted);
-      EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
+      EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
       ASSERT_EQ(on.losses.size(), off.losses.size());
       for (size_t s = 0; s < off.losses.size(); ++s) {
         EXPECT_NEAR(on.losses[s], off.losses[s], tol * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;

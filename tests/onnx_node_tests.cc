@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/file_util.h"
 #include "framework/onnx/onnx_import.h"
@@ -112,7 +112,7 @@ proto::ProgramDesc WithJit(const OnnxImport& im) {
   PipelineOptions o;
   o.build_jit = true;
   o.config.build_jit.min_cluster_size = 1;
-  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::JitCompiler::Instance().AddSubgraph(sg); };
+  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::DefaultJit().cache().AddSubgraph(sg); };
   o.keep_vars.insert(im.inputs.begin(), im.inputs.end());
   o.keep_vars.insert(im.outputs.begin(), im.outputs.end());
   return RunPipeline(im.main, o);
@@ -287,7 +287,7 @@ int Main(int argc, char** argv) {
     else if (a == "--verbose") verbose = true;
     else ThrowInvalidArgument("unknown argument '", a, "'");
   }
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(data)) {
     if (e.path().filename().string().find(filter) != std::string::npos) dirs.push_back(e.path());

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/program_builder.h"
 #include "launch_op/jit_launch_op.h"
@@ -25,7 +25,6 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 using Net = test::TrainNet;
 
 std::string Scale(ProgramBuilder& b, const std::string& v, float scale, float bias = 0) {
@@ -154,7 +153,7 @@ std::set<std::string> NewOpTypes(const proto::ProgramDesc& program) {
 // No compiled instruction runs the framework kernel of an op (or grad) that
 // has an elementwise lowering: those all became generated kernels.
 void ExpectLoweredOpsInGeneratedKernels(const std::set<std::string>& types) {
-  for (const auto& obj : JitCompiler::Instance().CachedObjects()) {
+  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) {
     for (const auto& ins : obj->program.instructions) {
       const std::string& name = ins.kernel->name();
       for (const std::string& t : types) {
@@ -184,10 +183,10 @@ void ExpectJitOnMatchesOff(const Net& n, const std::set<std::string>& want_types
   }
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(mode);
+    jit::DefaultJit().ClearCache();
+    jit::DefaultJit().SetLaunchMode(mode);
     const test::TrainRun on = test::TrainSteps(n, jitted);
-    EXPECT_GT(JitCompiler::Instance().stats().compiles, 0);
+    EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
     ExpectLoweredOpsInGeneratedKernels(want_types);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {

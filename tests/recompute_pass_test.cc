@@ -15,7 +15,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/error.h"
 #include "framework/file_util.h"
@@ -345,8 +345,8 @@ PipelineOptions RecomputeAndJit(const std::set<std::string>& keep, BuildJitRepor
 }
 
 TEST(RecomputePassTrain, TransformerWithTheJitMatches) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
-  jit::JitCompiler::Instance().ClearCache();
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  jit::DefaultJit().ClearCache();
   const TrainCase& c = Case("transformer");
   TrainOptions o = ShortTraining();
   const TrainResult off = Train(c.model, c.train, c.test, o);
@@ -363,7 +363,7 @@ TEST(RecomputePassTrain, TransformerWithTheJitMatches) {
 // The copies join the backward cluster: the forward cluster no longer hands
 // the recomputed activations out.
 TEST(RecomputePassTrain, CopiesJoinTheBackwardCluster) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   const TrainCase& c = Case("transformer");
   BuildJitReport report;
   RunPipeline(c.model.train, RecomputeAndJit(Keep(c.model), &report));

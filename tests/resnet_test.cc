@@ -12,8 +12,6 @@ namespace {
 
 class ResnetTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-
   static ResnetConfig Tiny() {
     ResnetConfig c;
     c.height = c.width = 8;

@@ -9,17 +9,15 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/jit_compiler.h"
 #include "framework/trainer.h"
 #include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 #include "tests/op_test_util.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
 using jit::ShadowOptions;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -122,39 +120,31 @@ TEST(ShadowFailureTest, TheWorstOutputIsReportedWithTheFirstOpThatWritesIt) {
 
 // ---- End to end: a wrong kernel through the test-only fault hook ---------------------
 
+// Each test has a JIT of its own (test::TestJit): its options, cache and
+// denials start fresh and go with it.
 class ShadowTrainTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration()); }
-  void SetUp() override {
-    saved_ = JitCompiler::Instance().options();
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  void TearDown() override {
-    JitCompiler::Instance().Configure(saved_);
-    JitCompiler::Instance().ClearCache();
-    jit::SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  static proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+  proto::ProgramDesc Jit(const proto::ProgramDesc& p, const std::set<std::string>& keep) {
     BuildJitPassOptions o;
     o.keep_vars = keep;
-    return test::ApplyBuildJit(p, o);
+    return jit_.ApplyBuildJit(p, o);
   }
   // The key of the cluster of `model`'s training program that holds its
   // optimizer updates.
-  static std::string UpdateCluster(const Model& m) {
+  std::string UpdateCluster(const Model& m) {
     Jit(m.train, {m.features, m.labels, m.loss});
-    for (const std::string& key : JitCompiler::Instance().Keys()) {
-      for (const auto& op : JitCompiler::Instance().GetSubgraph(key).block.ops()) {
+    for (const std::string& key : jit_->cache().Keys()) {
+      for (const auto& op : jit_->cache().GetSubgraph(key).block.ops()) {
         if (op.type() == "adam" || op.type() == "sgd" || op.type() == "momentum") return key;
       }
     }
     return "";
   }
-  // Options whose fault adds 0.5 to the first element of every output of the
-  // last instruction of cluster `key`: a kernel that is wrong.
-  jit::JitCompilerOptions Faulty(const std::string& key, int shadow_every) const {
-    jit::JitCompilerOptions o = saved_;
+  // The runtime's options with a fault that adds 0.5 to the first element of
+  // every output of the last instruction of cluster `key`: a kernel that is
+  // wrong.
+  jit::JitOptions Faulty(const std::string& key, int shadow_every) {
+    jit::JitOptions o = jit_->options();
     o.shadow.every = shadow_every;
     o.fault_for_testing = [key](const jit::CompiledObject& obj, size_t i, const runtime::BufferView* args) {
       const runtime::Instruction& ins = obj.program.instructions[i];
@@ -165,15 +155,16 @@ class ShadowTrainTest : public ::testing::Test {
     };
     return o;
   }
-  static TrainOptions Steps(int steps) {
+  TrainOptions Steps(int steps) {
     TrainOptions o;
     o.epochs = 100;
     o.batch_size = 16;
     o.max_steps = steps;
-    o.before_step = [](int64_t step) { JitCompiler::Instance().SetStep(step); };
+    o.registry = &jit_.registry();
+    o.before_step = [this](int64_t step) { jit_->launch().SetStep(step); };
     return o;
   }
-  jit::JitCompilerOptions saved_;
+  test::TestJit jit_;
 };
 
 int Count(const std::string& s, const std::string& what) {
@@ -189,13 +180,15 @@ TEST_F(ShadowTrainTest, AWrongKernelIsReportedOnceDeniedAndTrainingRecovers) {
   const TrainResult off = Train(c.model, c.train, c.test, Steps(12));
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     const std::string what = mode == jit::LaunchMode::kRuntime ? "runtime" : "executor";
-    jit::SetLaunchMode(mode);
+    jit_->SetLaunchMode(mode);
     TrainOptions o = Steps(12);
-    o.program_transform = Jit;
+    o.program_transform = [this](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+      return Jit(p, keep);
+    };
 
     // Unchecked, the fault corrupts every step's update: training goes wrong.
-    JitCompiler::Instance().ClearCache();
-    JitCompiler::Instance().Configure(Faulty(key, /*shadow_every=*/0));
+    jit_->ClearCache();
+    jit_->Configure(Faulty(key, /*shadow_every=*/0));
     TrainOptions unchecked = o;
     unchecked.stop_on_nonfinite = false;
     const TrainResult broken = Train(c.model, c.train, c.test, unchecked);
@@ -203,8 +196,8 @@ TEST_F(ShadowTrainTest, AWrongKernelIsReportedOnceDeniedAndTrainingRecovers) {
     for (size_t i = 0; i < off.losses.size(); ++i) differ += !(std::fabs(broken.losses[i] - off.losses[i]) <= 1e-2);
     EXPECT_GE(differ, 5) << what << ": the fault must change training for this test to mean anything";
 
-    JitCompiler::Instance().ClearCache();
-    JitCompiler::Instance().Configure(Faulty(key, /*shadow_every=*/1));
+    jit_->ClearCache();
+    jit_->Configure(Faulty(key, /*shadow_every=*/1));
     testing::internal::CaptureStderr();
     const TrainResult checked = Train(c.model, c.train, c.test, o);
     const std::string err = testing::internal::GetCapturedStderr();
@@ -216,7 +209,7 @@ TEST_F(ShadowTrainTest, AWrongKernelIsReportedOnceDeniedAndTrainingRecovers) {
     EXPECT_EQ(Count(err, "shadow check failed"), 1) << err;
     EXPECT_NE(err.find("cluster " + key), std::string::npos) << err;
     EXPECT_NE(err.find("at step 1 (launch 1 of the cluster)"), std::string::npos) << err;
-    const jit::JitStats s = JitCompiler::Instance().stats();
+    const jit::JitStats s = jit_->stats();
     ASSERT_EQ(s.shadow_failures.size(), 1u) << what;
     const jit::ShadowFailure& f = s.shadow_failures[0];
     EXPECT_EQ(f.key, key);
@@ -238,14 +231,14 @@ TEST_F(ShadowTrainTest, EveryNthLaunchIsCheckedAndCorrectKernelsPass) {
     int launch_ops = 0;
     for (const auto& op : p.blocks(0).ops()) launch_ops += op.type() == "jit_launch";
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
-      jit::SetLaunchMode(mode);
-      JitCompiler::Instance().ClearCache();
-      jit::JitCompilerOptions o = saved_;
+      jit_->SetLaunchMode(mode);
+      jit_->ClearCache();
+      jit::JitOptions o = jit_->options();
       o.shadow.every = 3;
-      JitCompiler::Instance().Configure(o);
+      jit_->Configure(o);
       Scope scope;
       Executor().RunProgram(c.model.startup, scope);
-      Executor exec;
+      Executor exec = jit_.executor();
       auto plan = exec.Prepare(p, 0, {c.model.loss});
       for (int step = 0; step < 7; ++step) {  // launches 1, 4 and 7 of each cluster are checked
         const Dataset b = SliceRows(c.train, step * 16, (step + 1) * 16);
@@ -253,7 +246,7 @@ TEST_F(ShadowTrainTest, EveryNthLaunchIsCheckedAndCorrectKernelsPass) {
         FeedTensor(p.blocks(0), scope, c.model.labels, b.labels);
         exec.Run(*plan, scope);
       }
-      const jit::JitStats s = JitCompiler::Instance().stats();
+      const jit::JitStats s = jit_->stats();
       EXPECT_TRUE(s.shadow_failures.empty()) << c.name << ": " << s.shadow_failures[0].ToString();
       EXPECT_EQ(s.failures, 0) << c.name;
       EXPECT_EQ(s.shadow_checks, 3 * launch_ops) << c.name;

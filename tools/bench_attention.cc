@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "compiler/kernels/attention/attention_kernels.h"
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/allocator.h"
 #include "framework/executor.h"
 #include "framework/flags.h"
@@ -94,7 +94,7 @@ int BenchAttention() {
   jit::AttentionParams params;
   params.shape = {b * h, s, s, dh, dh};
   params.scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  params.isa = jit::JitCompiler::Instance().options().compile.isa;
+  params.isa = jit::DefaultJit().options().compile.isa;
 
   Scope scope;
   std::mt19937 rng(static_cast<uint32_t>(FLAGS_seed));

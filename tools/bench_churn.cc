@@ -11,11 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compiler/jit_compiler.h"
 #include "framework/allocator.h"
 #include "framework/flags.h"
 #include "framework/onednn/primitive_cache.h"
-#include "launch_op/jit_launch_op.h"
+#include "launch_op/default_jit.h"
 #include "tools/model_flags.h"
 #include "tools/pipeline_setup.h"
 
@@ -28,13 +27,13 @@ ChurnPoint Measure(int64_t sizes_seen) {
   p.rss_mib = CurrentRssMib();
   const struct mallinfo2 heap = mallinfo2();
   p.heap_in_use_mib = static_cast<double>(heap.uordblks + heap.hblkhd) / (1 << 20);
-  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
-  p.jit_cache_entries = compiler.cache_size();
-  p.jit_ids_tracked = compiler.ids_tracked();
-  p.executor_programs = jit::ExecutorModeProgramsAlive();
+  jit::JitRuntime& jit = jit::DefaultJit();
+  p.jit_cache_entries = jit.cache().cache_size();
+  p.jit_ids_tracked = jit.cache().ids_tracked();
+  p.executor_programs = jit.executor_programs_alive();
   p.primitive_cache_entries = onednn::PrimitiveCache::Global().stats().size;
   p.allocator_held_bytes = CachingAllocator::Global().stats().held_bytes;
-  const jit::JitStats s = compiler.stats();
+  const jit::JitStats s = jit.stats();
   p.jit_compiles = s.compiles;
   p.jit_evictions = s.evictions;
   p.framework_fallbacks = s.launch.framework_fallbacks;

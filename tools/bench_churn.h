@@ -20,9 +20,9 @@ struct ChurnPoint {
   int64_t sizes_seen = 0;
   double rss_mib = 0.0;              // VmRSS now
   double heap_in_use_mib = 0.0;      // malloc's bytes in use (mallinfo2), live data only
-  size_t jit_cache_entries = 0;      // JitCompiler::cache_size()
-  size_t jit_ids_tracked = 0;        // JitCompiler::ids_tracked()
-  int64_t executor_programs = 0;     // jit::ExecutorModeProgramsAlive()
+  size_t jit_cache_entries = 0;      // CompileCache::cache_size()
+  size_t jit_ids_tracked = 0;        // CompileCache::ids_tracked()
+  int64_t executor_programs = 0;     // JitRuntime::executor_programs_alive()
   size_t primitive_cache_entries = 0;
   size_t allocator_held_bytes = 0;   // live + cached blocks
   int64_t jit_compiles = 0;

@@ -45,7 +45,7 @@ LAYERS = [
     ("compiler/lowering", ["compiler/lowering/"],
      ["compiler/kernels/onednn", "compiler/kernels/attention", "compiler/kernels", "compiler/compiled_object"]),
     # Lower() and the cache in front of it.
-    ("compiler/driver", ["compiler/lower.", "compiler/jit_compiler."], ["compiler/lowering"]),
+    ("compiler/driver", ["compiler/lower.", "compiler/compile_cache."], ["compiler/lowering"]),
     ("compiler/dump", ["compiler/dump/"], ["compiler/driver"]),
     ("launch_op", ["launch_op/"], ["compiler/driver"]),
 ]

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "compiler/compiled_object.h"
 #include "compiler/dump/jit_dump.h"
 
 namespace kiln::tools {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/jit_runtime.h"
 #include "framework/jit_subgraph.h"
 #include "framework/proto/framework.pb.h"
 #include "passes/build_jit_pass.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "compiler/dump/jit_dump.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
@@ -143,24 +143,24 @@ namespace {
 
 // Cluster `key` compiled at the dump's concrete shapes as row `id`: its
 // compiled object and dump files, or why it did not compile.
-ClusterRow CompileClusterRow(jit::JitCompiler& compiler, const proto::BlockDesc& concrete, int64_t batch,
+ClusterRow CompileClusterRow(jit::JitRuntime& jit, const proto::BlockDesc& concrete, int64_t batch,
                              const std::string& id, const std::string& key,
                              std::map<std::string, std::vector<jit::DumpFile>>* cluster_files) {
   ClusterRow row;
   row.id = id;
   row.key = key;
-  row.subgraph = &compiler.GetSubgraph(row.key);
+  row.subgraph = &jit.cache().GetSubgraph(row.key);
   jit::ShapeSignature sig;
   for (const auto& name : row.subgraph->inputs) {
     sig.inputs.push_back(ConcreteInput(concrete, *row.subgraph, name, batch));
   }
-  if (auto obj = compiler.Compile(row.key, sig)) {
+  if (auto obj = jit.Compile(row.key, sig)) {
     row.objects.push_back(obj);
     (*cluster_files)["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
   } else {
     // Compile already said why on stderr; lower again for the index.
     try {
-      jit::Lower(row.key, *row.subgraph, sig, compiler.options().compile);
+      jit::Lower(row.key, *row.subgraph, sig, jit.options().compile);
       row.failure = "the compiler gave up on it (see stderr)";
     } catch (const Error& e) {
       row.failure = e.what();
@@ -187,14 +187,14 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   const proto::ProgramDesc after = RunPipeline(program, options);
   RecordJitReport(report);
 
-  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
-  const jit::CompileOptions copts = compiler.options().compile;
+  jit::JitRuntime& jit = jit::DefaultJit();
+  const jit::CompileOptions copts = jit.options().compile;
   std::vector<ClusterRow> rows;
   std::vector<std::string> ids;
   std::vector<jit::DumpFile> files;  // paths relative to --out
   std::map<std::string, std::vector<jit::DumpFile>> cluster_files;
   for (size_t i = 0; i < report.clusters.size(); ++i) {
-    ClusterRow row = CompileClusterRow(compiler, concrete, src.batch, "c" + std::to_string(i),
+    ClusterRow row = CompileClusterRow(jit, concrete, src.batch, "c" + std::to_string(i),
                                        report.clusters[i].key, &cluster_files);
     ids.push_back(row.id);
     rows.push_back(std::move(row));
@@ -211,7 +211,7 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
       PassList(options) + "), "
       "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
       "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
-  const std::string index = IndexMarkdown(preamble, rows, excluded, compiler.stats()) + CollectivesMarkdown(after);
+  const std::string index = IndexMarkdown(preamble, rows, excluded, jit.stats()) + CollectivesMarkdown(after);
   files.push_back({"index.md", index});
   files.push_back({"program.before.pbtxt", ProgramToText(program)});
   files.push_back({"program.after.pbtxt", ProgramToText(after)});
@@ -233,7 +233,7 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   jit::WriteDumpFiles(out_dir, files);
   for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(out_dir + "/" + dir, fs);
   DumpResult result;
-  result.explain = ExplainText(rows, excluded, compiler.stats());
+  result.explain = ExplainText(rows, excluded, jit.stats());
   result.clusters = cluster_files.size();
   return result;
 }

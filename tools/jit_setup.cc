@@ -8,12 +8,12 @@
 #include <map>
 #include <mutex>
 
-#include "compiler/jit_compiler.h"
 #include "compiler/dump/jit_dump.h"
 #include "framework/file_util.h"
 #include "framework/flags.h"
 #include "framework/onednn/handlers.h"
 #include "framework/op_registry.h"
+#include "launch_op/default_jit.h"
 #include "launch_op/jit_launch_op.h"
 #include "runtime/runner.h"
 #include "tools/dump_report.h"
@@ -84,8 +84,8 @@ void WriteProfileSvg() {
   if (FLAGS_jit_dump_dir.empty()) return;
   std::vector<Bar> bars;
   double total = 0;
-  for (const auto& e : jit::JitCompiler::Instance().profile().Entries()) total += e.ms;
-  for (const auto& e : jit::JitCompiler::Instance().profile().Entries()) {
+  for (const auto& e : jit::DefaultJit().launch().profile().Entries()) total += e.ms;
+  for (const auto& e : jit::DefaultJit().launch().profile().Entries()) {
     char detail[64];
     std::snprintf(detail, sizeof detail, "(%.1f%%, %lld calls)", total > 0 ? 100 * e.ms / total : 0.0,
                   static_cast<long long>(e.calls));
@@ -122,8 +122,8 @@ ComputeType AmpComputeFromFlags() {
 }  // namespace
 
 void ConfigureJitFromFlags() {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
-  jit::JitCompilerOptions o;
+  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  jit::JitOptions o;
   if (FLAGS_jit_cache_capacity < 1) ThrowInvalidArgument("--jit_cache_capacity must be at least 1");
   if (FLAGS_jit_recompile_limit < 1) ThrowInvalidArgument("--jit_recompile_limit must be at least 1");
   o.cache_capacity = static_cast<size_t>(FLAGS_jit_cache_capacity);
@@ -167,14 +167,14 @@ void ConfigureJitFromFlags() {
     const std::string dir = FLAGS_jit_dump_dir;
     o.on_compile = [dir](const jit::CompiledObject& obj, const JitSubgraph& sg) { DumpCompile(dir, obj, sg); };
   }
-  jit::JitCompiler::Instance().Configure(o);
-  jit::SetLaunchMode(jit::ParseLaunchMode(FLAGS_jit_launch_mode));
-  jit::JitCompiler::Instance().EnableProfiling(FLAGS_jit_profile);
+  o.launch_mode = jit::ParseLaunchMode(FLAGS_jit_launch_mode);
+  o.profile = FLAGS_jit_profile;
+  jit::DefaultJit().Configure(o);
   if (FLAGS_jit_profile) {
     // Configured again (the Python front end's set_flags): report once.
     static bool report_at_exit = [] {
       return std::atexit([] {
-               std::fputs(jit::JitCompiler::Instance().profile().Report().c_str(), stderr);
+               std::fputs(jit::DefaultJit().launch().profile().Report().c_str(), stderr);
                WriteProfileSvg();
              }) == 0;
     }();
@@ -184,7 +184,7 @@ void ConfigureJitFromFlags() {
 
 void MaybePrintJitExplain() {
   if (!FLAGS_jit_explain) return;
-  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
+  jit::JitRuntime& jit = jit::DefaultJit();
   std::vector<ClusterRow> rows;
   std::vector<ExcludedOp> excluded;
   {
@@ -198,15 +198,15 @@ void MaybePrintJitExplain() {
     }
     excluded = r.excluded;
   }
-  const auto objects = compiler.CachedObjects();
+  const auto objects = jit.cache().CachedObjects();
   for (ClusterRow& row : rows) {
-    row.subgraph = &compiler.GetSubgraph(row.key);
+    row.subgraph = &jit.cache().GetSubgraph(row.key);
     for (const auto& obj : objects) {
       if (obj->key == row.key) row.objects.push_back(obj);
     }
     if (row.objects.empty()) row.failure = "not compiled in this run (never launched, failed or evicted)";
   }
-  std::fputs(ExplainText(rows, excluded, compiler.stats()).c_str(), stderr);
+  std::fputs(ExplainText(rows, excluded, jit.stats()).c_str(), stderr);
 }
 
 }  // namespace kiln::tools

@@ -9,9 +9,10 @@
 
 namespace kiln::tools {
 
-// Registers jit_launch/jit_kernel and configures JitCompiler::Instance() and
-// the launch mode from the --jit_* flags (with --jit_dump_dir, every compile
-// writes its cluster folder there). Call once before running programs.
+// Registers jit_launch/jit_kernel with jit::DefaultJit() in the global
+// registry and configures that runtime (the launch mode included) from the
+// --jit_* flags (with --jit_dump_dir, every compile writes its cluster folder
+// there). Call once before running programs.
 void ConfigureJitFromFlags();
 
 // Clusters of this run get ids c0, c1, ... in the order they first appear

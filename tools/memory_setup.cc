@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "compiler/jit_compiler.h"
 #include "framework/flags.h"
-#include "launch_op/jit_launch_op.h"
+#include "launch_op/default_jit.h"
 
 namespace kiln::tools {
 namespace {
@@ -55,7 +54,7 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
   const size_t per_step = f.steps > 0 ? f.reuse_bytes / static_cast<size_t>(f.steps) : 0;
   s += Row("saved by reuse", FormatBytes(f.reuse_bytes) + " served from free lists (" + FormatBytes(per_step) +
                                  " per step)");
-  const auto objects = jit::JitCompiler::Instance().CachedObjects();
+  const auto objects = jit::DefaultJit().cache().CachedObjects();
   if (objects.empty()) return s;
   s += "jit arena plans (per compiled cluster and signature; reuse of dead intermediates inside the cluster, and of\n"
        "  inputs that die in it):\n";
@@ -72,7 +71,7 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
                                  : std::string()) +
          ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n";
   }
-  const jit::LaunchStats ls = jit::GetLaunchStats();
+  const jit::LaunchStats ls = jit::DefaultJit().stats().launch;
   if (ls.inputs_donated + ls.inputs_kept > 0) {
     s += Row("dying inputs", std::to_string(ls.inputs_donated) +
                                  " taken over by launches (hold temps, freed at their last use inside), " +

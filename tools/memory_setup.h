@@ -15,8 +15,8 @@ namespace kiln::tools {
 // Sets CachingAllocator::Global()'s caching from --cache_allocations.
 void ConfigureAllocatorFromFlags();
 
-// Where the training steps' peak happened (PeakRecordOfRuns, needs
-// --memory_report): the op, the bytes live above `baseline`, the part
+// Where the training steps' peak happened (their executors' PeakTracker,
+// with --memory_report): the op, the bytes live above `baseline`, the part
 // transient inside the op, and the largest live tensors then.
 std::string PeakReport(const PeakRecord& peak, size_t baseline);
 

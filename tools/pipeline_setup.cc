@@ -1,6 +1,6 @@
 #include "tools/pipeline_setup.h"
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/error.h"
 #include "framework/flags.h"
 #include "tools/jit_setup.h"
@@ -40,7 +40,7 @@ PipelineOptions PipelineOptionsFromFlags(const std::set<std::string>& keep) {
   o.config.recompute.op_types = std::set<std::string>(recompute_ops.begin(), recompute_ops.end());
   o.build_jit = FLAGS_use_jit;
   o.config.build_jit = BuildJitPassOptionsFromFlags();
-  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::JitCompiler::Instance().AddSubgraph(sg); };
+  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::DefaultJit().cache().AddSubgraph(sg); };
   o.inplace = FLAGS_use_inplace;
   o.keep_vars = keep;
   o.dump_dir = FLAGS_dump_passes;

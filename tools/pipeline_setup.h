@@ -21,7 +21,7 @@ BuildJitPassOptions BuildJitPassOptionsFromFlags();
 
 // --fuse_decompositions, --fuse_attention (which applies with the JIT), --recompute with
 // --recompute_ops, --use_jit with the options above and
-// JitCompiler::Instance() as the subgraph sink, --use_inplace, and
+// jit::DefaultJit()'s cache as the subgraph sink, --use_inplace, and
 // --dump_passes as the dump directory. keep_vars: `keep` (feeds and fetch
 // targets). No reports.
 PipelineOptions PipelineOptionsFromFlags(const std::set<std::string>& keep);

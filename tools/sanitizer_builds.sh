@@ -33,7 +33,7 @@ echo "kiln: build-asan tests ran in ${SECONDS}s"
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 echo "== kiln: ThreadSanitizer build (build-tsan/)"
-tsan_tests=(concurrency_test primitive_cache_test jit_compiler_test allocator_test profiler_test data_loader_test)
+tsan_tests=(concurrency_test primitive_cache_test compile_cache_test launch_services_test allocator_test profiler_test data_loader_test)
 SECONDS=0
 # Without precompiled headers (KILN_PCH=OFF, cmake/KilnPch.cmake): a library
 # file that forgets a standard or protobuf include fails here rather than

@@ -25,8 +25,7 @@
 #include "tools/jit_setup.h"
 #include "tools/memory_setup.h"
 #include "tools/pipeline_setup.h"
-#include "compiler/jit_compiler.h"
-#include "launch_op/jit_launch_op.h"
+#include "launch_op/default_jit.h"
 #include "tools/model_flags.h"
 
 namespace kiln::tools {
@@ -122,7 +121,7 @@ std::string ModelJson(const Model& model) {
 // What the JIT did in the run: compiles, fallbacks, shadow checks and the
 // clusters a failed check denied.
 nlohmann::ordered_json JitJson() {
-  const jit::JitStats s = jit::JitCompiler::Instance().stats();
+  const jit::JitStats s = jit::DefaultJit().stats();
   nlohmann::ordered_json j;
   j["compiles"] = s.compiles;
   j["cache_hits"] = s.hits;
@@ -238,8 +237,8 @@ class History {
 
 // The jit: lines of kiln train: compiles, launches, fallbacks, shadow checks.
 void PrintJitSummary() {
-  const jit::JitStats js = jit::JitCompiler::Instance().stats();
-  const jit::LaunchStats ls = jit::GetLaunchStats();
+  const jit::JitStats js = jit::DefaultJit().stats();
+  const jit::LaunchStats& ls = js.launch;
   std::printf("jit: %lld compiles (%.1f ms), %lld cache hits, %lld evictions, %lld failed, %lld units fell back "
               "alone; %lld launches, %lld in-place updates donated, %lld copy-protected, %lld ran the framework "
               "ops (%lld of a denied cluster)\n",
@@ -311,17 +310,18 @@ int TrainCommand() {
   allocator.ResetStats();
   const AllocatorStats baseline = allocator.stats();
   AllocatorStats train_stats = baseline;
-  ResetPeakRecord();
+  PeakTracker peak_tracker;  // --memory_report: where the training steps' executors peaked
+  if (FLAGS_memory_report) options.exec.peak = &peak_tracker;
   PeakRecord train_peak;
   TrainProgressPrinter progress(FLAGS_max_steps);
   History history;
   const bool keep_history = lead && !FLAGS_history.empty();
   const bool tracing = lead && !FLAGS_trace.empty();
-  options.before_step = [](int64_t step) { jit::JitCompiler::Instance().SetStep(step); };
+  options.before_step = [](int64_t step) { jit::DefaultJit().launch().SetStep(step); };
   options.on_step = [&, lead](const TrainProgress& p) {
-    jit::JitCompiler::Instance().SetStep(0);  // evaluation runs between steps
+    jit::DefaultJit().launch().SetStep(0);  // evaluation runs between steps
     train_stats = allocator.stats();
-    if (FLAGS_memory_report) train_peak = PeakRecordOfRuns();
+    if (FLAGS_memory_report) train_peak = peak_tracker.Get();
     if (FLAGS_progress && lead) progress(p);
     if (keep_history) history.Step(p);
     if (tracing) TraceWindow(p.step);

@@ -29,7 +29,7 @@ proto::BlockDesc InferConcreteShapes(const JitSubgraph& sg, const ShapeSignature
   for (int i = 0; i < block.ops_size(); ++i) InferShapeAtBuild(&block, i, /*declare_outputs=*/true, registry, &index);
   for (const auto& v : block.vars()) {
     for (int64_t d : v.dims()) {
-      // The compiler's limit, not the caller's error (JitCompiler::CheckSignature
+      // The compiler's limit, not the caller's error (CompileCache::CheckSignature
       // raises only InvalidArgument): the cluster runs its framework ops.
       if (d < 0) ThrowUnimplemented("var '", v.name(), "' has no concrete shape (", DimsToString(VarDims(v)), ")");
     }

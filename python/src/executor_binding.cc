@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/feed_check.h"
 #include "framework/suggest.h"
@@ -246,7 +246,7 @@ void BindExecutor(py::module_& m) {
       .def("erase", &Scope::EraseVar);
   m.def("global_scope", &GlobalScope, py::return_value_policy::reference);
   m.def("jit_stats", [] {
-    const jit::JitStats s = jit::JitCompiler::Instance().stats();
+    const jit::JitStats s = jit::DefaultJit().stats();
     py::dict d;
     d["compiles"] = s.compiles;
     d["hits"] = s.hits;

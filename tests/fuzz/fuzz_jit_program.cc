@@ -15,7 +15,7 @@
 #include <map>
 #include <set>
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/program_io.h"
 #include "launch_op/jit_launch_op.h"
@@ -123,16 +123,16 @@ void Run(FuzzInput& in) {
     ++stats.refusals["run: " + std::string(e.what()).substr(0, 110)];
     return;
   }
-  jit::JitCompiler& compiler = jit::JitCompiler::Instance();
+  jit::JitRuntime& compiler = jit::DefaultJit();
   compiler.ClearCache();
-  jit::SetLaunchMode(executor_mode ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime);
+  jit::DefaultJit().SetLaunchMode(executor_mode ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime);
   PipelineOptions o;
   o.build_jit = true;
   o.inplace = inplace;
   o.config.build_jit.min_cluster_size = min_cluster;
   for (const auto& [name, t] : p.feeds) o.keep_vars.insert(name);
   o.keep_vars.insert(p.fetches.begin(), p.fetches.end());
-  o.config.jit_sink = [&](const JitSubgraph& sg) { return compiler.AddSubgraph(sg); };
+  o.config.jit_sink = [&](const JitSubgraph& sg) { return compiler.cache().AddSubgraph(sg); };
   proto::ProgramDesc jitted;
   std::vector<Fetched> on;
   try {
@@ -164,7 +164,7 @@ void Run(FuzzInput& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool registered = [] {
-    kiln::jit::RegisterJitOps(kiln::OpRegistry::GlobalForRegistration());
+    kiln::jit::RegisterJitOps(kiln::OpRegistry::GlobalForRegistration(), kiln::jit::DefaultJit());
     return true;
   }();
   (void)registered;

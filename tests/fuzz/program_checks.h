@@ -6,7 +6,7 @@
 // is a finding.
 #pragma once
 
-#include "compiler/jit_compiler.h"
+#include "launch_op/default_jit.h"
 #include "framework/validate.h"
 #include "launch_op/jit_launch_op.h"
 #include "passes/pipeline.h"
@@ -16,14 +16,14 @@ namespace kiln::fuzz {
 
 inline void CheckProgram(const proto::ProgramDesc& program) {
   static const bool registered = [] {
-    jit::RegisterJitOps(OpRegistry::GlobalForRegistration());
+    jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
     return true;
   }();
   (void)registered;
   ValidateProgram(program);
   PipelineOptions o;
   o.recompute = o.build_jit = o.inplace = true;
-  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::JitCompiler::Instance().AddSubgraph(sg); };
+  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::DefaultJit().cache().AddSubgraph(sg); };
   proto::ProgramDesc out;
   try {
     out = RunPipeline(program, o);

@@ -1,4 +1,4 @@
-// JitCompiler and the signatures it is asked for: one that the cluster's
+// CompileCache and the signatures it is asked for: one that the cluster's
 // shape inference rejects is the caller's error (raised, naming the op and
 // the cluster, never cached, never counted toward the recompile limit); a
 // compile that fails after that is cached as a failure and answered from
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "compiler/jit_compiler.h"
+#include "compiler/compile_cache.h"
 #include "framework/error.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
@@ -21,7 +21,7 @@
 namespace kiln {
 namespace {
 
-using jit::JitCompiler;
+using jit::CompileCache;
 
 jit::ShapeSignature Sig(const std::vector<Dims>& dims) {
   jit::ShapeSignature sig;
@@ -29,8 +29,8 @@ jit::ShapeSignature Sig(const std::vector<Dims>& dims) {
   return sig;
 }
 
-jit::JitCompilerOptions Options(int recompile_limit = 8) {
-  jit::JitCompilerOptions o;
+jit::CompileCacheOptions Options(int recompile_limit = 8) {
+  jit::CompileCacheOptions o;
   o.recompile_limit = recompile_limit;
   o.compile = test::LoweringCase::DefaultOptions();
   o.cluster_name = [](const std::string&) { return std::string("c4"); };
@@ -38,7 +38,7 @@ jit::JitCompilerOptions Options(int recompile_limit = 8) {
 }
 
 // x + b -> relu: b must broadcast into x.
-std::string AddRelu(JitCompiler& compiler) {
+std::string AddRelu(CompileCache& compiler) {
   test::LoweringCase c;
   c.ops = {OpBuilder("elementwise_add").In("X", {"x"}).In("Y", {"b"}).Out("Out", {"y"}).Build(),
            OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
@@ -65,8 +65,8 @@ void RegisterNoLoweringOp() {
   OpRegistry::GlobalForRegistration().Add(std::move(info));
 }
 
-TEST(JitCompilerSignatureTest, ARejectedSignatureRaisesNamingTheOpAndIsNeitherCachedNorCounted) {
-  JitCompiler compiler(Options(/*recompile_limit=*/2));
+TEST(CompileCacheSignatureTest, ARejectedSignatureRaisesNamingTheOpAndIsNeitherCachedNorCounted) {
+  CompileCache compiler(Options(/*recompile_limit=*/2));
   const std::string key = AddRelu(compiler);
   const jit::ShapeSignature bad = Sig({{4, 8}, {2, 4, 8}});  // Y of higher rank than X
   for (int i = 0; i < 5; ++i) {  // more bad signatures than the limit
@@ -75,7 +75,7 @@ TEST(JitCompilerSignatureTest, ARejectedSignatureRaisesNamingTheOpAndIsNeitherCa
     EXPECT_NE(err.find("higher rank"), std::string::npos) << err;
     EXPECT_NE(err.find("JIT cluster c4"), std::string::npos) << err;
   }
-  jit::JitStats s = compiler.stats();
+  jit::CacheStats s = compiler.stats();
   EXPECT_EQ(s.failures, 0);
   EXPECT_EQ(s.fallback_calls, 0);
   EXPECT_TRUE(compiler.CachedObjects().empty());
@@ -87,9 +87,9 @@ TEST(JitCompilerSignatureTest, ARejectedSignatureRaisesNamingTheOpAndIsNeitherCa
   EXPECT_EQ(compiler.Compile(key, Sig({{2, 8}, {8}})), nullptr) << "the third good signature is past the limit";
 }
 
-TEST(JitCompilerSignatureTest, AFailedCompileIsAnsweredFromTheCache) {
+TEST(CompileCacheSignatureTest, AFailedCompileIsAnsweredFromTheCache) {
   RegisterNoLoweringOp();
-  JitCompiler compiler(Options());
+  CompileCache compiler(Options());
   test::LoweringCase c;
   c.ops = {OpBuilder("test_no_lowering").In("X", {"x"}).Out("Out", {"y"}).Build()};
   c.inputs = {{"x", {4, 8}}};
@@ -106,7 +106,7 @@ TEST(JitCompilerSignatureTest, AFailedCompileIsAnsweredFromTheCache) {
   EXPECT_EQ(compiler.Compile(key, Sig({{4, 8}})), nullptr);
   err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err, "") << "not compiled again";
-  const jit::JitStats s = compiler.stats();
+  const jit::CacheStats s = compiler.stats();
   EXPECT_EQ(s.failures, 1);
   EXPECT_EQ(s.compiles, 0);
   EXPECT_EQ(s.hits, 1);
@@ -118,7 +118,7 @@ TEST(JitCompilerSignatureTest, AFailedCompileIsAnsweredFromTheCache) {
 // waiting (while g_reject_wait is set) until another caller found the
 // signature in flight (a hit), so that caller waits on the rejected compile.
 std::atomic<bool> g_reject_wait{false};
-JitCompiler* g_reject_compiler = nullptr;
+CompileCache* g_reject_compiler = nullptr;
 
 void RegisterRejectOp() {
   if (OpRegistry::Global().Find("test_reject") != nullptr) return;
@@ -142,7 +142,7 @@ void RegisterRejectOp() {
   OpRegistry::GlobalForRegistration().Add(std::move(info));
 }
 
-std::string RejectRelu(JitCompiler& compiler) {
+std::string RejectRelu(CompileCache& compiler) {
   test::LoweringCase c;
   c.ops = {OpBuilder("test_reject").In("X", {"x"}).Out("Out", {"y"}).Build(),
            OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
@@ -154,9 +154,9 @@ std::string RejectRelu(JitCompiler& compiler) {
 // Two callers of one bad signature: the one that checks it raises, the one
 // that waited on it gets no object (it runs the framework ops, which raise
 // the same error); neither counts toward the limit.
-TEST(JitCompilerSignatureTest, ACallerWaitingOnARejectedSignatureGetsNoObject) {
+TEST(CompileCacheSignatureTest, ACallerWaitingOnARejectedSignatureGetsNoObject) {
   RegisterRejectOp();
-  JitCompiler compiler(Options(/*recompile_limit=*/1));
+  CompileCache compiler(Options(/*recompile_limit=*/1));
   g_reject_compiler = &compiler;
   const std::string key = RejectRelu(compiler);
   g_reject_wait = true;
@@ -167,7 +167,7 @@ TEST(JitCompilerSignatureTest, ACallerWaitingOnARejectedSignatureGetsNoObject) {
   checker.join();
   EXPECT_EQ(waited, nullptr);
   EXPECT_NE(checker_error.find("expected 4 rows, got 3"), std::string::npos) << checker_error;
-  const jit::JitStats s = compiler.stats();
+  const jit::CacheStats s = compiler.stats();
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.compiles, 0);
   EXPECT_EQ(s.failures, 0);
@@ -176,10 +176,10 @@ TEST(JitCompilerSignatureTest, ACallerWaitingOnARejectedSignatureGetsNoObject) {
 
 // A rejected signature never takes a cache slot: with room for one object,
 // the compiled one stays.
-TEST(JitCompilerSignatureTest, ARejectedSignatureNeverEvictsACompiledOne) {
-  jit::JitCompilerOptions o = Options();
+TEST(CompileCacheSignatureTest, ARejectedSignatureNeverEvictsACompiledOne) {
+  jit::CompileCacheOptions o = Options();
   o.cache_capacity = 1;
-  JitCompiler compiler(o);
+  CompileCache compiler(o);
   const std::string key = AddRelu(compiler);
   const auto good = compiler.Compile(key, Sig({{4, 8}, {8}}));
   ASSERT_NE(good, nullptr);
