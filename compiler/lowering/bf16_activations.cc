@@ -13,7 +13,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "bf16_activations";
+constexpr const char* kStep = kBf16ActivationsStep;
 
 // sgd_before_dx's dX = dY W_old^T (a matmul variant reading "<W>@OLD", which
 // the step before it wrote) as a oneDNN matmul unit: spec and args (dY,

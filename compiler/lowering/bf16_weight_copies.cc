@@ -47,7 +47,7 @@ std::vector<EmittedKernel> Bf16WeightCopyUnit::Emit(EmitContext& ctx) const {
 
 namespace {
 
-constexpr const char* kStep = "bf16_weight_copies";
+constexpr const char* kStep = kBf16WeightCopiesStep;
 
 // A reader of W this step can rewrite to bind a bf16 copy: the spec and args
 // (X, W[, bias], Out) of the matmul unit it becomes.

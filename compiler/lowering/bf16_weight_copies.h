@@ -42,6 +42,7 @@ class Bf16WeightCopyUnit final : public Unit {
 };
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kBf16WeightCopiesStep[] = "bf16_weight_copies";
 
 // The spec and args (X, W[, bias], Out) of a oneDNN matmul unit, or of the
 // one that the input-gradient-only matmul_grad weight_grad_fold leaves

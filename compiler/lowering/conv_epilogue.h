@@ -27,5 +27,6 @@ class OneDnnConvUnit final : public Unit {
 };
 
 Units FuseConvEpilogue(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kConvEpilogueStep[] = "conv_epilogue";
 
 }  // namespace kiln::jit

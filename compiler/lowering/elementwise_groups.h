@@ -47,5 +47,6 @@ class EwGroupUnit final : public Unit {
 };
 
 Units GroupElementwise(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kElementwiseGroupsStep[] = "elementwise_groups";
 
 }  // namespace kiln::jit

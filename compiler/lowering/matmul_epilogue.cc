@@ -26,7 +26,7 @@ std::vector<EmittedKernel> OneDnnMatmulUnit::Emit(EmitContext& ctx) const {
 
 namespace {
 
-constexpr const char* kStep = "matmul_epilogue";
+constexpr const char* kStep = kMatmulEpilogueStep;
 
 struct Match {
   FusedMatmulSpec spec;

@@ -27,5 +27,6 @@ class OneDnnMatmulUnit final : public Unit {
 };
 
 Units FuseMatmulEpilogue(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kMatmulEpilogueStep[] = "matmul_epilogue";
 
 }  // namespace kiln::jit

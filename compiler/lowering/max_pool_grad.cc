@@ -6,7 +6,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "max_pool_grad";
+constexpr const char* kStep = kMaxPoolGradStep;
 
 class MaxPool2x2GradKernel final : public runtime::Kernel {
  public:

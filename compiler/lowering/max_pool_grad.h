@@ -29,5 +29,6 @@ class MaxPoolGradUnit final : public Unit {
 bool IsMaxPool2x2(const Cluster& c, int i);
 
 Units LowerMaxPoolGrad(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kMaxPoolGradStep[] = "max_pool_grad";
 
 }  // namespace kiln::jit

@@ -38,5 +38,6 @@ class MatmulSgdUnit final : public Unit {
 };
 
 Units FoldWeightGradIntoSgd(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kWeightGradFoldStep[] = "weight_grad_fold";
 
 }  // namespace kiln::jit
