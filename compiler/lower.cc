@@ -28,43 +28,45 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   Units units;
   for (int i = 0; i < c.num_ops(); ++i) units.push_back(std::make_unique<PendingOp>(c, i));
   units = DropDeadOps(c, std::move(units),
-                      t.Step("dead_ops", "first: no pattern should match, or keep a value for, an op whose "
-                                         "results nothing uses"));
+                      t.Step(kDeadOpsStep, "first: no pattern should match, or keep a value for, an op whose "
+                                           "results nothing uses"));
   units = FuseMatmulEpilogue(c, std::move(units),
-                             t.Step("matmul_epilogue", "before the other patterns: it takes bias adds and activations "
-                                                       "that elementwise grouping would otherwise claim"));
+                             t.Step(kMatmulEpilogueStep, "before the other patterns: it takes bias adds and "
+                                                         "activations that elementwise grouping would otherwise "
+                                                         "claim"));
   units = FuseConvEpilogue(c, std::move(units),
-                           t.Step("conv_epilogue", "likewise, before grouping takes the bias add and relu"));
+                           t.Step(kConvEpilogueStep, "likewise, before grouping takes the bias add and relu"));
   units = FoldWeightGradIntoSgd(c, std::move(units),
-                                t.Step("weight_grad_fold", "before grouping, which would take the sgd step"));
+                                t.Step(kWeightGradFoldStep, "before grouping, which would take the sgd step"));
   units = UseGemvAtBatchOne(c, std::move(units),
-                            t.Step("batch_one", "after the matmul steps: it rewrites their units for one row"));
+                            t.Step(kBatchOneStep, "after the matmul steps: it rewrites their units for one row"));
   units = RunSgdBeforeDx(c, std::move(units),
-                         t.Step("sgd_before_dx", "after batch_one: a one-row fold does dX and the step in one "
-                                                 "pass over W instead"));
+                         t.Step(kSgdBeforeDxStep, "after batch_one: a one-row fold does dX and the step in one "
+                                                  "pass over W instead"));
   units = CopyBf16Weights(c, std::move(units),
-                          t.Step("bf16_weight_copies", "after the matmul steps, whose units it rewrites to read "
-                                                       "one bf16 copy of a weight"));
+                          t.Step(kBf16WeightCopiesStep, "after the matmul steps, whose units it rewrites to read "
+                                                        "one bf16 copy of a weight"));
   units = LowerMaxPoolGrad(c, std::move(units),
-                           t.Step("max_pool_grad", "before the oneDNN anchors, which would take pool2d_grad"));
+                           t.Step(kMaxPoolGradStep, "before the oneDNN anchors, which would take pool2d_grad"));
   units = KeepBlockedLayout(c, std::move(units),
-                            t.Step("blocked_layout", "after the conv and max-pool-gradient units it rewrites, before "
-                                                     "grouping and the anchors take relu_grad, pool2d, conv2d_grad"));
+                            t.Step(kBlockedLayoutStep, "after the conv and max-pool-gradient units it rewrites, "
+                                                       "before grouping and the anchors take relu_grad, pool2d, "
+                                                       "conv2d_grad"));
   units = LowerFusedAttention(c, std::move(units),
-                              t.Step("fused_attention", "before the fallback, which would run the fused ops' "
-                                                        "reference kernels"));
+                              t.Step(kFusedAttentionStep, "before the fallback, which would run the fused ops' "
+                                                          "reference kernels"));
   units = LowerLayoutOps(c, std::move(units),
-                         t.Step("layout_ops", "before the fallback, which would run the reference kernels"));
+                         t.Step(kLayoutOpsStep, "before the fallback, which would run the reference kernels"));
   units = GroupElementwise(c, std::move(units),
-                           t.Step("elementwise_groups", "after every pattern step: it groups the elementwise "
-                                                        "ops no pattern took"));
+                           t.Step(kElementwiseGroupsStep, "after every pattern step: it groups the elementwise "
+                                                          "ops no pattern took"));
   units = StoreBf16Activations(c, std::move(units),
-                               t.Step("bf16_activations", "after grouping: it makes generated kernels store values "
-                                                          "that only bf16 matmuls read in bf16"));
+                               t.Step(kBf16ActivationsStep, "after grouping: it makes generated kernels store "
+                                                            "values that only bf16 matmuls read in bf16"));
   units = ClaimOneDnnAnchors(c, std::move(units),
-                             t.Step("onednn_anchors", "the ops left that have a oneDNN kernel"));
+                             t.Step(kOneDnnAnchorsStep, "the ops left that have a oneDNN kernel"));
   units = FallBackToFramework(c, std::move(units),
-                              t.Step("framework_fallback", "last: every op left runs its reference kernel"));
+                              t.Step(kFrameworkFallbackStep, "last: every op left runs its reference kernel"));
   return units;
 }
 
@@ -92,7 +94,7 @@ bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<E
         c.Exclude(unit.step(), op);
       }
       // A framework kernel that cannot be made: nothing smaller to fall back to.
-      if (!excluded_any || unit.step() == "framework_fallback") throw;
+      if (!excluded_any || unit.step() == kFrameworkFallbackStep) throw;
       trace.AddFallback(std::string(unit.kind()) + " of " + OpList(c, unit.FallbackOps()) + " (step " + unit.step() +
                         ") could not be compiled: " + e.what() + "; its ops are lowered without that step");
       return false;

@@ -47,6 +47,12 @@ template <typename... Args>
 [[noreturn]] void ThrowDataLoss(const Args&... args) {
   throw Error(ErrorCode::kDataLoss, StrCat(args...));
 }
+// A broken invariant that a caller can recover from (the JIT runs the
+// cluster's framework ops instead), where KILN_CHECK would abort.
+template <typename... Args>
+[[noreturn]] void ThrowInternal(const Args&... args) {
+  throw Error(ErrorCode::kInternal, StrCat(args...));
+}
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const std::string& msg);
 

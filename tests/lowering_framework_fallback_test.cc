@@ -3,7 +3,11 @@
 // falls back alone to framework kernels while the rest stays compiled.
 #include <gtest/gtest.h>
 
+#include "framework/ew/ew_fragment.h"
+#include "framework/op_registry.h"
+#include "runtime/runner.h"
 #include "tests/lowering_test_util.h"
+#include "tests/op_test_util.h"
 
 namespace kiln::test {
 namespace {
@@ -50,6 +54,49 @@ TEST(FrameworkFallbackTest, DoesNotFireWhenEveryOpIsClaimed) {
   const auto obj = CheckLoweringNumerics(c);
   EXPECT_FALSE(StepMatched(*obj, "framework_fallback")) << obj->lowering;
   EXPECT_TRUE(obj->unit_fallbacks.empty());
+}
+
+// A registry whose relu fragments compute one value more than they write
+// (a broken registry entry).
+void BreakReluFragments(OpRegistry& registry) {
+  OpInfo& relu = *registry.FindMutable("relu");
+  relu.elementwise = [fragments = relu.elementwise](const EwOpView& op) {
+    std::vector<EwFragment> fs = fragments(op);
+    for (EwFragment& f : fs) {
+      f.emit = [emit = f.emit](EwProgram& p, const std::vector<EwValue>& in) {
+        std::vector<EwValue> out = emit(p, in);
+        out.push_back(out.front());
+        return out;
+      };
+    }
+    return fs;
+  };
+}
+
+// A group that breaks an invariant while emitting throws instead of
+// aborting the process: it falls back alone, and the trace says why.
+TEST(FrameworkFallbackTest, AGroupThatBreaksAnInvariantWhileEmittingFallsBack) {
+  OpRegistry registry;
+  RegisterAllOps(registry);
+  BreakReluFragments(registry);
+  LoweringCase c;
+  c.ops = {OpBuilder("relu").In("X", {"z"}).Out("Out", {"r"}).Build(),
+           OpBuilder("scale").In("X", {"r"}).Out("Out", {"s"}).Attr("scale", 3.0f).Build()};
+  c.inputs = {{"z", {2, 3}}};
+  c.outputs = {"s"};
+  const JitSubgraph sg = MakeSubgraph(c);
+  const auto obj = jit::Lower(JitSubgraphFingerprint(sg), sg, SignatureOf(c), c.options, registry);
+  ASSERT_EQ(obj->unit_fallbacks.size(), 1u) << obj->lowering;
+  EXPECT_NE(obj->unit_fallbacks[0].find("ew_group of #0 relu, #1 scale (step elementwise_groups) could not be "
+                                        "compiled: op #0 relu: its elementwise fragment computes 2 values for 1 "
+                                        "writes"),
+            std::string::npos)
+      << obj->unit_fallbacks[0];
+  EXPECT_FALSE(StepMatched(*obj, "elementwise_groups")) << obj->lowering;
+  // The framework kernels compute 3 * relu(z).
+  Tensor z = FloatTensor({2, 3}, {-1.0f, 0.5f, 2.0f, -3.0f, 0.0f, 1.0f}), s(DataType::kFP32, {2, 3});
+  runtime::Runner::Run(obj->program, {z.raw_data()}, {s.mutable_data<float>()});
+  EXPECT_EQ(CompareTensors(s, FloatTensor({2, 3}, {0.0f, 1.5f, 6.0f, 0.0f, 0.0f, 3.0f}), 0.0, 0.0), "");
 }
 
 }  // namespace

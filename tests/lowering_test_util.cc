@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -27,6 +28,39 @@ namespace {
 DataType InputDtype(const LoweringCase& c, const std::string& name) {
   const auto it = c.dtypes.find(name);
   return it == c.dtypes.end() ? DataType::kFP32 : it->second;
+}
+
+// The step the case's golden is about: the one whose name the case's name
+// is or begins with ("dead_ops_not_fired": dead_ops). `step` is a step line
+// "12. elementwise_groups: why".
+bool UnderTest(const LoweringCase& c, const std::string& step_line) {
+  const size_t name_at = step_line.find(". ") + 2;
+  const std::string step = step_line.substr(name_at, step_line.find(": ", name_at) - name_at);
+  return c.name == step || c.name.rfind(step + "_", 0) == 0;
+}
+
+// The lowering trace (LoweringTrace::ToString) as the golden shows it: the
+// steps that fired and the step under test, without their numbers, so that
+// a new step changes only the goldens of the clusters it fires on. Sets
+// *found when the step under test is among the steps.
+std::string FiredSteps(const LoweringCase& c, const std::string& trace, bool* found) {
+  const std::string not_fired = "   (did not fire)\n";
+  std::string out;
+  size_t at = 0;
+  // Step lines begin with their number; "units:" ends them.
+  while (at < trace.size() && std::isdigit(static_cast<unsigned char>(trace[at]))) {
+    const size_t line_end = trace.find('\n', at) + 1;
+    size_t body_end = line_end;
+    while (trace.compare(body_end, 3, "   ") == 0) body_end = trace.find('\n', body_end) + 1;
+    const std::string line = trace.substr(at, line_end - at);
+    const bool under_test = UnderTest(c, line);
+    *found = *found || under_test;
+    if (under_test || trace.compare(line_end, body_end - line_end, not_fired) != 0) {
+      out += line.substr(line.find(". ") + 2) + trace.substr(line_end, body_end - line_end);
+    }
+    at = body_end;
+  }
+  return out + trace.substr(at);
 }
 
 }  // namespace
@@ -64,7 +98,10 @@ std::string LoweringGolden(const LoweringCase& c) {
   const auto obj = LowerCase(c);
   std::string out = "# " + c.name + ": lowering golden (regenerate with KILN_UPDATE_GOLDEN=1)\n## cluster\n";
   out += ir::Graph::FromBlock(jit::InferConcreteShapes(sg, SignatureOf(c))).Print();
-  out += "## lowering\n" + obj->lowering;
+  bool found = false;
+  const std::string steps = FiredSteps(c, obj->lowering, &found);
+  EXPECT_TRUE(found) << "case " << c.name << ": its name does not begin with the name of a lowering step";
+  out += "## lowering (the steps that fired, and the step under test)\n" + steps;
   const std::string listing = obj->Listing();
   out += "## buffers\n" + listing.substr(listing.find("# buffers\n") + 10);
   return out;

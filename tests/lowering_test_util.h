@@ -18,7 +18,10 @@
 namespace kiln::test {
 
 struct LoweringCase {
-  std::string name;  // the golden file's name
+  // The golden file's name; it is or begins with the name of the step
+  // under test (dead_ops_not_fired), which the golden shows even when the
+  // step did not fire.
+  std::string name;
   std::vector<proto::OpDesc> ops;
   // Vars read before any op writes them, with their dims, in order of first
   // read; f32 unless `dtypes` says otherwise.
@@ -44,6 +47,8 @@ std::unique_ptr<jit::CompiledObject> LowerCase(const LoweringCase& c);
 
 // The golden text: the cluster's ops with concrete shapes, the lowering
 // trace and the buffer plan (no timings, no oneDNN implementation names).
+// Of the trace's steps it shows those that fired and the step under test,
+// without their numbers: a new step changes only the goldens it fires in.
 std::string LoweringGolden(const LoweringCase& c);
 // EXPECTs the golden text to equal tests/golden/lowering/<name>.golden.
 void CheckLoweringGolden(const LoweringCase& c);

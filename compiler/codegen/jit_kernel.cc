@@ -17,7 +17,7 @@ void JitKernel::Create() {
     Generate();
     ready();
   } catch (const Xbyak::Error& e) {
-    throw Error(ErrorCode::kInternal, StrCat("jit kernel '", name_, "': code generation failed: ", e.what()));
+    ThrowInternal("jit kernel '", name_, "': code generation failed: ", e.what());
   }
 }
 

@@ -64,7 +64,7 @@ std::vector<EmittedKernel> GemvGradSgdUnit::Emit(EmitContext& ctx) const {
 
 namespace {
 
-constexpr const char* kStep = "batch_one";
+constexpr const char* kStep = kBatchOneStep;
 
 bool Excluded(const Cluster& c, const Unit& u) {
   for (int op : u.ops()) {

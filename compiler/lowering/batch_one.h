@@ -47,5 +47,6 @@ class GemvGradSgdUnit final : public Unit {
 };
 
 Units UseGemvAtBatchOne(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kBatchOneStep[] = "batch_one";
 
 }  // namespace kiln::jit

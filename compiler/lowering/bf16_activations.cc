@@ -12,7 +12,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "bf16_activations";
+constexpr const char* kStep = kBf16ActivationsStep;
 
 // The unit that reads `var` at `pos` once it reads Bf16CopyOf(var) instead,
 // or null when that reader cannot take a bf16 value.

@@ -16,5 +16,6 @@
 namespace kiln::jit {
 
 Units StoreBf16Activations(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kBf16ActivationsStep[] = "bf16_activations";
 
 }  // namespace kiln::jit

@@ -36,7 +36,7 @@ std::vector<EmittedKernel> Bf16WeightCopyUnit::Emit(EmitContext& ctx) const {
 
 namespace {
 
-constexpr const char* kStep = "bf16_weight_copies";
+constexpr const char* kStep = kBf16WeightCopiesStep;
 
 // A reader of W this step can rewrite to bind a bf16 copy: the oneDNN
 // matmul unit it is or becomes.

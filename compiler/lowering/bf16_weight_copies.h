@@ -44,5 +44,6 @@ class Bf16WeightCopyUnit final : public Unit {
 };
 
 Units CopyBf16Weights(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kBf16WeightCopiesStep[] = "bf16_weight_copies";
 
 }  // namespace kiln::jit

@@ -13,7 +13,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "blocked_layout";
+constexpr const char* kStep = kBlockedLayoutStep;
 
 // The one unit reading `var`, when `var` stays in the cluster and `writer`
 // alone writes it; else -1.

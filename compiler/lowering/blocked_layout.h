@@ -30,5 +30,6 @@
 namespace kiln::jit {
 
 Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kBlockedLayoutStep[] = "blocked_layout";
 
 }  // namespace kiln::jit

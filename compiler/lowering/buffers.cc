@@ -116,8 +116,7 @@ void MarkDimsOnly(const std::set<std::string>& data_reads, CompiledObject* obj) 
     if (info.role != runtime::BufferRole::kTemp || info.view_of >= 0 || written[b]) continue;
     // An Error, not a KILN_CHECK: the cluster then runs its framework ops.
     if (data_reads.count(info.name) > 0) {
-      throw Error(ErrorCode::kInternal, StrCat("lowering: var '", info.name,
-                                               "' is read as data inside the cluster, but no kernel writes it"));
+      ThrowInternal("lowering: var '", info.name, "' is read as data inside the cluster, but no kernel writes it");
     }
     info.dims_only = true;
   }

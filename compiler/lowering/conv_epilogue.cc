@@ -6,7 +6,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "conv_epilogue";
+constexpr const char* kStep = kConvEpilogueStep;
 
 // The conv2d at op `i` with what follows it; nullptr when nothing follows
 // that a primitive could fuse.

@@ -10,5 +10,6 @@
 namespace kiln::jit {
 
 Units FuseConvEpilogue(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kConvEpilogueStep[] = "conv_epilogue";
 
 }  // namespace kiln::jit

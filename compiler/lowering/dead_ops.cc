@@ -8,7 +8,7 @@ Units DropDeadOps(const Cluster& c, Units units, StepTrace& trace) {
     const int i = PendingOpOf(*unit);
     if (i < 0 || !c.dead(i)) continue;
     dead.push_back(i);
-    unit = std::make_unique<DroppedOp>("dead_ops", i);
+    unit = std::make_unique<DroppedOp>(kDeadOpsStep, i);
   }
   if (!dead.empty()) trace.Match(OpList(c, dead) + " -> dropped: nothing the cluster uses reads what they write");
   return units;

@@ -29,5 +29,6 @@ class DroppedOp final : public Unit {
 };
 
 Units DropDeadOps(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kDeadOpsStep[] = "dead_ops";
 
 }  // namespace kiln::jit

@@ -8,7 +8,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "elementwise_groups";
+constexpr const char* kStep = kElementwiseGroupsStep;
 
 // Builds the new unit list in order, knowing for each var the last position
 // that reads and writes it, so that a fragment's move up to a group is

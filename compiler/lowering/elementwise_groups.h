@@ -12,5 +12,6 @@
 namespace kiln::jit {
 
 Units GroupElementwise(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kElementwiseGroupsStep[] = "elementwise_groups";
 
 }  // namespace kiln::jit

@@ -7,7 +7,7 @@ Units FallBackToFramework(const Cluster& c, Units units, StepTrace& trace) {
     const int i = PendingOpOf(*unit);
     if (i < 0) continue;
     trace.Match(OpList(c, {i}) + " -> framework reference kernel");
-    unit = std::make_unique<FrameworkOpUnit>("framework_fallback", c, i);
+    unit = std::make_unique<FrameworkOpUnit>(kFrameworkFallbackStep, c, i);
   }
   return units;
 }

@@ -8,5 +8,6 @@
 namespace kiln::jit {
 
 Units FallBackToFramework(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kFrameworkFallbackStep[] = "framework_fallback";
 
 }  // namespace kiln::jit

@@ -5,7 +5,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "fused_attention";
+constexpr const char* kStep = kFusedAttentionStep;
 
 // Without the ISA: lowering.txt (and its goldens) reads the same on any CPU;
 // the kernel's own description names it.

@@ -37,5 +37,6 @@ class FusedAttentionUnit final : public Unit {
 };
 
 Units LowerFusedAttention(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kFusedAttentionStep[] = "fused_attention";
 
 }  // namespace kiln::jit

@@ -41,7 +41,7 @@ std::vector<EmittedKernel> TransposeCopyUnit::Emit(EmitContext& ctx) const {
 
 namespace {
 
-constexpr const char* kStep = "layout_ops";
+constexpr const char* kStep = kLayoutOpsStep;
 
 std::unique_ptr<Unit> Lower(const Cluster& c, int i) {
   const std::string& t = c.type(i);

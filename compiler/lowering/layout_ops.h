@@ -41,5 +41,6 @@ class TransposeCopyUnit final : public Unit {
 };
 
 Units LowerLayoutOps(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kLayoutOpsStep[] = "layout_ops";
 
 }  // namespace kiln::jit

@@ -7,7 +7,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "matmul_epilogue";
+constexpr const char* kStep = kMatmulEpilogueStep;
 
 struct Match {
   FusedMatmulSpec spec;

@@ -9,5 +9,6 @@
 namespace kiln::jit {
 
 Units FuseMatmulEpilogue(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kMatmulEpilogueStep[] = "matmul_epilogue";
 
 }  // namespace kiln::jit

@@ -6,7 +6,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "max_pool_grad";
+constexpr const char* kStep = kMaxPoolGradStep;
 
 bool Matches(const Cluster& c, int i) {
   const std::string out = c.In(i, "Out"), dout = c.In(i, GradVarName("Out"));

@@ -10,5 +10,6 @@
 namespace kiln::jit {
 
 Units LowerMaxPoolGrad(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kMaxPoolGradStep[] = "max_pool_grad";
 
 }  // namespace kiln::jit

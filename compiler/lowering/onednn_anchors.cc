@@ -3,7 +3,7 @@
 namespace kiln::jit {
 
 Units ClaimOneDnnAnchors(const Cluster& c, Units units, StepTrace& trace) {
-  constexpr const char* kStep = "onednn_anchors";
+  constexpr const char* kStep = kOneDnnAnchorsStep;
   if (!c.options().use_onednn) return units;
   for (auto& unit : units) {
     const int i = PendingOpOf(*unit);

@@ -10,5 +10,6 @@
 namespace kiln::jit {
 
 Units ClaimOneDnnAnchors(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kOneDnnAnchorsStep[] = "onednn_anchors";
 
 }  // namespace kiln::jit

@@ -6,7 +6,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "sgd_before_dx";
+constexpr const char* kStep = kSgdBeforeDxStep;
 
 // X dies at the fold (made in the cluster, or an input that dies in it, and
 // read by nothing after the grad op), X is bigger than W (the copy of W pays

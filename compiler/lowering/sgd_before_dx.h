@@ -9,5 +9,6 @@
 namespace kiln::jit {
 
 Units RunSgdBeforeDx(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kSgdBeforeDxStep[] = "sgd_before_dx";
 
 }  // namespace kiln::jit

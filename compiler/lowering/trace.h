@@ -10,7 +10,7 @@
 namespace kiln::jit {
 
 struct StepTrace {
-  std::string name;
+  std::string name;  // the constant its header declares (kDeadOpsStep, ...), which its units carry too
   std::string why;  // the reason for its place in the pipeline
   std::vector<std::string> matched;
   void Match(std::string what) { matched.push_back(std::move(what)); }

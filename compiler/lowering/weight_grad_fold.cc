@@ -8,7 +8,7 @@
 namespace kiln::jit {
 namespace {
 
-constexpr const char* kStep = "weight_grad_fold";
+constexpr const char* kStep = kWeightGradFoldStep;
 
 // The sgd of matmul_grad `i`'s weight gradient, or -1.
 int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i,

@@ -10,5 +10,6 @@
 namespace kiln::jit {
 
 Units FoldWeightGradIntoSgd(const Cluster& c, Units units, StepTrace& trace);
+inline constexpr char kWeightGradFoldStep[] = "weight_grad_fold";
 
 }  // namespace kiln::jit

@@ -76,7 +76,11 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
       in.push_back(it->second);
     }
     const std::vector<EwValue> out = piece.fragment.emit(program, in);
-    KILN_CHECK(out.size() == piece.fragment.writes.size());
+    // An Error, not a KILN_CHECK: the group's ops then lower without it.
+    if (out.size() != piece.fragment.writes.size()) {
+      ThrowInternal("op #", piece.op, " ", c.type(piece.op), ": its elementwise fragment computes ", out.size(),
+                    " values for ", piece.fragment.writes.size(), " writes");
+    }
     for (size_t k = 0; k < out.size(); ++k) current[piece.fragment.writes[k].var] = {out[k], piece.fragment.writes[k].dims};
     if (std::find(ops.begin(), ops.end(), piece.op) == ops.end()) ops.push_back(piece.op);
   }
