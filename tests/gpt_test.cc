@@ -9,6 +9,7 @@
 #include "framework/data/synthetic_tasks.h"
 #include "framework/op_desc.h"
 #include "tests/builtin_model_test_util.h"
+#include "tests/op_test_util.h"
 
 namespace kiln {
 namespace {
@@ -79,14 +80,7 @@ TEST_F(GptTest, SyntheticTokensFollowTheirSuccessorRule) {
 }
 
 TEST_F(GptTest, BadConfigurationsNameTheirFlag) {
-  auto message = [](const GptConfig& c) {
-    try {
-      BuildGpt(c, TrainConfig{});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const GptConfig& c) { return test::ErrorOf([&] { BuildGpt(c, TrainConfig{}); }); };
   GptConfig c = Tiny();
   c.num_heads = 3;
   EXPECT_NE(message(c).find("num_heads (--num_heads) 3 does not divide d_model (--d_model) 16"), std::string::npos)

@@ -6,6 +6,7 @@
 #include "framework/data/synthetic_tasks.h"
 #include "framework/op_desc.h"
 #include "tests/builtin_model_test_util.h"
+#include "tests/op_test_util.h"
 
 namespace kiln {
 namespace {
@@ -73,14 +74,7 @@ TEST_F(ResnetTest, JitOnMatchesJitOffAndTheLossFalls) {
 }
 
 TEST_F(ResnetTest, BadConfigurationsNameTheirFlag) {
-  auto message = [](const ResnetConfig& c) {
-    try {
-      BuildResnet(c, TrainConfig{});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const ResnetConfig& c) { return test::ErrorOf([&] { BuildResnet(c, TrainConfig{}); }); };
   ResnetConfig c = Tiny();
   c.widths = {};
   EXPECT_NE(message(c).find("widths (--resnet_widths) is empty"), std::string::npos) << message(c);
