@@ -19,28 +19,13 @@
 #include "launch_op/jit_launch_op.h"
 #include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
+#include "tests/temp_dir.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory under /tmp, removed with the test.
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("kiln_ckpt_" + std::to_string(::getpid()) + "_" +
-                                                 std::to_string(counter_++))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 // The MLP case's model with its parameters initialised in `scope`.
 struct Initialised {
@@ -61,12 +46,12 @@ std::vector<float> Values(const Scope& scope, const std::string& name) {
 }
 
 TEST(CheckpointTest, SavesEveryPersistableVarAsNpyWithAVerifiedManifest) {
-  TempDir dir;
+  test::TempDir dir("kiln_ckpt");
   auto m = MlpInScope();
   const LoopState at{7, 0, 7, 3, 32};
-  const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, at, {0, {{"note.txt", "hi"}}});
-  EXPECT_EQ(ckpt, dir.str() + "/ckpt-7");
-  EXPECT_EQ(LatestCheckpoint(dir.str()), ckpt);
+  const std::string ckpt = SaveCheckpoint(dir.path(), m->model.train, m->scope, at, {0, {{"note.txt", "hi"}}});
+  EXPECT_EQ(ckpt, dir.path() + "/ckpt-7");
+  EXPECT_EQ(LatestCheckpoint(dir.path()), ckpt);
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> files;
   const CheckpointManifest man = ReadCheckpoint(ckpt, &tensors, &files);
@@ -88,21 +73,21 @@ TEST(CheckpointTest, SavesEveryPersistableVarAsNpyWithAVerifiedManifest) {
 }
 
 TEST(CheckpointTest, LoadRestoresTheVarsAndKeepsTheNewestK) {
-  TempDir dir;
+  test::TempDir dir("kiln_ckpt");
   auto m = MlpInScope();
   const std::vector<float> saved = Values(m->scope, "fc0.w");
   for (int step = 1; step <= 5; ++step) {
-    SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{step, 0, step, 1, 32}, SaveOptions{2, {}});
+    SaveCheckpoint(dir.path(), m->model.train, m->scope, LoopState{step, 0, step, 1, 32}, SaveOptions{2, {}});
   }
   std::vector<std::string> left;
-  for (const auto& e : fs::directory_iterator(dir.str())) left.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"ckpt-4", "ckpt-5"}));
   Scope fresh;
   Executor().RunProgram(m->model.startup, fresh);
   fresh.GetVar("fc0.w")->GetMutable()->mutable_data<float>()[0] = 42.f;
   fresh.GetVar("fc0.w")->set_origin(9);  // as the Python front end marks a startup's vars
-  const CheckpointManifest man = LoadCheckpoint(dir.str(), m->model.train, &fresh);
+  const CheckpointManifest man = LoadCheckpoint(dir.path(), m->model.train, &fresh);
   EXPECT_EQ(man.loop.step, 5);
   EXPECT_EQ(Values(fresh, "fc0.w"), saved);
   // Loaded, no longer the startup program's value (Variable::origin).
@@ -110,16 +95,16 @@ TEST(CheckpointTest, LoadRestoresTheVarsAndKeepsTheNewestK) {
 }
 
 TEST(CheckpointTest, AStaleTemporaryIsNeverPickedAndTheNextSaveRemovesIt) {
-  TempDir dir;
+  test::TempDir dir("kiln_ckpt");
   auto m = MlpInScope();
-  SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
-  fs::create_directories(dir.str() + "/.tmp-ckpt-9-1");
-  std::ofstream(dir.str() + "/.tmp-ckpt-9-1/manifest.json") << "{";
-  fs::create_directories(dir.str() + "/ckpt-8");  // a folder without a manifest is not a checkpoint
-  EXPECT_EQ(LatestCheckpoint(dir.str()), dir.str() + "/ckpt-1");
-  SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{2, 0, 2, 1, 32});
-  EXPECT_FALSE(fs::exists(dir.str() + "/.tmp-ckpt-9-1"));
-  EXPECT_EQ(LatestCheckpoint(dir.str()), dir.str() + "/ckpt-2");
+  SaveCheckpoint(dir.path(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+  fs::create_directories(dir.path() + "/.tmp-ckpt-9-1");
+  std::ofstream(dir.path() + "/.tmp-ckpt-9-1/manifest.json") << "{";
+  fs::create_directories(dir.path() + "/ckpt-8");  // a folder without a manifest is not a checkpoint
+  EXPECT_EQ(LatestCheckpoint(dir.path()), dir.path() + "/ckpt-1");
+  SaveCheckpoint(dir.path(), m->model.train, m->scope, LoopState{2, 0, 2, 1, 32});
+  EXPECT_FALSE(fs::exists(dir.path() + "/.tmp-ckpt-9-1"));
+  EXPECT_EQ(LatestCheckpoint(dir.path()), dir.path() + "/ckpt-2");
 }
 
 // Every way a checkpoint can be wrong is an error naming the var or file,
@@ -150,8 +135,8 @@ TEST(CheckpointTest, BadCheckpointsAreErrorsAndNothingIsHalfLoaded) {
   };
   for (const Damage& d : cases) {
     SCOPED_TRACE(d.what);
-    TempDir dir;
-    const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+    test::TempDir dir("kiln_ckpt");
+    const std::string ckpt = SaveCheckpoint(dir.path(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
     d.apply(ckpt);
     Scope fresh;
     Executor().RunProgram(m->model.startup, fresh);
@@ -181,10 +166,10 @@ TEST(CheckpointTest, AManifestNamingFilesOutsideItsDirectoryIsAnError) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.to);
-    TempDir dir;
-    const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+    test::TempDir dir("kiln_ckpt");
+    const std::string ckpt = SaveCheckpoint(dir.path(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
     // The same bytes outside the checkpoint: its sha256 matches the manifest's.
-    fs::copy_file(ckpt + "/fc0.b.npy", dir.str() + "/outside.npy");
+    fs::copy_file(ckpt + "/fc0.b.npy", dir.path() + "/outside.npy");
     fs::create_directories(ckpt + "/sub");
     fs::copy_file(ckpt + "/fc0.b.npy", ckpt + "/sub/fc0.b.npy");
     std::string t = ReadFile(ckpt + "/manifest.json");
@@ -199,9 +184,9 @@ TEST(CheckpointTest, AManifestNamingFilesOutsideItsDirectoryIsAnError) {
 }
 
 TEST(CheckpointTest, AProgramThatDoesNotMatchIsNamedVarByVar) {
-  TempDir dir;
+  test::TempDir dir("kiln_ckpt");
   auto m = MlpInScope();
-  const std::string ckpt = SaveCheckpoint(dir.str(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
+  const std::string ckpt = SaveCheckpoint(dir.path(), m->model.train, m->scope, LoopState{1, 0, 1, 1, 32});
   // The same MLP trained with sgd has no Adam state: extra vars.
   TrainConfig sgd;
   const Model other = BuildMlp(MlpConfig{}, sgd);
@@ -217,7 +202,7 @@ TEST(CheckpointTest, AProgramThatDoesNotMatchIsNamedVarByVar) {
   const std::string error = test::ErrorOf([&] { LoadCheckpoint(ckpt, wider.train, &scope); });
   EXPECT_NE(error.find("has shape"), std::string::npos) << error;
   EXPECT_NE(error.find(".npy"), std::string::npos) << error;
-  EXPECT_NE(test::ErrorOf([&] { LoadCheckpoint(dir.str() + "/nothing", m->model.train, &scope); }).find("no checkpoint"),
+  EXPECT_NE(test::ErrorOf([&] { LoadCheckpoint(dir.path() + "/nothing", m->model.train, &scope); }).find("no checkpoint"),
             std::string::npos);
 }
 
@@ -244,14 +229,14 @@ TEST(CheckpointTest, ResumeIsBitExact) {
         };
       }
       const TrainResult straight = Train(model, base.train, base.test, o);
-      TempDir dir;
+      test::TempDir dir("kiln_ckpt");
       TrainOptions first = o;
       first.max_steps = 30;
-      first.save_dir = dir.str();
+      first.save_dir = dir.path();
       first.save_every_steps = 10;
       Train(model, base.train, base.test, first);
       TrainOptions second = o;
-      second.resume_from = dir.str();
+      second.resume_from = dir.path();
       const TrainResult resumed = Train(model, base.train, base.test, second);
       ASSERT_EQ(resumed.first_step, 31);
       ASSERT_EQ(resumed.losses.size(), 40u);
@@ -265,12 +250,12 @@ TEST(CheckpointTest, ResumeIsBitExact) {
 
 TEST(CheckpointTest, ResumeAtAnotherBatchSizeIsAnError) {
   const test::TrainCase c = test::SmallTrainCases()[0];
-  TempDir dir;
+  test::TempDir dir("kiln_ckpt");
   TrainOptions o;
   o.max_steps = 3;
-  o.save_dir = dir.str();
+  o.save_dir = dir.path();
   Train(c.model, c.train, c.test, o);
-  o.resume_from = dir.str();
+  o.resume_from = dir.path();
   o.batch_size = 16;
   const std::string error = test::ErrorOf([&] { Train(c.model, c.train, c.test, o); });
   EXPECT_NE(error.find("batch size 32"), std::string::npos) << error;

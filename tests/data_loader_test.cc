@@ -14,23 +14,14 @@
 
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"
+#include "tests/expect_error.h"
+#include "tests/numbered_dataset.h"
 
 namespace kiln {
 namespace {
 
-// Features [N, F] with row i = {i, i + 0.5, ...} and label 100 + i.
-Dataset Numbered(int64_t n, int64_t f = 3) {
-  Dataset d;
-  d.features = Tensor(DataType::kFP32, {n, f});
-  d.labels = Tensor(DataType::kINT64, {n, 1});
-  float* x = d.features.mutable_data<float>();
-  int64_t* y = d.labels.mutable_data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < f; ++j) x[i * f + j] = static_cast<float>(i) + 0.5f * static_cast<float>(j);
-    y[i] = 100 + i;
-  }
-  return d;
-}
+using test::ExpectError;
+using test::Numbered;
 
 // A dataset of `n` generated rows [N, 2] = {row, -row}; `on_row` runs first
 // for every row made (it may count, sleep or throw).
@@ -52,17 +43,6 @@ Dataset Generated(int64_t n, std::function<void(int64_t)> on_row) {
 bool SameBytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.dims() == b.dims() &&
          (a.bytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0);
-}
-
-void ExpectError(const std::function<void()>& fn, ErrorCode code, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(ErrorCodeName(e.code()), std::string(ErrorCodeName(code))) << e.what();
-    for (const std::string& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no kiln::Error thrown";
 }
 
 DataLoaderOptions Options(int64_t batch, uint64_t seed, bool shuffle, bool drop_last, int workers, int prefetch = 2) {

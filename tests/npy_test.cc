@@ -10,46 +10,17 @@
 #include <random>
 
 #include "framework/file_util.h"
+#include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ExpectError;
+using test::TempDir;
 
 std::string Fixture(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/data/npy/" + name; }
-
-// A fresh directory, removed with its contents at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_npy_test_XXXXXX").string();
-    KILN_CHECK(mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> Entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
-
-// Runs fn, expects a kiln::Error with `code` whose message contains every
-// piece of `pieces`.
-void ExpectError(const std::function<void()>& fn, ErrorCode code, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(ErrorCodeName(e.code()), std::string(ErrorCodeName(code))) << e.what();
-    for (const std::string& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no kiln::Error thrown";
-}
 
 template <typename T>
 std::vector<T> Values(const Tensor& t) {
@@ -129,7 +100,7 @@ TEST(NpyTest, WriterMatchesNpSaveByteForByte) {
 }
 
 TEST(NpyTest, RoundTripsEveryRankAndDtype) {
-  TempDir dir;
+  TempDir dir("kiln_npy_test");
   std::mt19937 rng(3);
   std::vector<Dims> shapes = {{}, {1}, {7}, {3, 5}, {2, 3, 4}, {2, 1, 3, 2}, {1, 2, 1, 2, 3}, {4, 0, 2}};
   for (const Dims& dims : shapes) {
@@ -270,7 +241,7 @@ TEST(NpyTest, MissingFileIsNotFound) {
 }
 
 TEST(NpyTest, FailedWriteLeavesNoFile) {
-  TempDir dir;
+  TempDir dir("kiln_npy_test");
   Tensor t(DataType::kFP32, {2});
   t.mutable_data<float>()[0] = 1;
   t.mutable_data<float>()[1] = 2;
