@@ -24,21 +24,7 @@
 namespace kiln::jit {
 namespace {
 
-using ew_test::Buffers;
-using ew_test::Isas;
-using ew_test::Random;
-using ew_test::RandomInputs;
-using ew_test::Ptrs;
-using ew_test::RunJit;
-using ew_test::RunRef;
-using ew_test::RunRefFloat;
-using ew_test::SameBits;
-using ew_test::ExpectExact;
-using ew_test::Ulp;
-using ew_test::FnTol;
-using ew_test::ExpectNear;
-using ew_test::Flat;
-using ew_test::kSizes;
+using namespace ew_test;  // the helpers shared by the split files (tests/ew_codegen_test_util.h)
 
 // ---------------------------------------------------------------------------
 // Long fused chains.

@@ -18,14 +18,7 @@
 namespace kiln {
 namespace {
 
-using test::ErrorOf;
-using test::RunAndGet;
-
-using test::CompareTensors;
-using test::FloatTensor;
-using test::RandomTensor;
-using test::RunOp;
-using test::ValueAt;
+using namespace test;  // the op-test helpers (tests/op_test_util.h)
 
 // ---- fill_constant ------------------------------------------------------------------
 
