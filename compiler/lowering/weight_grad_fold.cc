@@ -10,6 +10,17 @@ namespace {
 
 constexpr const char* kStep = kWeightGradFoldStep;
 
+// True when sgd `j` is W -= lr * G and nothing more, the only update the
+// fused primitive computes: no L2 decay term (lr * coeff * W), no gradient
+// clipping (it needs the scaled or clamped gradient itself) and no select on
+// gradient merge's Apply flag (apply_gate.h). Any other sgd stays a
+// generated elementwise update.
+bool IsPlainSgd(const Cluster& c, int j) {
+  return c.Attr<float>(j, "regularization_coeff") == 0.f && c.In(j, "GradScale").empty() &&
+         !std::isfinite(c.Attr<float>(j, "grad_clip_min")) && !std::isfinite(c.Attr<float>(j, "grad_clip_max")) &&
+         c.In(j, "Apply").empty();
+}
+
 // The sgd of matmul_grad `i`'s weight gradient, or -1.
 int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i,
             MatmulSgdUnit::Operands* o) {
@@ -25,17 +36,7 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
   }
   const int j = OnlyPendingConsumer(c, units, unit_of, i, g, kStep, {"sgd"});
   if (j < 0 || c.In(j, "Param") != w || c.Out(j, "ParamOut") != w || c.In(j, "Grad") != g) return -1;
-  // The primitive computes W -= lr * X^T dY and has no term for L2 decay's
-  // lr * coeff * W: such an sgd stays a generated elementwise update.
-  if (c.Attr<float>(j, "regularization_coeff") != 0.f) return -1;
-  // Nor for gradient clipping, which needs the gradient itself (a scaled or
-  // clamped g).
-  if (!c.In(j, "GradScale").empty() || std::isfinite(c.Attr<float>(j, "grad_clip_min")) ||
-      std::isfinite(c.Attr<float>(j, "grad_clip_max"))) {
-    return -1;
-  }
-  // Nor a select on gradient merge's Apply flag (apply_gate.h).
-  if (!c.In(j, "Apply").empty()) return -1;
+  if (!IsPlainSgd(c, j)) return -1;
   const std::string lr = c.In(j, "LearningRate");
   // The step moves up to the matmul_grad: nothing in between may touch W or
   // write the operands.
