@@ -65,7 +65,7 @@ std::unique_ptr<ExecutionPlan> Executor::Prepare(const proto::ProgramDesc& progr
 }
 
 void Executor::Bind(ExecutionPlan& plan, Scope& scope) const {
-  if (plan.bound_scope_ == &scope) return;
+  if (plan.bound_generation_ == scope.generation()) return;
   for (const auto& v : plan.block_.vars()) scope.Var(v.name());
   auto bind = [&scope](std::vector<SlotVars>& slots) {
     for (auto& s : slots) {
@@ -81,7 +81,7 @@ void Executor::Bind(ExecutionPlan& plan, Scope& scope) const {
     op.release_after.clear();
     for (const auto& n : op.release_after_names) op.release_after.push_back(scope.Var(n));
   }
-  plan.bound_scope_ = &scope;
+  plan.bound_generation_ = scope.generation();
 }
 
 namespace {

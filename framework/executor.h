@@ -89,7 +89,7 @@ class ExecutionPlan {
   friend class Executor;
   proto::BlockDesc block_;
   std::vector<PreparedOp> ops_;
-  const Scope* bound_scope_ = nullptr;
+  uint64_t bound_generation_ = 0;  // Scope::generation() of the scope bound, 0: none
 };
 
 // Index of the first NaN/Inf element of an FP32/FP64 tensor, or -1 (also for

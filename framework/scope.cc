@@ -31,7 +31,12 @@ Variable* Scope::GetVar(const std::string& name) const {
 
 void Scope::EraseVar(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  vars_.erase(name);
+  if (vars_.erase(name) > 0) generation_.store(NextGeneration(), std::memory_order_release);
+}
+
+uint64_t Scope::NextGeneration() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::vector<std::string> Scope::LocalVarNames() const {

@@ -2,6 +2,8 @@
 // scope sees its parent's variables; lookups walk up the chain.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,8 +34,8 @@ class Variable {
 
 class Scope {
  public:
-  Scope() = default;
-  explicit Scope(const Scope* parent) : parent_(parent) {}
+  Scope() : generation_(NextGeneration()) {}
+  explicit Scope(const Scope* parent) : parent_(parent), generation_(NextGeneration()) {}
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
@@ -52,9 +54,18 @@ class Scope {
   void EraseVar(const std::string& name);
   std::vector<std::string> LocalVarNames() const;
   const Scope* parent() const { return parent_; }
+  // A number no other scope, and no earlier state of this one, has had: new
+  // at construction and after each EraseVar. Pointers to this scope's
+  // variables taken at one generation stay valid while it lasts (an
+  // execution plan binds to a scope by it, not by address, which a new scope
+  // may reuse).
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
+  static uint64_t NextGeneration();
+
   const Scope* parent_ = nullptr;
+  std::atomic<uint64_t> generation_;
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Variable>> vars_;
 };

@@ -147,6 +147,33 @@ TEST(ExecutorTest, RunsFreesIntermediatesAndKeepsFetches) {
   EXPECT_FLOAT_EQ(scope.GetVar("z")->Get().data<float>()[0], 4.f);
 }
 
+// A prepared plan is reused over scopes that come and go (the JIT's
+// fallback does so): each new scope, even one at a freed scope's address,
+// and a scope whose variables were erased and made again, is bound afresh.
+TEST(ExecutorTest, APlanRebindsToEachNewScopeAndAfterAnErase) {
+  const proto::ProgramDesc p = ParseProgramText(kSmall);
+  Executor exec;
+  auto plan = exec.Prepare(p, 0, {"z"});
+  for (int round = 0; round < 4; ++round) {
+    auto scope = std::make_unique<Scope>();
+    const float v = static_cast<float>(round + 1);
+    FeedTensor(p.blocks(0), *scope, "x", test::FloatTensor({2, 3}, {v, 0, 0, 0, 0, 0}));
+    FeedTensor(p.blocks(0), *scope, "w", test::FloatTensor({3, 2}, {1, 0, 0, 1, 1, 1}));
+    exec.Run(*plan, *scope);
+    EXPECT_FLOAT_EQ(scope->GetVar("z")->Get().data<float>()[0], v) << "round " << round;
+  }
+  Scope scope;
+  FeedTensor(p.blocks(0), scope, "x", test::FloatTensor({2, 3}, {1, 0, 0, 0, 0, 0}));
+  FeedTensor(p.blocks(0), scope, "w", test::FloatTensor({3, 2}, {1, 0, 0, 1, 1, 1}));
+  exec.Run(*plan, scope);
+  const uint64_t bound = scope.generation();
+  scope.EraseVar("x");
+  EXPECT_NE(scope.generation(), bound);
+  FeedTensor(p.blocks(0), scope, "x", test::FloatTensor({2, 3}, {7, 0, 0, 0, 0, 0}));
+  exec.Run(*plan, scope);
+  EXPECT_FLOAT_EQ(scope.GetVar("z")->Get().data<float>()[0], 7.f);
+}
+
 TEST(ExecutorTest, FeedChecksDtypeAndDims) {
   const proto::ProgramDesc p = ParseProgramText(kSmall);
   Scope scope;
