@@ -7,6 +7,7 @@
 
 #include "framework/executor.h"
 #include "framework/op_registry.h"
+#include "launch_op/fallback.h"
 #include "launch_op/nan_check.h"
 #include "launch_op/shadow_check.h"
 #include "runtime/runner.h"
@@ -14,43 +15,25 @@
 namespace kiln::jit {
 namespace {
 
-// What the ops of one RegisterJitOps call launch through: the runtime, and
-// the registry that holds its jit_kernel op (executor launch mode).
+// What the ops of one RegisterJitOps call launch through: the runtime, the
+// registry that holds its jit_kernel op (executor launch mode) and the
+// fallback's registry.
 struct JitOps {
   JitRuntime& jit;
   const OpRegistry& registry;
+  std::shared_ptr<FallbackOps> fallback;
 };
 
-// The cluster's own framework ops over a local scope holding `inputs` (in
-// the subgraph's input order; shared, or deep copies with `copy_inputs`);
-// the scope holds the outputs afterwards.
-std::unique_ptr<Scope> RunClusterOps(const JitSubgraph& sg, const std::vector<Tensor>& inputs, bool copy_inputs,
-                                     ExecutorOptions options) {
-  auto local = std::make_unique<Scope>();
-  for (size_t i = 0; i < sg.inputs.size(); ++i) {
-    Tensor* t = local->Var(sg.inputs[i])->GetMutable();
-    if (copy_inputs) {
-      t->CopyFrom(inputs[i]);
-    } else {
-      *t = inputs[i];
-    }
-  }
-  proto::ProgramDesc program;
-  *program.add_blocks() = sg.block;
-  Executor exec(options);
-  auto plan = exec.Prepare(program, 0, std::set<std::string>(sg.outputs.begin(), sg.outputs.end()));
-  exec.Run(*plan, *local);
-  return local;
-}
-
 // The cluster's framework ops on the caller's buffers (inputs shared, outputs
-// shared back).
-void RunFallback(ExecContext& ctx, const JitSubgraph& sg, LaunchServices& launch) {
+// shared back), with the fallback's kernels.
+void RunFallback(ExecContext& ctx, const std::string& key, const JitOps& ops) {
+  const JitSubgraph& sg = ops.jit.cache().GetSubgraph(key);
+  LaunchServices& launch = ops.jit.launch();
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < sg.inputs.size(); ++i) inputs.push_back(ctx.InputMeta("X", i));
   ExecutorOptions options;
   options.check_nan_inf = ctx.check_nan_inf();
-  const auto local = RunClusterOps(sg, inputs, /*copy_inputs=*/false, options);
+  const auto local = ops.fallback->Run(key, sg, inputs, options, ops.registry, ops.jit);
   inputs.clear();
   for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local->GetVar(sg.outputs[o])->Get();
   launch.Count(LaunchEvent::kFrameworkFallback);
@@ -83,14 +66,14 @@ void ShadowCheck(ExecContext& ctx, JitRuntime& jit, const CompiledObject& obj, c
   const JitSubgraph& sg = jit.cache().GetSubgraph(obj.key);
   ExecutorOptions options;  // the kernels a run without the JIT would use
   options.use_onednn = obj.options.use_onednn;
-  const auto local = RunClusterOps(sg, copies, /*copy_inputs=*/true, options);
+  const auto local = RunClusterOps(sg, copies, /*copy_inputs=*/true, Executor(options));
   std::vector<const Tensor*> got;
   for (size_t o = 0; o < sg.outputs.size(); ++o) got.push_back(obj.output_shape_only[o] ? nullptr : ctx.Output("Out", o));
   const std::vector<const Tensor*> want = OutputsIn(*local, sg);
   std::optional<ShadowFailure> failure = FindShadowFailure(sg, got, want, checks.tolerances);
   if (!failure) return;
   options.use_onednn = !options.use_onednn;  // the other kernels: other summation orders
-  const auto alt = RunClusterOps(sg, copies, /*copy_inputs=*/true, options);
+  const auto alt = RunClusterOps(sg, copies, /*copy_inputs=*/true, Executor(options));
   failure = FindShadowFailure(sg, got, want, checks.tolerances, OutputsIn(*alt, sg));
   if (!failure) return;
   failure->key = obj.key;
@@ -313,7 +296,7 @@ void JitLaunchKernel(ExecContext& ctx, const JitOps& ops) {
   }
   const auto obj = jit.Compile(key, sig);
   if (!obj) {
-    RunFallback(ctx, jit.cache().GetSubgraph(key), jit.launch());
+    RunFallback(ctx, key, ops);
     return;
   }
   const size_t n_out = ctx.OutputCount("Out");
@@ -344,7 +327,7 @@ void RegisterJitOps(OpRegistry& registry, JitRuntime& runtime) {
     }
     return std::vector<std::string>{};
   };
-  const JitOps ops{runtime, registry};
+  const JitOps ops{runtime, registry, std::make_shared<FallbackOps>()};
   launch.reference_kernel = [ops](ExecContext& ctx) { JitLaunchKernel(ctx, ops); };
   registry.Add(std::move(launch));
 

@@ -28,7 +28,7 @@ double ValueAt(const Tensor& t, int64_t i);
 
 // Runs `ops` in order over a fresh scope holding `inputs`; returns the scope.
 std::unique_ptr<Scope> RunOps(const std::vector<proto::OpDesc>& ops, const std::map<std::string, Tensor>& inputs,
-                              bool use_onednn);
+                              bool use_onednn, const OpRegistry& registry = OpRegistry::Global());
 inline std::unique_ptr<Scope> RunOp(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs,
                                     bool use_onednn = false) {
   return RunOps({op}, inputs, use_onednn);

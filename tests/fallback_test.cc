@@ -1,0 +1,155 @@
+// A cluster without a compiled object runs its framework ops
+// (launch_op/fallback.h): the fallback's registry holds every op of its base,
+// its fused attention kernels (the compiler's tiled ones) match the reference
+// kernels at odd sizes, causal and not, with gradients wanted in part or not
+// flowing in; and a GPT whose every cluster is denied trains as with the JIT
+// off, through the fallback and with no compile.
+#include "launch_op/fallback.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "framework/data/synthetic_tasks.h"
+#include "framework/op_desc.h"
+#include "tests/builtin_model_test_util.h"
+#include "tests/op_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompareTensors;
+using test::RandomTensor;
+using test::RunOps;
+
+struct Case {
+  Dims batch;  // the dims before the last two
+  int64_t sq, sk, d, dv;
+  bool causal;
+  Dims With(int64_t a, int64_t b) const {
+    Dims r = batch;
+    r.push_back(a);
+    r.push_back(b);
+    return r;
+  }
+  std::string Name() const {
+    return "sq " + std::to_string(sq) + " sk " + std::to_string(sk) + " d " + std::to_string(d) + " dv " +
+           std::to_string(dv) + (causal ? " causal" : "");
+  }
+};
+
+std::vector<proto::OpDesc> ForwardAndGrad(const Case& c, bool dq, bool dk, bool dv, bool dout) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  OpBuilder g("fused_attention_grad");
+  g.In("Q", {"q"}).In("K", {"k"}).In("V", {"v"}).In("Out", {"o"}).In("LSE", {"lse"});
+  if (dout) g.In("Out@GRAD", {"do"});
+  if (dq) g.Out("Q@GRAD", {"dq"});
+  if (dk) g.Out("K@GRAD", {"dk"});
+  if (dv) g.Out("V@GRAD", {"dv"});
+  return {OpBuilder("fused_attention")
+              .In("Q", {"q"})
+              .In("K", {"k"})
+              .In("V", {"v"})
+              .Out("Out", {"o"})
+              .Out("LSE", {"lse"})
+              .Attr("scale", scale)
+              .Attr("causal", c.causal)
+              .Build(),
+          g.Attr("scale", scale).Attr("causal", c.causal).Build()};
+}
+
+TEST(FallbackRegistryTest, HoldsEveryOpOfItsBase) {
+  OpRegistry base;
+  RegisterAllOps(base);
+  OpInfo extra;
+  extra.type = "fallback_test_extra";
+  extra.reference_kernel = [](ExecContext&) {};
+  base.Add(extra);
+  const auto fallback = jit::MakeFallbackRegistry(base, HostIsa());
+  EXPECT_EQ(fallback->Types(), base.Types());
+}
+
+TEST(FallbackRegistryTest, FusedAttentionMatchesTheReferenceKernels) {
+  const auto fallback = jit::MakeFallbackRegistry(OpRegistry::Global(), HostIsa());
+  const std::vector<Case> cases = {
+      {{2, 3}, 5, 7, 9, 6, false}, {{1, 2}, 11, 11, 8, 8, true}, {{3}, 1, 1, 3, 5, true},
+      {{2, 1}, 33, 17, 16, 16, false}, {{1, 1}, 19, 19, 7, 3, true},
+  };
+  std::mt19937 rng(20261127);
+  for (const Case& c : cases) {
+    std::map<std::string, Tensor> in = {{"q", RandomTensor(c.With(c.sq, c.d), DataType::kFP32, rng)},
+                                        {"k", RandomTensor(c.With(c.sk, c.d), DataType::kFP32, rng)},
+                                        {"v", RandomTensor(c.With(c.sk, c.dv), DataType::kFP32, rng)},
+                                        {"do", RandomTensor(c.With(c.sq, c.dv), DataType::kFP32, rng)}};
+    // All gradients; dV alone; dQ and dK; none flowing in (all zero).
+    const std::vector<std::vector<bool>> wanted = {
+        {true, true, true, true}, {false, false, true, true}, {true, true, false, true}, {true, true, true, false}};
+    for (const std::vector<bool>& w : wanted) {
+      const std::vector<proto::OpDesc> ops = ForwardAndGrad(c, w[0], w[1], w[2], w[3]);
+      const auto want = RunOps(ops, in, /*use_onednn=*/false);
+      const auto got = RunOps(ops, in, /*use_onednn=*/false, *fallback);
+      std::vector<std::string> outs = {"o", "lse"};
+      if (w[0]) outs.push_back("dq");
+      if (w[1]) outs.push_back("dk");
+      if (w[2]) outs.push_back("dv");
+      for (const std::string& o : outs) {
+        EXPECT_EQ(CompareTensors(got->GetVar(o)->Get(), want->GetVar(o)->Get(), 2e-5, 2e-4), "")
+            << c.Name() << " " << o << " wanted " << w[0] << w[1] << w[2] << " dout " << w[3];
+      }
+    }
+  }
+}
+
+// Every cluster of a tiny GPT (its causal attention fused) denied: each
+// launch runs the fallback, nothing compiles, and the losses are JIT off's.
+TEST(FallbackTest, AGptWithEveryClusterDeniedTrainsAsJitOff) {
+  GptConfig c;
+  c.layers = 2;
+  c.seq_len = 8;
+  c.d_model = 16;
+  c.num_heads = 2;
+  c.ffn_dim = 32;
+  c.vocab = 16;
+  TrainConfig tc;
+  tc.optimizer = OptimizerKind::kAdam;
+  tc.lr = 0.01f;
+  const Model m = BuildGpt(c, tc);
+  const Dataset all = MakeSyntheticTokens(160, c.seq_len + 1, c.vocab, /*seed=*/5);
+  auto [train, test] = SplitDataset(all, 0.8);
+  TrainOptions o;
+  o.epochs = 1000;
+  o.batch_size = 8;
+  o.max_steps = 6;
+  const TrainResult off = Train(m, train, test, o);
+
+  test::TestJit jit;
+  bool fused = false;
+  o.registry = &jit.registry();
+  o.program_transform = [&](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+    proto::ProgramDesc out = RunPipeline(p, test::DefaultJitPipeline(jit, keep), jit.registry());
+    jit::JitOptions options = jit->options();
+    for (const std::string& key : jit->cache().Keys()) {
+      options.deny_clusters.insert(key);
+      for (const auto& op : jit->cache().GetSubgraph(key).block.ops()) fused |= op.type() == "fused_attention";
+    }
+    jit->Configure(options);
+    return out;
+  };
+  const TrainResult on = Train(m, train, test, o);
+  EXPECT_TRUE(fused) << "the clusters hold no fused_attention: the test checks nothing of its kernels";
+  EXPECT_EQ(jit->stats().compiles, 0);
+  EXPECT_GT(jit->stats().fallback_calls, 0);
+  ASSERT_EQ(on.losses.size(), off.losses.size());
+  for (size_t i = 0; i < off.losses.size(); ++i) {
+    EXPECT_NEAR(on.losses[i], off.losses[i], 1e-4f * std::max(1.0f, std::fabs(off.losses[i]))) << "step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
