@@ -1,5 +1,6 @@
 #include "compiler/compile_cache.h"
 
+#include <set>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -30,6 +31,47 @@ std::string SignatureChange(const JitSubgraph& subgraph, const ShapeSignature& b
     if (a.dims != b.dims) out += " dims " + DimsToString(a.dims) + " -> " + DimsToString(b.dims);
   }
   return out.empty() ? "compile options changed" : out;
+}
+
+// The limit warning's summary of a new signature against the last one
+// compiled: the distinct dim changes (old -> new) and how many inputs they
+// touch, with the first such input in full, so that the line stays short
+// however many inputs a cluster has ("dims 128 -> 144 in 12 of 31 inputs,
+// first features [16,128,64] -> [16,144,64]").
+std::string LimitChange(const JitSubgraph& subgraph, const ShapeSignature& before, const ShapeSignature& after) {
+  if (before.inputs.size() != after.inputs.size()) return "another number of inputs";
+  std::set<std::string> changes;
+  int changed = 0;
+  std::string first;
+  for (size_t i = 0; i < after.inputs.size(); ++i) {
+    const InputSpec& a = before.inputs[i];
+    const InputSpec& b = after.inputs[i];
+    if (a == b) continue;
+    if (changed++ == 0) {
+      first = (i < subgraph.inputs.size() ? subgraph.inputs[i] : "#" + std::to_string(i)) + " " +
+              DataTypeName(a.dtype) + DimsToString(a.dims) + " -> " + DataTypeName(b.dtype) + DimsToString(b.dims);
+    }
+    if (a.dtype != b.dtype) changes.insert(std::string("dtype ") + DataTypeName(a.dtype) + " -> " + DataTypeName(b.dtype));
+    if (a.dims.size() != b.dims.size()) {
+      changes.insert("rank " + std::to_string(a.dims.size()) + " -> " + std::to_string(b.dims.size()));
+      continue;
+    }
+    for (size_t d = 0; d < a.dims.size(); ++d) {
+      if (a.dims[d] != b.dims[d]) changes.insert(std::to_string(a.dims[d]) + " -> " + std::to_string(b.dims[d]));
+    }
+  }
+  if (changed == 0) return "compile options changed";
+  std::string out = "dims ";
+  size_t n = 0;
+  for (const std::string& c : changes) {
+    if (n == 3) {
+      out += ", ... (" + std::to_string(changes.size() - n) + " more)";
+      break;
+    }
+    out += (n++ ? ", " : "") + c;
+  }
+  return out + " in " + std::to_string(changed) + " of " + std::to_string(after.inputs.size()) +
+         " inputs, first " + first;
 }
 
 }  // namespace
@@ -105,11 +147,17 @@ std::optional<CompileCache::Future> CompileCache::LookupLocked(const CacheKey& c
   if (static_cast<int>(seen.size()) >= options_.recompile_limit) {
     *give_up = true;
     if (given_up_.insert(ck.key).second) {
-      LogLine(options_.log, "kiln jit: cluster " + ck.key + " reached " + std::to_string(seen.size()) +
-                                " shape signatures (limit " + std::to_string(options_.recompile_limit) +
-                                ", --jit_recompile_limit); newest " + ck.signature.ToString() +
-                                "; it compiles no more: new signatures run through the framework ops, cached ones "
-                                "stay compiled");
+      const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
+      auto last = last_signature_.find(ck.key);
+      auto sub = subgraphs_.find(ck.key);
+      const std::string change = last == last_signature_.end() || sub == subgraphs_.end()
+                                     ? ck.signature.ToString()
+                                     : LimitChange(sub->second, last->second, ck.signature);
+      LogLine(options_.log, "kiln jit: cluster " + name + (name == ck.key ? "" : " (" + ck.key + ")") +
+                                " reached its limit of " +
+                                std::to_string(options_.recompile_limit) +
+                                " shape signatures (--jit_recompile_limit); new ones run through the framework ops: " +
+                                change);
     }
     return std::nullopt;
   }
