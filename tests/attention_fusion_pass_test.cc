@@ -17,7 +17,6 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "launch_op/default_jit.h"
 #include "framework/allocator.h"
 #include "framework/backward.h"
 #include "framework/data/synthetic.h"
@@ -27,12 +26,11 @@
 #include "framework/program_io.h"
 #include "framework/trainer.h"
 #include "framework/validate.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pass_registry.h"
 #include "passes/pipeline.h"
 #include "tests/golden_util.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/program_maker.h"
+#include "tests/test_jit.h"
 
 namespace kiln {
 namespace {
@@ -208,7 +206,8 @@ TEST(AttentionFusionPass, RegistryAndPipeline) {
   EXPECT_EQ(report.fused.size(), 1u);
 
   // First in the pipeline, and only with the JIT.
-  PipelineOptions o = test::JitPipeline(BuildJitPassOptions{});
+  test::TestJit jit;
+  PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
   o.fuse_attention = o.recompute = true;
   std::vector<std::string> names;
   for (const auto& p : BuildPipeline(o)) names.emplace_back(p->name());
@@ -247,14 +246,15 @@ TrainOptions ShortTraining() {
   return o;
 }
 
-// The pipeline as kiln train runs it with the JIT: fusion on or off.
-TrainOptions WithJit(bool fuse) {
+// The pipeline as kiln train runs it with `jit`: fusion on or off.
+TrainOptions WithJit(test::TestJit& jit, bool fuse) {
   TrainOptions o = ShortTraining();
-  o.program_transform = [fuse](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-    PipelineOptions po = test::JitPipeline(BuildJitPassOptions{});
+  o.registry = &jit.registry();
+  o.program_transform = [&jit, fuse](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+    PipelineOptions po = jit.Pipeline(BuildJitPassOptions{});
     po.fuse_attention = fuse;
     po.keep_vars = keep;
-    return RunPipeline(p, po);
+    return RunPipeline(p, po, jit.registry());
   };
   return o;
 }
@@ -267,12 +267,12 @@ void ExpectSameLosses(const TrainResult& a, const TrainResult& b, const std::str
 }
 
 TEST(AttentionFusionPassTrain, SameLossesOnAndOffWithAndWithoutTheJit) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
-  jit::DefaultJit().ClearCache();
+  test::TestJit jit;
   const TrainSetup s = Transformer(24);
   const TrainResult off = Train(s.model, s.train, s.test, ShortTraining());
-  const TrainResult jit_fused = Train(s.model, s.train, s.test, WithJit(true));
-  const TrainResult jit_unfused = Train(s.model, s.train, s.test, WithJit(false));
+  const TrainResult jit_fused = Train(s.model, s.train, s.test, WithJit(jit, true));
+  const TrainResult jit_unfused = Train(s.model, s.train, s.test, WithJit(jit, false));
+  EXPECT_GT(jit->stats().compiles, 0);
   ExpectSameLosses(jit_fused, off, "JIT with fusion vs JIT off");
   ExpectSameLosses(jit_fused, jit_unfused, "JIT with fusion vs without");
   // The pass alone: the fused ops on their reference kernels.
@@ -296,9 +296,9 @@ size_t PeakTensorBytes(const TrainSetup& s, const TrainOptions& o) {
 // seq 96, batch 16: each [16, 4, 96, 96] f32 tensor of the attention is
 // 2.25 MiB, the [16, 96, 32] activations 192 KiB.
 TEST(AttentionFusionPassTrain, TheProbabilitiesLeaveThePeak) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   const TrainSetup s = Transformer(96);
-  TrainOptions fused = WithJit(true), unfused = WithJit(false);
+  TrainOptions fused = WithJit(jit, true), unfused = WithJit(jit, false);
   fused.max_steps = unfused.max_steps = 2;
   const size_t with = PeakTensorBytes(s, fused), without = PeakTensorBytes(s, unfused);
   const size_t probs = size_t{16} * 4 * 96 * 96 * 4;

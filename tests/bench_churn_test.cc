@@ -11,10 +11,8 @@
 
 #include <cmath>
 
-#include "launch_op/default_jit.h"
 #include "framework/onednn/primitive_cache.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 #include "tests/train_cases.h"
 
 namespace kiln::tools {
@@ -25,26 +23,23 @@ constexpr size_t kJitCapacity = 8;
 constexpr size_t kPrimitiveCapacity = 48;
 constexpr int64_t kSizes = 150;
 
+// The churn runs on the test's own JIT (tests/test_jit.h).
 class BenchChurnTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
   void SetUp() override {
-    saved_ = jit::DefaultJit().options();
     saved_primitive_capacity_ = onednn::PrimitiveCache::Global().stats().capacity;
     onednn::PrimitiveCache::Global().set_capacity(kPrimitiveCapacity);
   }
-  void TearDown() override {
-    jit::DefaultJit().Configure(saved_);
-    jit::DefaultJit().ClearCache();
-    onednn::PrimitiveCache::Global().set_capacity(saved_primitive_capacity_);
-    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  void Configure(int recompile_limit) {
-    jit::JitOptions o = saved_;
+  void TearDown() override { onednn::PrimitiveCache::Global().set_capacity(saved_primitive_capacity_); }
+  // Empties the JIT's cache and gives it `mode`, the small capacity and
+  // `recompile_limit`.
+  void Configure(jit::LaunchMode mode, int recompile_limit) {
+    jit::JitOptions o;
     o.cache_capacity = kJitCapacity;
     o.recompile_limit = recompile_limit;
-    jit::DefaultJit().ClearCache();
-    jit::DefaultJit().Configure(o);
+    o.launch_mode = mode;
+    jit_->ClearCache();
+    jit_->Configure(o);
   }
   // The losses of a churn run, checking the bounds after every step.
   std::vector<float> Churn(const Model& m, const proto::ProgramDesc& program, std::vector<ChurnPoint>* points) {
@@ -52,19 +47,19 @@ class BenchChurnTest : public ::testing::Test {
     ChurnOptions o;
     o.sizes = kSizes;
     o.checkpoints = {50, 100};
-    o.on_step = [&losses](int64_t batch, float loss) {
+    o.on_step = [this, &losses](int64_t batch, float loss) {
       losses.push_back(loss);
-      jit::JitRuntime& c = jit::DefaultJit();
+      const jit::JitRuntime& c = jit_.runtime();
       EXPECT_LE(c.cache().cache_size(), kJitCapacity) << "batch " << batch;
       // Expired ids are dropped when the map passes 2 * capacity + 64.
       EXPECT_LE(c.cache().ids_tracked(), 2 * kJitCapacity + 65) << "batch " << batch;
       EXPECT_LE(c.executor_programs_alive(), static_cast<int64_t>(kJitCapacity)) << "batch " << batch;
       EXPECT_LE(onednn::PrimitiveCache::Global().stats().size, kPrimitiveCapacity) << "batch " << batch;
     };
-    *points = RunChurn(m, program, o, ExecutorOptions());
+    *points = RunChurn(m, program, o, ExecutorOptions(), jit_.runtime(), jit_.registry());
     return losses;
   }
-  jit::JitOptions saved_;
+  test::TestJit jit_;
   size_t saved_primitive_capacity_ = 0;
 };
 
@@ -80,7 +75,7 @@ TEST_F(BenchChurnTest, CachesStayBoundedInBothLaunchModes) {
   BuildJitPassOptions bo;
   bo.keep_vars = {m.features, m.labels, m.loss};
   bo.deny_ops = {"softmax_with_cross_entropy"};  // two clusters compete for the caches
-  const proto::ProgramDesc program = test::ApplyBuildJit(m.train, bo);
+  const proto::ProgramDesc program = jit_.ApplyBuildJit(m.train, bo);
   int clusters = 0;
   for (const auto& op : program.blocks(0).ops()) clusters += op.type() == "jit_launch";
   ASSERT_GE(clusters, 2);
@@ -90,21 +85,22 @@ TEST_F(BenchChurnTest, CachesStayBoundedInBothLaunchModes) {
   EXPECT_EQ(points.back().sizes_seen, kSizes);
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     const std::string what = mode == jit::LaunchMode::kRuntime ? "runtime" : "executor";
-    jit::DefaultJit().SetLaunchMode(mode);
 
     // Every size compiles (the limit is out of reach): the LRU evicts.
-    Configure(/*recompile_limit=*/1000000);
+    Configure(mode, /*recompile_limit=*/1000000);
     ExpectSameLosses(off, Churn(m, program, &points), what + " compiling every size");
     const ChurnPoint& end = points.back();
     EXPECT_EQ(end.jit_compiles, clusters * kSizes) << what;
     EXPECT_EQ(end.jit_evictions, end.jit_compiles - static_cast<int64_t>(kJitCapacity)) << what;
     EXPECT_EQ(end.jit_cache_entries, kJitCapacity) << what;
     EXPECT_EQ(end.framework_fallbacks, 0) << what;
+    // The launches ran in `mode`: executor-mode programs exist in it alone.
+    EXPECT_EQ(end.executor_programs > 0, mode == jit::LaunchMode::kExecutor) << what;
     EXPECT_EQ(end.primitive_cache_entries, kPrimitiveCapacity) << what << ": the churn fills it";
 
     // Past the limit the clusters compile no more and new sizes run the
     // framework ops; the cache keeps what was compiled.
-    Configure(/*recompile_limit=*/4);
+    Configure(mode, /*recompile_limit=*/4);
     testing::internal::CaptureStderr();
     ExpectSameLosses(off, Churn(m, program, &points), what + " past the recompile limit");
     const std::string err = testing::internal::GetCapturedStderr();

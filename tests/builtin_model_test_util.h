@@ -16,7 +16,7 @@
 namespace kiln::test {
 
 // kiln train's default pipeline, storing its subgraphs in `jit`.
-inline PipelineOptions DefaultJitPipeline(TestJit& jit, const std::set<std::string>& keep) {
+inline PipelineOptions KilnTrainPipeline(TestJit& jit, const std::set<std::string>& keep) {
   PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
   o.fuse_attention = true;
   o.recompute = true;
@@ -45,7 +45,7 @@ inline OffAndOn ExpectJitMatchesJitOff(const Model& m, const Dataset& train, con
   r.off = Train(m, train, test, o);
   o.registry = &jit.registry();
   o.program_transform = [&jit](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-    return RunPipeline(p, DefaultJitPipeline(jit, keep), jit.registry());
+    return RunPipeline(p, KilnTrainPipeline(jit, keep), jit.registry());
   };
   r.on = Train(m, train, test, o);
   EXPECT_GT(jit->stats().compiles, 0);

@@ -15,11 +15,9 @@
 #include "framework/file_util.h"
 #include "framework/op_registry.h"
 #include "framework/trainer.h"
-#include "launch_op/default_jit.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
 #include "tests/temp_dir.h"
+#include "tests/test_jit.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -210,7 +208,6 @@ TEST(CheckpointTest, AProgramThatDoesNotMatchIsNamedVarByVar) {
 // uninterrupted run bit for bit: JIT on and off, sgd, momentum and adam,
 // across an epoch boundary (digits: 44 batches of 32 an epoch).
 TEST(CheckpointTest, ResumeIsBitExact) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
   const test::TrainCase base = test::SmallTrainCases()[0];
   for (OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
     TrainConfig tc;
@@ -218,14 +215,16 @@ TEST(CheckpointTest, ResumeIsBitExact) {
     const Model model = BuildMlp(MlpConfig{64, {32}, 10}, tc);
     for (bool jit : {false, true}) {
       SCOPED_TRACE(std::string(jit ? "jit " : "no jit ") + std::to_string(static_cast<int>(opt)));
+      test::TestJit own_jit;
       TrainOptions o;
       o.epochs = 3;
       o.max_steps = 70;
       if (jit) {
-        o.program_transform = [](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+        o.registry = &own_jit.registry();
+        o.program_transform = [&own_jit](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
           BuildJitPassOptions bo;
           bo.keep_vars = keep;
-          return test::ApplyBuildJit(p, bo);
+          return own_jit.ApplyBuildJit(p, bo);
         };
       }
       const TrainResult straight = Train(model, base.train, base.test, o);
@@ -244,6 +243,7 @@ TEST(CheckpointTest, ResumeIsBitExact) {
         ASSERT_EQ(resumed.losses[i], straight.losses[30 + i]) << "step " << 31 + i;
       }
       EXPECT_EQ(resumed.test_accuracy, straight.test_accuracy);
+      EXPECT_EQ(own_jit->stats().compiles > 0, jit);
     }
   }
 }

@@ -1,7 +1,7 @@
 // Threads sharing the JIT compiler and the oneDNN primitive cache. Eight
 // threads compile and launch the same and different clusters (the small
-// models' training programs at two batch sizes) through
-// jit::DefaultJit() and jit_launch, in both launch modes; eight
+// models' training programs at two batch sizes) through one JIT of the
+// test's own (tests/test_jit.h) and jit_launch, in both launch modes; eight
 // executors run the JIT-off programs through PrimitiveCache::Global(), also
 // with a capacity so small that entries are evicted while other threads use
 // them. Every thread's losses equal the single-threaded run's, and each
@@ -15,11 +15,9 @@
 #include <string>
 #include <thread>
 
-#include "launch_op/default_jit.h"
 #include "framework/onednn/primitive_cache.h"
 #include "framework/trainer.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
+#include "tests/test_jit.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -31,18 +29,19 @@ constexpr int kThreads = 8;
 constexpr int kSteps = 2;
 constexpr int64_t kBatches[] = {16, 24};
 
-// One model's program at one batch size.
+// One model's program at one batch size, its ops from `registry`.
 struct Config {
   const test::TrainCase* c;
   const proto::ProgramDesc* program;
   int64_t batch;
+  const OpRegistry* registry;
 };
 
 std::vector<float> Train(const Config& cfg) {
   const Model& m = cfg.c->model;
   Scope scope;
-  Executor().RunProgram(m.startup, scope);
-  Executor exec;
+  Executor({}, *cfg.registry).RunProgram(m.startup, scope);
+  Executor exec({}, *cfg.registry);
   auto plan = exec.Prepare(*cfg.program, 0, {m.loss});
   std::vector<float> losses;
   for (int s = 0; s < kSteps; ++s) {
@@ -89,58 +88,63 @@ void ExpectSameLosses(const std::vector<std::vector<float>>& got, const std::vec
 
 class ConcurrencyTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
-    cases_ = new std::vector<test::TrainCase>(test::SmallTrainCases());
-    jitted_ = new std::vector<proto::ProgramDesc>();
+  static void SetUpTestSuite() { cases_ = new std::vector<test::TrainCase>(test::SmallTrainCases()); }
+  static void TearDownTestSuite() { delete cases_; }
+
+  // Every model's training program through build_jit_pass, its subgraphs
+  // stored in `jit`.
+  static std::vector<proto::ProgramDesc> Jitted(test::TestJit& jit) {
+    std::vector<proto::ProgramDesc> jitted;
     for (const test::TrainCase& c : *cases_) {
       BuildJitPassOptions o;
       o.keep_vars = {c.model.features, c.model.labels, c.model.loss};
       // With the loss left out each program has a forward and a backward
       // cluster, so threads also launch different clusters of one program.
       o.deny_ops = {"softmax_with_cross_entropy"};
-      jitted_->push_back(test::ApplyBuildJit(c.model.train, o));
+      jitted.push_back(jit.ApplyBuildJit(c.model.train, o));
     }
+    return jitted;
   }
-  static void TearDownTestSuite() {
-    delete cases_;
-    delete jitted_;
-  }
-  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
 
   // Every model at every batch size: 6 configs on 8 threads, so two configs
   // run on two threads at once (same clusters, same shapes), and every
-  // cluster is asked for two shape signatures at once.
-  static std::vector<Config> Configs(bool jit) {
+  // cluster is asked for two shape signatures at once. The programs are
+  // `jitted` (run with `jit`'s registry), or the training programs when
+  // `jit` is null.
+  static std::vector<Config> Configs(const test::TestJit* jit = nullptr,
+                                     const std::vector<proto::ProgramDesc>* jitted = nullptr) {
     std::vector<Config> configs;
+    const OpRegistry* registry = jit != nullptr ? &jit->registry() : &OpRegistry::Global();
     for (size_t i = 0; i < cases_->size(); ++i) {
       for (int64_t batch : kBatches) {
-        configs.push_back({&(*cases_)[i], jit ? &(*jitted_)[i] : &(*cases_)[i].model.train, batch});
+        const proto::ProgramDesc* program = jit != nullptr ? &(*jitted)[i] : &(*cases_)[i].model.train;
+        configs.push_back({&(*cases_)[i], program, batch, registry});
       }
     }
     return configs;
   }
 
   static inline std::vector<test::TrainCase>* cases_ = nullptr;
-  static inline std::vector<proto::ProgramDesc>* jitted_ = nullptr;
 };
 
 TEST_F(ConcurrencyTest, EightThreadsCompileAndLaunchTheSameAndDifferentClusters) {
-  const std::vector<Config> configs = Configs(/*jit=*/true);
+  test::TestJit jit;
+  const std::vector<proto::ProgramDesc> jitted = Jitted(jit);
+  const std::vector<Config> configs = Configs(&jit, &jitted);
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::DefaultJit().SetLaunchMode(mode);
+    jit->SetLaunchMode(mode);
     // Single-threaded: the losses, and how many compiles all configs need.
-    jit::DefaultJit().ClearCache();
+    jit->ClearCache();
     std::vector<std::vector<float>> want;
     for (const Config& cfg : configs) want.push_back(Train(cfg));
-    const int64_t compiles = jit::DefaultJit().stats().compiles;
+    const int64_t compiles = jit->stats().compiles;
     ASSERT_GT(compiles, static_cast<int64_t>(configs.size()));
 
-    jit::DefaultJit().ClearCache();
+    jit->ClearCache();
     const auto got = TrainOnThreads(configs);
     ExpectSameLosses(got, want);
-    const jit::JitStats stats = jit::DefaultJit().stats();
+    const jit::JitStats stats = jit->stats();
     EXPECT_EQ(stats.compiles, compiles) << "a (cluster, signature) compiled twice, or one was missed";
     EXPECT_EQ(stats.failures, 0);
     EXPECT_GT(stats.hits, 0);
@@ -148,7 +152,7 @@ TEST_F(ConcurrencyTest, EightThreadsCompileAndLaunchTheSameAndDifferentClusters)
 }
 
 TEST_F(ConcurrencyTest, ExecutorsShareThePrimitiveCacheEvenWhileItEvicts) {
-  const std::vector<Config> configs = Configs(/*jit=*/false);
+  const std::vector<Config> configs = Configs();
   PrimitiveCache& cache = PrimitiveCache::Global();
   const size_t capacity = cache.stats().capacity;
   cache.Clear();

@@ -6,16 +6,14 @@
 
 #include <map>
 
-#include "launch_op/default_jit.h"
 #include "framework/distributed/data_parallel.h"
 #include "framework/executor.h"
 #include "framework/models/models.h"
 #include "framework/op_desc.h"
 #include "framework/trainer.h"
 #include "framework/validate.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
+#include "tests/test_jit.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -99,7 +97,7 @@ TEST(DataParallelTest, DoesNotFireTwiceOrWithoutUpdates) {
 
 // build_jit_pass keeps every cluster on one side of each collective.
 TEST(DataParallelTest, ClustersDoNotSpanTheCollectives) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   Model m = Mlp(OptimizerKind::kMomentum);
   DataParallelOptions o;
   o.bucket_bytes = 4096;
@@ -107,7 +105,7 @@ TEST(DataParallelTest, ClustersDoNotSpanTheCollectives) {
   BuildJitPassOptions bo;
   bo.keep_vars = {m.features, m.labels, m.loss};
   BuildJitReport report;
-  test::ApplyBuildJit(m.train, bo, &report);
+  jit.ApplyBuildJit(m.train, bo, &report);
   ASSERT_FALSE(report.clusters.empty());
   // Op labels are "op #<index> '<type>'": compare indices with the collectives'.
   std::vector<int> collectives;
@@ -128,13 +126,13 @@ TEST(DataParallelTest, ClustersDoNotSpanTheCollectives) {
 // The updates after a bucket's wait read only averaged gradients (no data
 // edge to each other): they compile as one cluster, not one op each.
 TEST(DataParallelTest, UpdatesAfterAWaitFormOneCluster) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   Model m = Mlp(OptimizerKind::kMomentum);
   AppendDataParallel(&m.train, DataParallelOptions{});
   BuildJitPassOptions bo;
   bo.keep_vars = {m.features, m.labels, m.loss};
   BuildJitReport report;
-  test::ApplyBuildJit(m.train, bo, &report);
+  jit.ApplyBuildJit(m.train, bo, &report);
   int updates_clustered = 0;
   for (const auto& c : report.clusters) {
     int momentum = 0;

@@ -22,7 +22,6 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/executor.h"
 #include "framework/file_util.h"
@@ -30,12 +29,11 @@
 #include "framework/program_io.h"
 #include "framework/scope.h"
 #include "framework/validate.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pass_registry.h"
 #include "passes/pipeline.h"
 #include "tests/golden_util.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/program_maker.h"
+#include "tests/test_jit.h"
 
 namespace kiln {
 namespace {
@@ -307,7 +305,8 @@ TEST(DecompositionFusionPass, RegistryAndPipeline) {
   auto pass = PassRegistry::Global().Create("decomposition_fusion_pass", config);
   EXPECT_EQ(pass->name(), "decomposition_fusion_pass");
   // First in the pipeline, with or without the JIT.
-  PipelineOptions o = test::JitPipeline(BuildJitPassOptions{});
+  test::TestJit jit;
+  PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
   o.fuse_decompositions = o.fuse_attention = true;
   std::vector<std::string> names;
   for (const auto& q : BuildPipeline(o)) names.emplace_back(q->name());
@@ -324,10 +323,11 @@ struct Values {
   std::vector<std::vector<float>> values;  // loss, x@GRAD, ln.g@GRAD, ln.b@GRAD
 };
 
-// Runs `program` with each of `feeds` (name, dims) random in [-2, 2) and
-// the constants set; the values of `fetch`.
+// Runs `program`, its ops from `registry`, with each of `feeds` (name, dims)
+// random in [-2, 2) and the constants set; the values of `fetch`.
 Values Execute(const proto::ProgramDesc& program, const DecompProgram& p,
-               const std::vector<std::pair<std::string, Dims>>& feeds, const std::vector<std::string>& fetch) {
+               const std::vector<std::pair<std::string, Dims>>& feeds, const std::vector<std::string>& fetch,
+               const OpRegistry& registry = OpRegistry::Global()) {
   Scope scope;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-2, 2);
@@ -340,7 +340,7 @@ Values Execute(const proto::ProgramDesc& program, const DecompProgram& p,
   for (const auto& [name, t] : Options(p, {}).constants) FeedTensor(program.blocks(0), scope, name, t);
   ExecutorOptions eo;
   eo.free_intermediates = false;
-  Executor(eo).RunProgram(program, scope);
+  Executor(eo, registry).RunProgram(program, scope);
   Values r;
   for (const std::string& name : fetch) {
     const Tensor* t = scope.GetTensor(name);
@@ -373,7 +373,7 @@ void ExpectClose(const Values& a, const Values& b, const std::string& what) {
 // Fused before append_backward (as kiln.onnx.load does): layer_norm_grad and
 // gelu_grad give the decomposition's gradients; the same with the JIT.
 TEST(DecompositionFusionPassNumbers, SameLossAndGradientsJitOffAndOn) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   DecompProgram p;
   p.Var("x", {4, 8, 16});
   p.LayerNorm("ln.", "x", 16).Gelu("ga.", "ln.y", true).Gelu("gb.", "ga.y", false).Unary("mean", "gb.y", "loss");
@@ -389,11 +389,11 @@ TEST(DecompositionFusionPassNumbers, SameLossAndGradientsJitOffAndOn) {
   ExpectClose(Execute(fused, p, feeds, fetch), want, "fused, JIT off");
   const std::set<std::string> keep(fetch.begin(), fetch.end());
   for (const proto::ProgramDesc* program : std::vector<const proto::ProgramDesc*>{&fused, &unfused}) {
-    PipelineOptions o = test::JitPipeline(BuildJitPassOptions{});
+    PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
     o.keep_vars = keep;
-    const proto::ProgramDesc jitted = RunPipeline(*program, o);
+    const proto::ProgramDesc jitted = RunPipeline(*program, o, jit.registry());
     ASSERT_GT(CountOps(jitted, "jit_launch"), 0);
-    ExpectClose(Execute(jitted, p, feeds, fetch), want, program == &fused ? "fused, JIT on" : "unfused, JIT on");
+    ExpectClose(Execute(jitted, p, feeds, fetch, jit.registry()), want, program == &fused ? "fused, JIT on" : "unfused, JIT on");
   }
 }
 
@@ -401,7 +401,7 @@ TEST(DecompositionFusionPassNumbers, SameLossAndGradientsJitOffAndOn) {
 // softmax's loss and q/k/v gradients; with the JIT, attention_fusion_pass
 // turns them into fused_attention and fused_attention_grad.
 TEST(DecompositionFusionPassNumbers, AttentionSameLossAndGradientsJitOffAndOn) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   DecompProgram p;
   p.ConstTensor("tril", {6, 6}, [](int64_t i, int64_t j) { return j <= i ? 1.0f : 0.0f; });
   p.ConstTensor("triu", {1, 6, 6}, [](int64_t i, int64_t j) { return j > i ? -kInf : 0.0f; });
@@ -423,14 +423,14 @@ TEST(DecompositionFusionPassNumbers, AttentionSameLossAndGradientsJitOffAndOn) {
   }
   const Values want = Execute(unfused, p, feeds, fetch);
   ExpectClose(Execute(fused, p, feeds, fetch), want, "fused, JIT off");
-  PipelineOptions o = test::JitPipeline(BuildJitPassOptions{});
+  PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
   o.fuse_attention = true;
   o.keep_vars = std::set<std::string>(fetch.begin(), fetch.end());
   AttentionFusionReport report;
   o.config.attention_fusion_report = &report;
-  const proto::ProgramDesc jitted = RunPipeline(fused, o);
+  const proto::ProgramDesc jitted = RunPipeline(fused, o, jit.registry());
   EXPECT_EQ(report.fused.size(), 3u) << report.ToString();
-  ExpectClose(Execute(jitted, p, feeds, fetch), want, "fused, JIT on with fused_attention");
+  ExpectClose(Execute(jitted, p, feeds, fetch, jit.registry()), want, "fused, JIT on with fused_attention");
 }
 
 }  // namespace

@@ -132,7 +132,7 @@ TEST(FallbackTest, AGptWithEveryClusterDeniedTrainsAsJitOff) {
   bool fused = false;
   o.registry = &jit.registry();
   o.program_transform = [&](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-    proto::ProgramDesc out = RunPipeline(p, test::DefaultJitPipeline(jit, keep), jit.registry());
+    proto::ProgramDesc out = RunPipeline(p, test::KilnTrainPipeline(jit, keep), jit.registry());
     jit::JitOptions options = jit->options();
     for (const std::string& key : jit->cache().Keys()) {
       options.deny_clusters.insert(key);

@@ -11,11 +11,8 @@
 #include <random>
 #include <set>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/program_builder.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
@@ -122,15 +119,15 @@ TEST_F(IndexOpsJitTest, TrainingMatchesJitOffInBothLaunchModes) {
   const test::TrainRun off = test::TrainSteps(n, n.train);
   BuildJitPassOptions options;
   options.keep_vars = {"x", "idx", n.loss};
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(n.train, options);
   EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
   for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::DefaultJit().ClearCache();
-    jit::DefaultJit().SetLaunchMode(mode);
-    const test::TrainRun on = test::TrainSteps(n, jitted);
-    EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
+    jit_->ClearCache();
+    jit_->SetLaunchMode(mode);
+    const test::TrainRun on = test::TrainSteps(n, jitted, jit_.registry());
+    EXPECT_GT(jit_->stats().compiles, 0);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
       EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
@@ -157,13 +154,13 @@ TEST_F(IndexOpsJitTest, TrainingThroughWhereIsGeneratedAndMatchesJitOff) {
   const test::TrainRun off = test::TrainSteps(n, n.train);
   BuildJitPassOptions options;
   options.keep_vars = {"x", n.loss};
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(n.train, options);
   for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::DefaultJit().ClearCache();
-    jit::DefaultJit().SetLaunchMode(mode);
-    const test::TrainRun on = test::TrainSteps(n, jitted);
+    jit_->ClearCache();
+    jit_->SetLaunchMode(mode);
+    const test::TrainRun on = test::TrainSteps(n, jitted, jit_.registry());
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
       EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
@@ -172,7 +169,7 @@ TEST_F(IndexOpsJitTest, TrainingThroughWhereIsGeneratedAndMatchesJitOff) {
       EXPECT_EQ(test::CompareTensors(on.vars.at(name), want, 1e-5, 1e-5), "") << name;
     }
     std::set<std::string> fused;
-    const auto objects = jit::DefaultJit().cache().CachedObjects();
+    const auto objects = jit_->cache().CachedObjects();
     ASSERT_FALSE(objects.empty());
     for (const auto& obj : objects) {
       for (const auto& ins : obj->program.instructions) {

@@ -16,7 +16,6 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "launch_op/default_jit.h"
 #include "framework/data/digits.h"
 #include "framework/data/synthetic.h"
 #include "framework/error.h"
@@ -29,12 +28,11 @@
 #include "framework/program_io.h"
 #include "framework/trainer.h"
 #include "framework/validate.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pass_registry.h"
 #include "tests/golden_util.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/op_test_util.h"
 #include "tests/program_maker.h"
+#include "tests/test_jit.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -406,21 +404,22 @@ TEST(InplacePassTrain, LossesMatchWithThePassOff) {
 
 // The production pipeline: build_jit_pass, then inplace_pass on what is left.
 TEST(InplacePassTrain, AfterBuildJitPassLossesMatch) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
-  jit::DefaultJit().ClearCache();
   for (const TrainCase& c : Models()) {
+    test::TestJit jit;
     TrainOptions o;
     o.epochs = 100;
     o.batch_size = 16;
     o.max_steps = 12;
     const TrainResult off = Train(c.model, c.train, c.test, o);
-    o.program_transform = [](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-      PipelineOptions po = test::JitPipeline(BuildJitPassOptions{});
+    o.registry = &jit.registry();
+    o.program_transform = [&jit](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+      PipelineOptions po = jit.Pipeline(BuildJitPassOptions{});
       po.inplace = true;
       po.keep_vars = keep;
-      return RunPipeline(p, po);
+      return RunPipeline(p, po, jit.registry());
     };
     const TrainResult on = Train(c.model, c.train, c.test, o);
+    EXPECT_GT(jit->stats().compiles, 0) << c.name;
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t i = 0; i < on.losses.size(); ++i) {
       EXPECT_NEAR(on.losses[i], off.losses[i], 1e-4 * std::max(1.0f, std::fabs(off.losses[i])))

@@ -11,11 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/op_desc.h"
 #include "framework/op_registry.h"
-#include "launch_op/jit_launch_op.h"
+#include "tests/test_jit.h"
 
 namespace kiln::test {
 
@@ -32,13 +31,15 @@ struct TrainRun {
   std::map<std::string, Tensor> vars;  // `compared`, after the last step
 };
 
-// Runs `program` (n.train or a transformed copy) once per step of `n`. The
-// compared vars are fetch targets too: the executor would otherwise reuse
-// the buffers of intermediates (gradients) once their last reader ran.
-inline TrainRun TrainSteps(const TrainNet& n, const proto::ProgramDesc& program) {
+// Runs `program` (n.train or a transformed copy) once per step of `n`, its
+// ops from `registry` (a TestJit's for a jitted program). The compared vars
+// are fetch targets too: the executor would otherwise reuse the buffers of
+// intermediates (gradients) once their last reader ran.
+inline TrainRun TrainSteps(const TrainNet& n, const proto::ProgramDesc& program,
+                           const OpRegistry& registry = OpRegistry::Global()) {
   Scope scope;
-  Executor().RunProgram(n.startup, scope);
-  Executor exec;
+  Executor({}, registry).RunProgram(n.startup, scope);
+  Executor exec({}, registry);
   std::set<std::string> keep(n.compared.begin(), n.compared.end());
   keep.insert(n.loss);
   auto plan = exec.Prepare(program, 0, keep);
@@ -58,17 +59,11 @@ inline int CountOps(const proto::ProgramDesc& p, const std::string& type) {
   return count;
 }
 
-// The fixture of these tests: the JIT's ops registered, an empty compile
-// cache and the runtime launch mode before each test, the runtime mode
-// again after it.
+// The fixture of these tests: a JIT of the test's own (tests/test_jit.h),
+// made fresh for each test; its programs run through jit_.registry().
 class JitTrainTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
-  void SetUp() override {
-    jit::DefaultJit().ClearCache();
-    jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime);
-  }
-  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
+  TestJit jit_;
 };
 
 }  // namespace kiln::test

@@ -16,14 +16,11 @@
 #include <random>
 #include <set>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/lr_schedule.h"
 #include "framework/optimizer_builder.h"
 #include "framework/program_builder.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
@@ -95,9 +92,11 @@ struct Steps {
   std::map<std::string, Tensor> params;
 };
 
-// Steps [from, to) of `n` through `program` on `scope` (startup already run).
-Steps Train(const Net& n, const proto::ProgramDesc& program, Scope& scope, int from = 0, int to = kSteps) {
-  Executor exec;
+// Steps [from, to) of `n` through `program`, its ops from `registry`, on
+// `scope` (startup already run).
+Steps Train(const Net& n, const proto::ProgramDesc& program, const OpRegistry& registry, Scope& scope, int from = 0,
+            int to = kSteps) {
+  Executor exec({}, registry);
   auto plan = exec.Prepare(program, 0, {n.loss, n.lr, n.step});
   Steps r;
   for (int i = from; i < to; ++i) {
@@ -111,22 +110,23 @@ Steps Train(const Net& n, const proto::ProgramDesc& program, Scope& scope, int f
   return r;
 }
 
-Steps TrainFresh(const Net& n, const proto::ProgramDesc& program) {
+Steps TrainFresh(const Net& n, const proto::ProgramDesc& program, const OpRegistry& registry) {
   Scope scope;
   Executor().RunProgram(n.startup, scope);
-  return Train(n, program, scope);
+  return Train(n, program, registry, scope);
 }
 
-proto::ProgramDesc Jitted(const Net& n, BuildJitReport* report = nullptr) {
+// n.train through build_jit_pass, its subgraphs stored in `jit`.
+proto::ProgramDesc Jitted(test::TestJit& jit, const Net& n, BuildJitReport* report = nullptr) {
   BuildJitPassOptions options;
   options.keep_vars = {"x", n.loss};
-  return test::ApplyBuildJit(n.train, options, report);
+  return jit.ApplyBuildJit(n.train, options, report);
 }
 
-// The kernel names of every compiled instruction.
-std::set<std::string> CompiledKernels() {
+// The kernel names of every instruction `jit` compiled.
+std::set<std::string> CompiledKernels(const jit::JitRuntime& jit) {
   std::set<std::string> names;
-  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) {
+  for (const auto& obj : jit.cache().CachedObjects()) {
     for (const auto& ins : obj->program.instructions) names.insert(ins.kernel->name());
   }
   return names;
@@ -141,7 +141,7 @@ TEST_F(LrScheduleJitTest, RunsInTheUpdatesClusterAndMatchesJitOff) {
       const Net n = ScheduledNet(kind, s);
       const std::string update = kind == OptimizerKind::kSgd ? "sgd" : "adam";
       BuildJitReport report;
-      const proto::ProgramDesc jitted = Jitted(n, &report);
+      const proto::ProgramDesc jitted = Jitted(jit_, n, &report);
       EXPECT_EQ(test::CountOps(jitted, "lr_schedule"), 0) << "left outside the clusters\n" << report.ToString();
       // One cluster holds the schedule and every update.
       int holders = 0;
@@ -154,12 +154,12 @@ TEST_F(LrScheduleJitTest, RunsInTheUpdatesClusterAndMatchesJitOff) {
         EXPECT_EQ(updates, static_cast<int>(n.params.size())) << report.ToString();
       }
       EXPECT_EQ(holders, 1) << report.ToString();
-      const Steps off = TrainFresh(n, n.train);
+      const Steps off = TrainFresh(n, n.train, jit_.registry());
       for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
         SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-        jit::DefaultJit().ClearCache();
-        jit::DefaultJit().SetLaunchMode(mode);
-        const Steps on = TrainFresh(n, jitted);
+        jit_->ClearCache();
+        jit_->SetLaunchMode(mode);
+        const Steps on = TrainFresh(n, jitted, jit_.registry());
         EXPECT_EQ(on.lrs, off.lrs);  // the same kernel: bit for bit
         EXPECT_EQ(on.steps, off.steps);
         EXPECT_EQ(on.steps.back(), static_cast<float>(kSteps));
@@ -170,7 +170,7 @@ TEST_F(LrScheduleJitTest, RunsInTheUpdatesClusterAndMatchesJitOff) {
           EXPECT_EQ(test::CompareTensors(on.params.at(p), want, 1e-5, 1e-5), "") << p;
         }
         if (mode != jit::LaunchMode::kRuntime) continue;
-        const std::set<std::string> kernels = CompiledKernels();
+        const std::set<std::string> kernels = CompiledKernels(jit_.runtime());
         EXPECT_EQ(kernels.count("lr_schedule"), 1u);
         // The schedule runs before the backward pass, so no lr write stands
         // between a weight gradient and its sgd step.
@@ -186,17 +186,17 @@ TEST_F(LrScheduleJitTest, RunsInTheUpdatesClusterAndMatchesJitOff) {
 // into a fresh buffer when another tensor shares it (that one keeps its value).
 TEST_F(LrScheduleJitTest, TheCounterIsDonatedOrCopyProtected) {
   const Net n = ScheduledNet(OptimizerKind::kSgd, Schedules()[0].second);
-  const proto::ProgramDesc jitted = Jitted(n);
+  const proto::ProgramDesc jitted = Jitted(jit_, n);
   Scope scope;
   Executor().RunProgram(n.startup, scope);
-  Train(n, jitted, scope, 0, 2);
+  Train(n, jitted, jit_.registry(), scope, 0, 2);
   const void* buffer = scope.GetVar(n.step)->Get().raw_data();
-  Train(n, jitted, scope, 2, 4);
+  Train(n, jitted, jit_.registry(), scope, 2, 4);
   EXPECT_EQ(scope.GetVar(n.step)->Get().raw_data(), buffer);
   EXPECT_EQ(scope.GetVar(n.step)->Get().data<float>()[0], 4.f);
   Tensor held;
   held.ShareBufferWith(scope.GetVar(n.step)->Get());
-  Train(n, jitted, scope, 4, 5);
+  Train(n, jitted, jit_.registry(), scope, 4, 5);
   EXPECT_EQ(held.data<float>()[0], 4.f);
   EXPECT_EQ(scope.GetVar(n.step)->Get().data<float>()[0], 5.f);
   EXPECT_NE(scope.GetVar(n.step)->Get().raw_data(), held.raw_data());
@@ -209,13 +209,13 @@ TEST_F(LrScheduleJitTest, ResumingFromACheckpointIsExact) {
   const fs::path dir = fs::temp_directory_path() / ("kiln_lr_jit_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const Net n = ScheduledNet(OptimizerKind::kAdam, Schedules()[0].second);
-  const proto::ProgramDesc jitted = Jitted(n);
-  const Steps whole = TrainFresh(n, jitted);
+  const proto::ProgramDesc jitted = Jitted(jit_, n);
+  const Steps whole = TrainFresh(n, jitted, jit_.registry());
   std::string ckpt;
   {
     Scope scope;
     Executor().RunProgram(n.startup, scope);
-    Train(n, jitted, scope, 0, 7);
+    Train(n, jitted, jit_.registry(), scope, 0, 7);
     LoopState loop;
     loop.step = 7;
     ckpt = SaveCheckpoint(dir.string(), n.train, scope, loop);
@@ -224,7 +224,7 @@ TEST_F(LrScheduleJitTest, ResumingFromACheckpointIsExact) {
   Executor().RunProgram(n.startup, scope);
   EXPECT_EQ(LoadCheckpoint(ckpt, n.train, &scope).loop.step, 7);
   EXPECT_EQ(scope.GetVar(n.step)->Get().data<float>()[0], 7.f);
-  const Steps rest = Train(n, jitted, scope, 7, kSteps);
+  const Steps rest = Train(n, jitted, jit_.registry(), scope, 7, kSteps);
   EXPECT_EQ(rest.lrs, std::vector<float>(whole.lrs.begin() + 7, whole.lrs.end()));
   EXPECT_EQ(rest.steps, std::vector<float>(whole.steps.begin() + 7, whole.steps.end()));
   EXPECT_EQ(rest.losses, std::vector<float>(whole.losses.begin() + 7, whole.losses.end()));

@@ -14,12 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/executor.h"
 #include "framework/program_builder.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
@@ -92,14 +89,14 @@ Net FocalNet(bool normalize) {
   return n;
 }
 
-// Every instruction of the compiled clusters that runs a framework kernel
-// (its kernel named after the op) runs none of the new ops, except the loss
-// and its grad with normalize.
-void ExpectNewOpsInGeneratedKernels(bool normalize) {
+// Every instruction of `jit`'s compiled clusters that runs a framework
+// kernel (its kernel named after the op) runs none of the new ops, except
+// the loss and its grad with normalize.
+void ExpectNewOpsInGeneratedKernels(const jit::JitRuntime& jit, bool normalize) {
   const std::string ce = "sigmoid_cross_entropy_with_logits";
   const std::set<std::string> allowed = normalize ? std::set<std::string>{ce, ce + "_grad"} : std::set<std::string>{};
   int framework_ce = 0;
-  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) {
+  for (const auto& obj : jit.cache().CachedObjects()) {
     for (const auto& ins : obj->program.instructions) {
       const std::string& name = ins.kernel->name();
       for (const std::string& type : kNewOps) {
@@ -112,11 +109,10 @@ void ExpectNewOpsInGeneratedKernels(bool normalize) {
   EXPECT_EQ(framework_ce, normalize ? 2 : 0);
 }
 
+// Each test on a JIT of its own (tests/test_jit.h).
 class MathOpsJitTest : public ::testing::TestWithParam<bool> {
  protected:
-  static void SetUpTestSuite() { jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit()); }
-  void SetUp() override { jit::DefaultJit().ClearCache(); }
-  void TearDown() override { jit::DefaultJit().SetLaunchMode(jit::LaunchMode::kRuntime); }
+  test::TestJit jit_;
 };
 
 TEST_P(MathOpsJitTest, FocalLossTrainsTheSameWithTheJitOnAndOff) {
@@ -133,7 +129,7 @@ TEST_P(MathOpsJitTest, FocalLossTrainsTheSameWithTheJitOnAndOff) {
   for (const auto& [name, t] : n.steps[0]) options.keep_vars.insert(name);
   options.keep_vars.insert(n.loss);
   options.keep_vars.insert(n.compared.begin(), n.compared.end());
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(n.train, options);
   EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
   for (const std::string& type : kNewOps) {
     EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
@@ -141,11 +137,11 @@ TEST_P(MathOpsJitTest, FocalLossTrainsTheSameWithTheJitOnAndOff) {
   }
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::DefaultJit().ClearCache();
-    jit::DefaultJit().SetLaunchMode(mode);
-    const test::TrainRun on = test::TrainSteps(n, jitted);
-    EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
-    ExpectNewOpsInGeneratedKernels(normalize);
+    jit_->ClearCache();
+    jit_->SetLaunchMode(mode);
+    const test::TrainRun on = test::TrainSteps(n, jitted, jit_.registry());
+    EXPECT_GT(jit_->stats().compiles, 0);
+    ExpectNewOpsInGeneratedKernels(jit_.runtime(), normalize);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
       EXPECT_NEAR(on.losses[s], off.losses[s], 1e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;

@@ -9,12 +9,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/checkpoint/inference.h"
 #include "framework/program_builder.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
@@ -170,8 +167,8 @@ class ModelOpsJitTest : public test::JitTrainTest {
   // JIT on in both launch modes against JIT off: every loss and every state
   // var agree within `tol` (relative, of max(1, |value|)), the vars in
   // `exact` bit for bit, and none of `types` is left outside a cluster.
-  static void ExpectJitMatches(const Net& n, const std::vector<std::string>& types, double tol,
-                               const std::set<std::string>& exact = {}) {
+  void ExpectJitMatches(const Net& n, const std::vector<std::string>& types, double tol,
+                        const std::set<std::string>& exact = {}) {
     SCOPED_TRACE(n.name);
     const test::TrainRun off = test::TrainSteps(n, n.train);
     std::set<std::string> keep;
@@ -179,15 +176,15 @@ class ModelOpsJitTest : public test::JitTrainTest {
     keep.insert(n.loss);
     BuildJitPassOptions options;
     options.keep_vars = keep;
-    const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+    const proto::ProgramDesc jitted = jit_.ApplyBuildJit(n.train, options);
     EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
     for (const std::string& type : types) EXPECT_EQ(test::CountOps(jitted, type), 0) << type << " outside the clusters";
     for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
       SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-      jit::DefaultJit().ClearCache();
-      jit::DefaultJit().SetLaunchMode(mode);
-      const test::TrainRun on = test::TrainSteps(n, jitted);
-      EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
+      jit_->ClearCache();
+      jit_->SetLaunchMode(mode);
+      const test::TrainRun on = test::TrainSteps(n, jitted, jit_.registry());
+      EXPECT_GT(jit_->stats().compiles, 0);
       ASSERT_EQ(on.losses.size(), off.losses.size());
       for (size_t s = 0; s < off.losses.size(); ++s) {
         EXPECT_NEAR(on.losses[s], off.losses[s], tol * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
@@ -262,13 +259,13 @@ TEST_F(ModelOpsJitTest, InferenceFormIsDeterministicAndLeavesStateAlone) {
       EXPECT_TRUE(FindAttr(op, "is_test")->b());
     }
   }
-  auto run = [&](const proto::ProgramDesc& program) {
+  auto run = [&](const proto::ProgramDesc& program, const OpRegistry& registry) {
     Scope scope;
-    Executor().RunProgram(n.startup, scope);
+    Executor({}, registry).RunProgram(n.startup, scope);
     std::vector<Tensor> outs;
     for (int r = 0; r < 2; ++r) {
       FeedTensor(program.blocks(0), scope, "x", n.steps[0].at("x"));
-      Executor().RunProgram(program, scope);
+      Executor({}, registry).RunProgram(program, scope);
       outs.emplace_back();
       outs.back().CopyFrom(scope.GetVar(logits)->Get());
     }
@@ -277,12 +274,12 @@ TEST_F(ModelOpsJitTest, InferenceFormIsDeterministicAndLeavesStateAlone) {
     EXPECT_FLOAT_EQ(static_cast<float>(test::ValueAt(scope.GetVar("bn1.var")->Get(), 5)), 0.9f);
     return outs[0];
   };
-  const Tensor off = run(inference);
+  const Tensor off = run(inference, OpRegistry::Global());
   BuildJitPassOptions options;
   options.keep_vars = {"x", logits};
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(inference, options);
+  const proto::ProgramDesc jitted = jit_.ApplyBuildJit(inference, options);
   EXPECT_EQ(test::CountOps(jitted, "batch_norm"), 0);
-  EXPECT_EQ(test::CompareTensors(run(jitted), off, 1e-6, 1e-6), "");
+  EXPECT_EQ(test::CompareTensors(run(jitted, jit_.registry()), off, 1e-6, 1e-6), "");
 }
 
 // dropout in its inference form: the identity (upscale_in_train), and the

@@ -24,13 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/file_util.h"
 #include "framework/onnx/onnx_import.h"
 #include "framework/op_registry.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pipeline.h"
+#include "tests/test_jit.h"
 
 namespace kiln {
 namespace {
@@ -89,12 +88,13 @@ std::string Compare(const Tensor& got, const Tensor& want) {
   return "";
 }
 
-// Runs `main` (after `startup`) on the test's inputs; "" when every output
-// matches.
-std::string RunAndCompare(const OnnxImport& im, const proto::ProgramDesc& main, const std::vector<Tensor>& inputs,
-                          const std::vector<Tensor>& expected, bool compare_values) {
+// Runs `main` (after `startup`), its ops from `registry`, on the test's
+// inputs; "" when every output matches.
+std::string RunAndCompare(const OnnxImport& im, const proto::ProgramDesc& main, const OpRegistry& registry,
+                          const std::vector<Tensor>& inputs, const std::vector<Tensor>& expected,
+                          bool compare_values) {
   Scope scope;
-  Executor exec;
+  Executor exec({}, registry);
   exec.RunProgram(im.startup, scope);
   for (size_t i = 0; i < inputs.size(); ++i) FeedTensor(main.blocks(0), scope, im.inputs[i], inputs[i]);
   auto plan = exec.Prepare(main, 0, {im.outputs.begin(), im.outputs.end()});
@@ -108,14 +108,14 @@ std::string RunAndCompare(const OnnxImport& im, const proto::ProgramDesc& main, 
   return "";
 }
 
-proto::ProgramDesc WithJit(const OnnxImport& im) {
-  PipelineOptions o;
-  o.build_jit = true;
-  o.config.build_jit.min_cluster_size = 1;
-  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::DefaultJit().cache().AddSubgraph(sg); };
+// im.main through build_jit_pass, its subgraphs stored in `jit`.
+proto::ProgramDesc WithJit(const OnnxImport& im, test::TestJit& jit) {
+  BuildJitPassOptions bo;
+  bo.min_cluster_size = 1;
+  PipelineOptions o = jit.Pipeline(bo);
   o.keep_vars.insert(im.inputs.begin(), im.inputs.end());
   o.keep_vars.insert(im.outputs.begin(), im.outputs.end());
-  return RunPipeline(im.main, o);
+  return RunPipeline(im.main, o, jit.registry());
 }
 
 std::vector<Tensor> ReadSet(const fs::path& dir, const std::string& prefix) {
@@ -155,7 +155,8 @@ bool Import(const std::string& model, const OnnxModelSummary& summary, const std
   }
 }
 
-Result RunTest(const fs::path& dir) {
+// One node test, with the JIT off and on `jit`.
+Result RunTest(const fs::path& dir, test::TestJit& jit) {
   Result r;
   r.name = dir.filename().string();
   const std::string model = (dir / "model.onnx").string();
@@ -191,12 +192,12 @@ Result RunTest(const fs::path& dir) {
     return r;
   }
   try {
-    r.reason = RunAndCompare(im, im.main, fed, expected, !r.random);
+    r.reason = RunAndCompare(im, im.main, OpRegistry::Global(), fed, expected, !r.random);
     if (r.reason.empty()) {
-      const proto::ProgramDesc jitted = WithJit(im);
+      const proto::ProgramDesc jitted = WithJit(im, jit);
       for (const auto& op : jitted.blocks(0).ops()) r.clusters += op.type() == "jit_launch";
-      const std::string jit = RunAndCompare(im, jitted, fed, expected, !r.random);
-      if (!jit.empty()) r.reason = "with the JIT: " + jit;
+      const std::string on = RunAndCompare(im, jitted, jit.registry(), fed, expected, !r.random);
+      if (!on.empty()) r.reason = "with the JIT: " + on;
     }
   } catch (const Error& e) {
     r.reason = std::string("running it failed: ") + e.what();
@@ -287,7 +288,7 @@ int Main(int argc, char** argv) {
     else if (a == "--verbose") verbose = true;
     else ThrowInvalidArgument("unknown argument '", a, "'");
   }
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(data)) {
     if (e.path().filename().string().find(filter) != std::string::npos) dirs.push_back(e.path());
@@ -297,7 +298,7 @@ int Main(int argc, char** argv) {
   std::vector<Result> results;
   int failed = 0;
   for (const fs::path& d : dirs) {
-    results.push_back(RunTest(d));
+    results.push_back(RunTest(d, jit));
     const Result& r = results.back();
     if (r.imported && !r.passed) {
       ++failed;

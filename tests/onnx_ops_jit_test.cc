@@ -14,11 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/program_builder.h"
-#include "launch_op/jit_launch_op.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/jit_train_util.h"
 #include "tests/op_test_util.h"
 
@@ -150,10 +147,10 @@ std::set<std::string> NewOpTypes(const proto::ProgramDesc& program) {
   return found;
 }
 
-// No compiled instruction runs the framework kernel of an op (or grad) that
-// has an elementwise lowering: those all became generated kernels.
-void ExpectLoweredOpsInGeneratedKernels(const std::set<std::string>& types) {
-  for (const auto& obj : jit::DefaultJit().cache().CachedObjects()) {
+// No instruction `jit` compiled runs the framework kernel of an op (or grad)
+// that has an elementwise lowering: those all became generated kernels.
+void ExpectLoweredOpsInGeneratedKernels(const jit::JitRuntime& jit, const std::set<std::string>& types) {
+  for (const auto& obj : jit.cache().CachedObjects()) {
     for (const auto& ins : obj->program.instructions) {
       const std::string& name = ins.kernel->name();
       for (const std::string& t : types) {
@@ -167,15 +164,15 @@ void ExpectLoweredOpsInGeneratedKernels(const std::set<std::string>& types) {
   }
 }
 
-class OnnxOpsJitTest : public test::JitTrainTest {};
-
+// JIT on, on a JIT of its own, in both launch modes against JIT off.
 void ExpectJitOnMatchesOff(const Net& n, const std::set<std::string>& want_types) {
+  test::TestJit jit;
   EXPECT_EQ(NewOpTypes(n.train), want_types);
   const test::TrainRun off = test::TrainSteps(n, n.train);
   for (float l : off.losses) ASSERT_TRUE(std::isfinite(l));
   BuildJitPassOptions options;
   options.keep_vars = {"x", n.loss};
-  const proto::ProgramDesc jitted = test::ApplyBuildJit(n.train, options);
+  const proto::ProgramDesc jitted = jit.ApplyBuildJit(n.train, options);
   EXPECT_GE(test::CountOps(jitted, "jit_launch"), 1);
   for (const std::string& t : want_types) {
     EXPECT_EQ(test::CountOps(jitted, t), 0) << t << " outside the clusters";
@@ -183,11 +180,11 @@ void ExpectJitOnMatchesOff(const Net& n, const std::set<std::string>& want_types
   }
   for (auto mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
     SCOPED_TRACE(mode == jit::LaunchMode::kRuntime ? "runtime" : "executor");
-    jit::DefaultJit().ClearCache();
-    jit::DefaultJit().SetLaunchMode(mode);
-    const test::TrainRun on = test::TrainSteps(n, jitted);
-    EXPECT_GT(jit::DefaultJit().stats().compiles, 0);
-    ExpectLoweredOpsInGeneratedKernels(want_types);
+    jit->ClearCache();
+    jit->SetLaunchMode(mode);
+    const test::TrainRun on = test::TrainSteps(n, jitted, jit.registry());
+    EXPECT_GT(jit->stats().compiles, 0);
+    ExpectLoweredOpsInGeneratedKernels(jit.runtime(), want_types);
     ASSERT_EQ(on.losses.size(), off.losses.size());
     for (size_t s = 0; s < off.losses.size(); ++s) {
       EXPECT_NEAR(on.losses[s], off.losses[s], 2e-5 * std::max(1.0f, std::fabs(off.losses[s]))) << "step " << s;
@@ -198,7 +195,7 @@ void ExpectJitOnMatchesOff(const Net& n, const std::set<std::string>& want_types
   }
 }
 
-TEST_F(OnnxOpsJitTest, UnaryBinaryAndBoolOpsTrainTheSameWithTheJitOnAndOff) {
+TEST(OnnxOpsJitTest, UnaryBinaryAndBoolOpsTrainTheSameWithTheJitOnAndOff) {
   ExpectJitOnMatchesOff(
       UnaryBinaryNet(),
       {"erf", "floor", "ceil", "round", "sign", "reciprocal", "softsign", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -207,7 +204,7 @@ TEST_F(OnnxOpsJitTest, UnaryBinaryAndBoolOpsTrainTheSameWithTheJitOnAndOff) {
        "elementwise_max", "elementwise_min", "elementwise_pow", "elementwise_mod", "prelu"});
 }
 
-TEST_F(OnnxOpsJitTest, TensorOpsTrainTheSameWithTheJitOnAndOff) {
+TEST(OnnxOpsJitTest, TensorOpsTrainTheSameWithTheJitOnAndOff) {
   ExpectJitOnMatchesOff(TensorNet(), {"elementwise_max", "tile", "expand_v2", "pad", "cumsum", "reduce_prod",
                                       "reduce_l1", "reduce_l2", "logsumexp", "instance_norm"});
 }

@@ -15,7 +15,6 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
-#include "launch_op/default_jit.h"
 #include "framework/backward.h"
 #include "framework/error.h"
 #include "framework/file_util.h"
@@ -24,12 +23,11 @@
 #include "framework/program_io.h"
 #include "framework/trainer.h"
 #include "framework/validate.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pass_registry.h"
 #include "passes/pipeline.h"
 #include "tests/golden_util.h"
-#include "tests/jit_pipeline_util.h"
 #include "tests/program_maker.h"
+#include "tests/test_jit.h"
 #include "tests/train_cases.h"
 
 namespace kiln {
@@ -335,9 +333,11 @@ TEST(RecomputePassTrain, TransformerLossesMatch) {
   }
 }
 
-// The production pipeline with recompute_pass and build_jit_pass.
-PipelineOptions RecomputeAndJit(const std::set<std::string>& keep, BuildJitReport* report = nullptr) {
-  PipelineOptions o = test::JitPipeline(BuildJitPassOptions{}, report);
+// The production pipeline with recompute_pass and build_jit_pass, its
+// subgraphs stored in `jit`.
+PipelineOptions RecomputeAndJit(test::TestJit& jit, const std::set<std::string>& keep,
+                                BuildJitReport* report = nullptr) {
+  PipelineOptions o = jit.Pipeline(BuildJitPassOptions{}, report);
   o.recompute = true;
   o.config.recompute = Options({});
   o.keep_vars = keep;
@@ -345,15 +345,16 @@ PipelineOptions RecomputeAndJit(const std::set<std::string>& keep, BuildJitRepor
 }
 
 TEST(RecomputePassTrain, TransformerWithTheJitMatches) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
-  jit::DefaultJit().ClearCache();
+  test::TestJit jit;
   const TrainCase& c = Case("transformer");
   TrainOptions o = ShortTraining();
   const TrainResult off = Train(c.model, c.train, c.test, o);
-  o.program_transform = [](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
-    return RunPipeline(p, RecomputeAndJit(keep));
+  o.registry = &jit.registry();
+  o.program_transform = [&jit](const proto::ProgramDesc& p, const std::set<std::string>& keep) {
+    return RunPipeline(p, RecomputeAndJit(jit, keep), jit.registry());
   };
   const TrainResult on = Train(c.model, c.train, c.test, o);
+  EXPECT_GT(jit->stats().compiles, 0);
   ASSERT_EQ(on.losses.size(), off.losses.size());
   for (size_t i = 0; i < on.losses.size(); ++i) {
     EXPECT_NEAR(on.losses[i], off.losses[i], 1e-4 * std::max(1.0f, std::fabs(off.losses[i]))) << "step " << i;
@@ -363,10 +364,10 @@ TEST(RecomputePassTrain, TransformerWithTheJitMatches) {
 // The copies join the backward cluster: the forward cluster no longer hands
 // the recomputed activations out.
 TEST(RecomputePassTrain, CopiesJoinTheBackwardCluster) {
-  jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
+  test::TestJit jit;
   const TrainCase& c = Case("transformer");
   BuildJitReport report;
-  RunPipeline(c.model.train, RecomputeAndJit(Keep(c.model), &report));
+  RunPipeline(c.model.train, RecomputeAndJit(jit, Keep(c.model), &report), jit.registry());
   ASSERT_GE(report.clusters.size(), 2u);
   bool copies_clustered = false;
   for (const auto& cl : report.clusters) {

@@ -21,13 +21,12 @@
 namespace kiln::tools {
 namespace {
 
-ChurnPoint Measure(int64_t sizes_seen) {
+ChurnPoint Measure(int64_t sizes_seen, const jit::JitRuntime& jit) {
   ChurnPoint p;
   p.sizes_seen = sizes_seen;
   p.rss_mib = CurrentRssMib();
   const struct mallinfo2 heap = mallinfo2();
   p.heap_in_use_mib = static_cast<double>(heap.uordblks + heap.hblkhd) / (1 << 20);
-  jit::JitRuntime& jit = jit::DefaultJit();
   p.jit_cache_entries = jit.cache().cache_size();
   p.jit_ids_tracked = jit.cache().ids_tracked();
   p.executor_programs = jit.executor_programs_alive();
@@ -87,7 +86,8 @@ double CurrentRssMib() {
 }
 
 std::vector<ChurnPoint> RunChurn(const Model& model, const proto::ProgramDesc& program, const ChurnOptions& options,
-                                 const ExecutorOptions& exec_options) {
+                                 const ExecutorOptions& exec_options, const jit::JitRuntime& jit,
+                                 const OpRegistry& registry) {
   if (options.sizes < 1) ThrowInvalidArgument("churn: at least one batch size, got ", options.sizes);
   std::vector<int64_t> order(static_cast<size_t>(options.sizes));
   std::iota(order.begin(), order.end(), 1);
@@ -95,7 +95,7 @@ std::vector<ChurnPoint> RunChurn(const Model& model, const proto::ProgramDesc& p
   const DataPool pool = MakePool(model, options.sizes, options.seed + 1);
 
   Scope scope;
-  Executor exec(exec_options);
+  Executor exec(exec_options, registry);
   exec.RunProgram(model.startup, scope);
   auto plan = exec.Prepare(program, 0, {model.loss});
   std::vector<ChurnPoint> points;
@@ -107,7 +107,7 @@ std::vector<ChurnPoint> RunChurn(const Model& model, const proto::ProgramDesc& p
     if (options.on_step) options.on_step(batch, scope.GetVar(model.loss)->Get().data<float>()[0]);
     const int64_t seen = static_cast<int64_t>(i) + 1;
     const auto& cp = options.checkpoints;
-    if (seen == options.sizes || std::find(cp.begin(), cp.end(), seen) != cp.end()) points.push_back(Measure(seen));
+    if (seen == options.sizes || std::find(cp.begin(), cp.end(), seen) != cp.end()) points.push_back(Measure(seen, jit));
   }
   return points;
 }
@@ -122,7 +122,7 @@ int BenchChurn() {
   options.seed = FLAGS_seed;
   for (int64_t at = 1000; at < sizes; at += at < 5000 ? 4000 : 5000) options.checkpoints.push_back(at);
   const double rss_before = CurrentRssMib();
-  const std::vector<ChurnPoint> points = RunChurn(model, program, options, ExecutorOptionsFromFlags());
+  const std::vector<ChurnPoint> points = RunChurn(model, program, options, ExecutorOptionsFromFlags(), jit::DefaultJit(), OpRegistry::Global());
   nlohmann::ordered_json j;
   j["what"] = "churn";
   j["model"] = FLAGS_model;

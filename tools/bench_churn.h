@@ -13,6 +13,8 @@
 
 #include "framework/executor.h"
 #include "framework/models/models.h"
+#include "framework/op_registry.h"
+#include "launch_op/jit_runtime.h"
 
 namespace kiln::tools {
 
@@ -39,9 +41,12 @@ struct ChurnOptions {
 };
 
 // Runs `program` (the model's training program after the pass pipeline; its
-// startup has not run) over the sizes on seeded random data.
+// startup has not run) over the sizes on seeded random data, its ops from
+// `registry`; the JIT figures are those of `jit`, the runtime the registry's
+// jit_launch ops are bound to.
 std::vector<ChurnPoint> RunChurn(const Model& model, const proto::ProgramDesc& program, const ChurnOptions& options,
-                                 const ExecutorOptions& exec_options);
+                                 const ExecutorOptions& exec_options, const jit::JitRuntime& jit,
+                                 const OpRegistry& registry);
 
 // The resident set of this process in MiB (/proc/self/status VmRSS), 0 when
 // it cannot be read.
@@ -49,7 +54,7 @@ double CurrentRssMib();
 
 // kiln bench --bench_what churn: RunChurn of --model's training program with
 // the flags' pipeline and JIT settings over --bench_churn_sizes sizes,
-// measured at 1k, 5k, 10k, ... sizes; one JSON line.
+// measured at 1k, 5k, 10k, ... sizes, on jit::DefaultJit(); one JSON line.
 int BenchChurn();
 
 }  // namespace kiln::tools

@@ -12,7 +12,9 @@ layers. An include whose first path component is not one of kiln's folders
 tools/, tests/, python/ and examples/, which may include anything; a layered
 file that includes one of those is an error. A source file in a layered
 folder that no layer claims is an error too, so a new file is placed on
-purpose. Exits 1 listing every include that goes the wrong way.
+purpose. The headers in EDGE_ONLY may be included only where that table
+says, in any folder (the process's JIT: only the command line and the
+Python package). Exits 1 listing every include that goes the wrong way.
 
 --self_test runs the check on small trees written to a temporary directory:
 one that is layered correctly must pass, and each upward include must fail.
@@ -55,6 +57,13 @@ FREE = ["tools/", "tests/", "python/", "examples/"]
 
 # (file, include, why) pairs allowed although they go against LAYERS.
 EXCEPTIONS = []
+
+# (header, path prefixes of the only files that may include it, why).
+EDGE_ONLY = [
+    ("launch_op/default_jit.h", ["tools/", "python/", "launch_op/default_jit."],
+     "the process's JIT belongs to the command line and the Python package; tests and library code "
+     "take a JitRuntime& (a test builds its own: tests/test_jit.h)"),
+]
 
 SOURCE_EXTENSIONS = (".cc", ".h")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -124,6 +133,26 @@ def check(root, counts=None):
                         errors.append(f"{path}:{line}: includes \"{inc}\", which no layer may include")
                     elif target not in allowed[layer]:
                         errors.append(f"{path}:{line}: {layer} includes \"{inc}\" of {target}, above it")
+    return errors + check_edge_only(root, sorted(tops))
+
+
+def check_edge_only(root, tops):
+    """Error lines for the includes of EDGE_ONLY headers from files their table does not name."""
+    errors = []
+    for top in tops:
+        for dirpath, dirnames, names in os.walk(os.path.join(root, top)):
+            dirnames.sort()
+            for n in sorted(names):
+                if not n.endswith(SOURCE_EXTENSIONS):
+                    continue
+                path = os.path.relpath(os.path.join(dirpath, n), root).replace(os.sep, "/")
+                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                for m in INCLUDE.finditer(text):
+                    for header, users, why in EDGE_ONLY:
+                        if m.group(1) == header and not any(path.startswith(u) for u in users):
+                            line = text.count("\n", 0, m.start()) + 1
+                            errors.append(f"{path}:{line}: includes \"{header}\": {why}")
     return errors
 
 
@@ -140,7 +169,9 @@ def self_test():
         "compiler/lower.h": '#include "compiler/lowering/unit.h"\n',
         "compiler/dump/jit_dump.h": '#include "compiler/lower.h"\n',
         "launch_op/launch.h": '#include "compiler/lower.h"\n',
-        "tools/main.cc": '#include "launch_op/launch.h"\n',
+        "launch_op/default_jit.cc": '#include "launch_op/default_jit.h"\n',
+        "tools/main.cc": '#include "launch_op/launch.h"\n#include "launch_op/default_jit.h"\n',
+        "tests/launch_test.cc": '#include "launch_op/launch.h"\n',
     }
     bad = {
         "upward: framework includes the compiler": ("framework/op.h", '#include "compiler/lower.h"\n'),
@@ -150,6 +181,8 @@ def self_test():
         "upward: lowering includes the driver": ("compiler/lowering/unit.h", '#include "compiler/lower.h"\n'),
         "a layered file includes tools/": ("runtime/runner.h", '#include "tools/main.h"\n'),
         "a file in no layer": ("compiler/stray.h", ""),
+        "a test uses the process's JIT": ("tests/launch_test.cc", '#include "launch_op/default_jit.h"\n'),
+        "library code uses the process's JIT": ("launch_op/launch.h", '#include "launch_op/default_jit.h"\n'),
     }
 
     def run(files):

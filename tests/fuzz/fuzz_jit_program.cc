@@ -1,7 +1,8 @@
 // Differential fuzzer of the JIT: a random valid program (random_program.h)
 // runs two steps with the JIT off and with it on (build_jit_pass, then the
-// compiled clusters through jit_launch, in the launch mode and minimum
-// cluster size the input picks, with or without inplace_pass); every fetched var (outputs, loss,
+// compiled clusters through jit_launch on a JIT of the input's own, in the
+// launch mode and minimum cluster size the input picks, with or without
+// inplace_pass); every fetched var (outputs, loss,
 // gradients, updated parameters and running statistics) must agree within
 // float tolerance. A program the framework runs but the JIT refuses, a
 // mismatch, or a crash is a finding.
@@ -15,12 +16,11 @@
 #include <map>
 #include <set>
 
-#include "launch_op/default_jit.h"
 #include "framework/executor.h"
 #include "framework/program_io.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pipeline.h"
 #include "tests/fuzz/random_program.h"
+#include "tests/test_jit.h"
 
 namespace kiln::fuzz {
 namespace {
@@ -50,11 +50,13 @@ Stats& GetStats() {
 
 using Fetched = std::vector<Tensor>;
 
-// Two steps of `main` from a fresh startup; the fetches after each.
-std::vector<Fetched> Execute(const RandomProgram& p, const proto::ProgramDesc& main) {
+// Two steps of `main`, its ops from `registry`, from a fresh startup; the
+// fetches after each.
+std::vector<Fetched> Execute(const RandomProgram& p, const proto::ProgramDesc& main,
+                             const OpRegistry& registry = OpRegistry::Global()) {
   Scope scope;
-  Executor().RunProgram(p.startup, scope);
-  Executor exec;
+  Executor({}, registry).RunProgram(p.startup, scope);
+  Executor exec({}, registry);
   auto plan = exec.Prepare(main, 0, std::set<std::string>(p.fetches.begin(), p.fetches.end()));
   std::vector<Fetched> steps;
   for (int step = 0; step < 2; ++step) {
@@ -123,26 +125,25 @@ void Run(FuzzInput& in) {
     ++stats.refusals["run: " + std::string(e.what()).substr(0, 110)];
     return;
   }
-  jit::JitRuntime& compiler = jit::DefaultJit();
-  compiler.ClearCache();
-  jit::DefaultJit().SetLaunchMode(executor_mode ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime);
-  PipelineOptions o;
-  o.build_jit = true;
+  jit::JitOptions jo;
+  jo.launch_mode = executor_mode ? jit::LaunchMode::kExecutor : jit::LaunchMode::kRuntime;
+  test::TestJit compiler(jo);
+  BuildJitPassOptions bo;
+  bo.min_cluster_size = min_cluster;
+  PipelineOptions o = compiler.Pipeline(bo);
   o.inplace = inplace;
-  o.config.build_jit.min_cluster_size = min_cluster;
   for (const auto& [name, t] : p.feeds) o.keep_vars.insert(name);
   o.keep_vars.insert(p.fetches.begin(), p.fetches.end());
-  o.config.jit_sink = [&](const JitSubgraph& sg) { return compiler.cache().AddSubgraph(sg); };
   proto::ProgramDesc jitted;
   std::vector<Fetched> on;
   try {
-    jitted = RunPipeline(p.main, o);
-    on = Execute(p, jitted);
+    jitted = RunPipeline(p.main, o, compiler.registry());
+    on = Execute(p, jitted, compiler.registry());
   } catch (const Error& e) {
     Report(p, jitted, std::string("the JIT refused a program the framework ran: ") + e.what());
   }
   for (const auto& op : jitted.blocks(0).ops()) stats.clusters += op.type() == "jit_launch";
-  const jit::JitStats js = compiler.stats();
+  const jit::JitStats js = compiler->stats();
   stats.compiles += js.compiles;
   stats.compile_failures += js.failures;
   stats.fallbacks += js.launch.framework_fallbacks;
@@ -163,11 +164,6 @@ void Run(FuzzInput& in) {
 }  // namespace kiln::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const bool registered = [] {
-    kiln::jit::RegisterJitOps(kiln::OpRegistry::GlobalForRegistration(), kiln::jit::DefaultJit());
-    return true;
-  }();
-  (void)registered;
   kiln::fuzz::FuzzInput in(data, size);
   kiln::fuzz::Run(in);
   return 0;

@@ -3,35 +3,30 @@
 // pass pipeline (recompute_pass, build_jit_pass, inplace_pass) with every
 // var kept, whose output must validate again. Validation may refuse with
 // kiln::Error; a pass refusing a valid program or producing an invalid one
-// is a finding.
+// is a finding. Each input gets a JIT of its own (tests/test_jit.h) to hold
+// the subgraphs and to know jit_launch.
 #pragma once
 
-#include "launch_op/default_jit.h"
 #include "framework/validate.h"
-#include "launch_op/jit_launch_op.h"
 #include "passes/pipeline.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/test_jit.h"
 
 namespace kiln::fuzz {
 
 inline void CheckProgram(const proto::ProgramDesc& program) {
-  static const bool registered = [] {
-    jit::RegisterJitOps(OpRegistry::GlobalForRegistration(), jit::DefaultJit());
-    return true;
-  }();
-  (void)registered;
   ValidateProgram(program);
-  PipelineOptions o;
-  o.recompute = o.build_jit = o.inplace = true;
-  o.config.jit_sink = [](const JitSubgraph& sg) { return jit::DefaultJit().cache().AddSubgraph(sg); };
+  test::TestJit jit;
+  PipelineOptions o = jit.Pipeline(BuildJitPassOptions{});
+  o.recompute = o.inplace = true;
   proto::ProgramDesc out;
   try {
-    out = RunPipeline(program, o);
+    out = RunPipeline(program, o, jit.registry());
   } catch (const Error& e) {
     Finding(std::string("the pass pipeline refused a valid program: ") + e.what());
   }
   try {
-    ValidateProgram(out);
+    ValidateProgram(out, jit.registry());
   } catch (const Error& e) {
     Finding(std::string("the pass pipeline made a valid program invalid: ") + e.what());
   }
