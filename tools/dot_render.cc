@@ -160,15 +160,18 @@ std::vector<DotRender> RenderAllDotSvg(const std::vector<std::string>& dots, con
       continue;
     }
     const int left = MillisLeft(deadline);
-    if (left == 0) {
+    // The first drawing gets the whole budget even when this thread was
+    // descheduled since the deadline was set.
+    if (left == 0 && !out.empty()) {
       DotRender r;
       r.timed_out = true;
-      r.note = "not drawn: the drawings before it used up the " + Seconds(budget.seconds) + " Graphviz may take";
+      r.note = "the drawings before it used up the " + Seconds(budget.seconds) +
+               " Graphviz may take, so it was not started";
       out.push_back(r);
       continue;
     }
     DotBudget b = budget;
-    b.seconds = left / 1000.0;
+    if (!out.empty()) b.seconds = left / 1000.0;
     out.push_back(RenderDotSvg(dot, b));
     // Name the whole budget, not the part this drawing got.
     if (out.back().timed_out) {
