@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -248,6 +250,49 @@ TEST_F(DumpTest, TransformerAttentionIsFusedAcrossClusters) {
   EXPECT_EQ(Read(dir_ + "/u/cluster_c0/kernels.txt").find("attention"), std::string::npos);
   EXPECT_NE(Read(dir_ + "/u/cluster_c0/subgraph.txt").find(" = softmax("), std::string::npos);
   EXPECT_NE(Read(dir_ + "/u/index.md").find("pass pipeline: decomposition_fusion_pass, recompute_pass, build_jit_pass"), std::string::npos);
+}
+
+// The ResNet (213 ops, 579 ops and vars) is over the drawing limit: its
+// program graph is drawn at cluster granularity, its cluster by its ops
+// alone, and the dump finishes (Graphviz took minutes on the op-by-op graph
+// and held the whole dump back). Every file is whole, drawn or not.
+TEST_F(DumpTest, ResnetFinishesDrawnAtClusterGranularity) {
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = Kiln("dump --model resnet --batch_size 32 --out " + dir_ + "/r");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_LT(seconds, 120.0) << "a few seconds on an idle machine";
+  const std::string dot = Read(dir_ + "/r/program.dot");
+  EXPECT_EQ(dot.rfind("// cluster granularity: the program has 579 ops and vars, over the drawing limit of 300", 0), 0u)
+      << dot;
+  EXPECT_NE(dot.find("URL=\"#c0\""), std::string::npos) << dot;
+  EXPECT_EQ(dot.find("shape=ellipse"), std::string::npos) << "no var nodes at cluster granularity";
+  EXPECT_NE(Read(dir_ + "/r/cluster_c0/graph.dot").find("its ops alone"), std::string::npos);
+  const std::string html = Read(dir_ + "/r/index.html");
+  EXPECT_NE(html.find("Drawn at cluster granularity"), std::string::npos);
+  // Each graph is in the page, or the page says why not.
+  const bool drawn = Exists(dir_ + "/r/program.svg");
+  EXPECT_EQ(drawn, html.find("The program graph is not drawn") == std::string::npos);
+  EXPECT_EQ(Exists(dir_ + "/r/cluster_c0/graph.svg"), html.find("Not drawn: ") == std::string::npos);
+  // Whole files only: each ends as its format ends, none is a temporary.
+  const std::vector<std::pair<std::string, std::string>> endings = {
+      {".svg", "</svg>\n"}, {".html", "</html>\n"}, {".dot", "}\n"}, {".md", "\n"},
+      {".txt", "\n"},       {".asm", "\n"},         {".pbtxt", "}\n"}};
+  int files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/r")) {
+    if (!entry.is_regular_file()) continue;
+    ++files;
+    const std::string path = entry.path().string();
+    const std::string text = Read(path);
+    bool known = false;
+    for (const auto& [ext, end] : endings) {
+      if (entry.path().extension() != ext) continue;
+      known = true;
+      EXPECT_TRUE(text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0) << path;
+    }
+    EXPECT_TRUE(known) << "unexpected file " << path;
+  }
+  EXPECT_GT(files, 10);
 }
 
 TEST_F(DumpTest, DisassemblyShowsTheVectorCode) {

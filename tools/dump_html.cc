@@ -1,7 +1,5 @@
 #include "tools/dump_html.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +81,13 @@ std::string ClusterSection(const HtmlCluster& c) {
     s << "<details" << (open ? " open" : "") << "><summary>" << heading << " (" << name << ")</summary>\n"
       << Pre(f->content) << "</details>\n";
   }
+  s << "<h3>Graph</h3>\n";
+  if (!c.graph_svg.empty()) {
+    s << "<div class=\"graph\">\n" << c.graph_svg << "</div>\n";
+  } else {
+    s << "<p class=\"note\">Not drawn: " << XmlEscape(c.graph_note.empty() ? "no graph" : c.graph_note)
+      << ". graph.dot in the cluster's folder holds it.</p>\n";
+  }
   s << "<h3>Machine code</h3>\n";
   bool any = false;
   for (const auto& f : c.files) {
@@ -134,23 +139,6 @@ std::string ArenaChartSvg(const jit::CompiledObject& obj) {
   return SvgDocument(w, h, s.str());
 }
 
-std::string RenderDotSvg(const std::string& dot) {
-  if (std::system("command -v dot >/dev/null 2>&1") != 0) return "";
-  char in_path[] = "/tmp/kiln-dot-XXXXXX";
-  const int fd = ::mkstemp(in_path);
-  if (fd < 0) return "";
-  ::close(fd);
-  const std::string out_path = std::string(in_path) + ".svg";
-  WriteFileAtomic(in_path, dot);
-  const std::string cmd = "dot -Tsvg '" + std::string(in_path) + "' -o '" + out_path + "' 2>/dev/null";
-  std::string svg;
-  if (std::system(cmd.c_str()) == 0) svg = ReadFile(out_path);
-  std::remove(in_path);
-  std::remove(out_path.c_str());
-  const size_t start = svg.find("<svg");
-  return start == std::string::npos ? "" : svg.substr(start);
-}
-
 std::string DumpHtml(const HtmlDump& d) {
   std::ostringstream s;
   s << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>kiln dump</title>\n<style>"
@@ -158,14 +146,22 @@ std::string DumpHtml(const HtmlDump& d) {
     << XmlEscape(d.description) << "</p>\n<nav>Clusters:";
   for (const auto& c : d.clusters) s << " <a href=\"#" << c.id << "\">" << c.id << "</a>";
   s << "</nav>\n<h2>Program</h2>\n";
+  if (!d.graph_coarse.empty()) {
+    s << "<p class=\"note\">Drawn at cluster granularity: " << XmlEscape(d.graph_coarse)
+      << ". Each cluster's section has its own graph.</p>\n";
+  }
   if (!d.graph_svg.empty()) {
     s << "<p class=\"note\">Clusters are the coloured boxes: click one for its kernels. Ops left out of clusters are "
          "dashed; hover for the reason.</p>\n<div class=\"graph\">\n"
       << d.graph_svg << "</div>\n";
-  } else {
+  } else if (d.graph_not_installed) {
     s << "<p class=\"note\">Graphviz is not installed, so the program graph is not drawn here: <code>apt-get install "
          "graphviz</code> (or <code>bash tools/setup.sh</code>), then dump again. program.dot holds the graph; the "
          "tables below list every cluster and every op left out.</p>\n";
+  } else {
+    s << "<p class=\"note\">The program graph is not drawn: " << XmlEscape(d.graph_note)
+      << ". program.dot holds it (<code>dot -Tsvg program.dot -o program.svg</code> draws it without a time limit); "
+         "the tables below list every cluster and every op left out.</p>\n";
   }
   s << "<h2>Clusters, ops left out, cache statistics</h2>\n" << Pre(d.index_md);
   for (const auto& c : d.clusters) s << ClusterSection(c);

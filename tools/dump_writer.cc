@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "launch_op/default_jit.h"
 #include "compiler/dump/jit_dump.h"
@@ -13,6 +14,8 @@
 #include "framework/program_io.h"
 #include "framework/shape_util.h"
 #include "framework/validate.h"
+#include "tools/dot_render.h"
+#include "tools/dump_graphs.h"
 #include "tools/dump_html.h"
 #include "tools/dump_report.h"
 #include "tools/jit_setup.h"
@@ -66,13 +69,21 @@ proto::BlockDesc ConcreteBlock(const proto::BlockDesc& block, const std::map<std
   return out;
 }
 
+// Block 0's vars by name: one lookup per cluster input, not a scan.
+using VarsByName = std::unordered_map<std::string, const proto::VarDesc*>;
+VarsByName IndexVars(const proto::BlockDesc& block) {
+  VarsByName out;
+  for (const auto& v : block.vars()) out.emplace(v.name(), &v);
+  return out;
+}
+
 // A cluster input's dtype and dims: from the concrete block, or for a var a
 // pass made (attention_fusion_pass's LSE) from the subgraph's declaration
 // with the batch size for -1, as ConcreteBlock does for declared vars.
-jit::InputSpec ConcreteInput(const proto::BlockDesc& concrete, const JitSubgraph& sg,
-                                         const std::string& name, int64_t batch) {
-  const proto::VarDesc* v = FindVarDesc(concrete, name);
-  if (v == nullptr) v = FindVarDesc(sg.block, name);
+jit::InputSpec ConcreteInput(const VarsByName& concrete, const JitSubgraph& sg, const std::string& name,
+                             int64_t batch) {
+  auto it = concrete.find(name);
+  const proto::VarDesc* v = it != concrete.end() ? it->second : FindVarDesc(sg.block, name);
   KILN_CHECK(v != nullptr, "kiln dump: no concrete shape for cluster input ", name);
   Dims dims = VarDims(*v);
   for (int64_t& d : dims) d = d < 0 ? batch : d;
@@ -120,12 +131,13 @@ std::string CollectivesMarkdown(const proto::ProgramDesc& after) {
 }  // namespace
 
 std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block) {
+  const VarsByName vars = IndexVars(block);
   std::set<std::string> written, read, out;
   for (const auto& op : block.ops()) {
     for (const auto& s : op.inputs()) {
       for (const auto& a : s.args()) {
-        const proto::VarDesc* v = FindVarDesc(block, a);
-        if (!written.count(a) && v && !v->persistable()) out.insert(a);
+        auto v = vars.find(a);
+        if (!written.count(a) && v != vars.end() && !v->second->persistable()) out.insert(a);
         read.insert(a);
       }
     }
@@ -143,7 +155,7 @@ namespace {
 
 // Cluster `key` compiled at the dump's concrete shapes as row `id`: its
 // compiled object and dump files, or why it did not compile.
-ClusterRow CompileClusterRow(jit::JitRuntime& jit, const proto::BlockDesc& concrete, int64_t batch,
+ClusterRow CompileClusterRow(jit::JitRuntime& jit, const VarsByName& concrete, int64_t batch,
                              const std::string& id, const std::string& key,
                              std::map<std::string, std::vector<jit::DumpFile>>* cluster_files) {
   ClusterRow row;
@@ -171,6 +183,63 @@ ClusterRow CompileClusterRow(jit::JitRuntime& jit, const proto::BlockDesc& concr
 
 }  // namespace
 
+namespace {
+
+// index.md's header: what was dumped, with which options, and the files.
+std::string Preamble(const DumpSource& src, const PipelineOptions& options, const jit::CompileOptions& copts) {
+  return "Dump of " + src.description + " for batch size " + std::to_string(src.batch) + ": ISA " +
+         IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
+         OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
+         std::to_string(options.config.build_jit.min_cluster_size) + ".\n\n" +
+         "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after the pass pipeline: " +
+         PassList(options) + "), "
+         "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
+         "`lowering.txt`, `kernels.txt`, `<kernel>.asm`, `aliases.txt` and `graph.dot`.\n";
+}
+
+// The program's graph: op by op with the clusters as boxes when it is small,
+// else at cluster granularity (`coarse` then says why).
+std::string ProgramDot(const proto::ProgramDesc& program, const BuildJitReport& report,
+                       const std::vector<std::string>& ids, size_t max_nodes, std::string* coarse) {
+  const size_t nodes = OpByOpNodes(program.blocks(0));
+  if (nodes <= max_nodes) return ClusteredDot(program, report, ids);
+  *coarse = "the program has " + std::to_string(nodes) + " ops and vars, over the drawing limit of " +
+            std::to_string(max_nodes) + "; one node per cluster and per op left out";
+  return ClusterLevelDot(BuildClusterLevelGraph(program, report), report, ids, *coarse);
+}
+
+// Draws the program and every compiled cluster's graph within the budget,
+// then writes index.html and the SVGs that were drawn.
+void DrawAndWriteHtml(const DumpSource& src, const std::string& out_dir, HtmlDump html,
+                      const std::string& program_dot) {
+  std::vector<std::string> dots = {program_dot};
+  std::vector<HtmlCluster*> drawn;  // the clusters whose graph is dots[i + 1]
+  for (HtmlCluster& c : html.clusters) {
+    for (const jit::DumpFile& f : c.files) {
+      if (f.name != "graph.dot") continue;
+      dots.push_back(f.content);
+      drawn.push_back(&c);
+    }
+  }
+  const std::vector<DotRender> svgs = RenderAllDotSvg(dots, {src.graphs.program, src.graphs.seconds});
+  html.graph_svg = svgs[0].svg;
+  html.graph_note = svgs[0].note;
+  html.graph_not_installed = svgs[0].not_installed;
+  std::vector<jit::DumpFile> files;
+  if (!svgs[0].svg.empty()) files.push_back({"program.svg", svgs[0].svg});
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    drawn[i]->graph_svg = svgs[i + 1].svg;
+    drawn[i]->graph_note = svgs[i + 1].note;
+    if (!svgs[i + 1].svg.empty()) {
+      jit::WriteDumpFiles(out_dir + "/cluster_" + drawn[i]->id, {{"graph.svg", svgs[i + 1].svg}});
+    }
+  }
+  files.push_back({"index.html", DumpHtml(html)});
+  jit::WriteDumpFiles(out_dir, files);
+}
+
+}  // namespace
+
 DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   const proto::ProgramDesc& program = src.program;
   for (const auto& [name, dims] : src.feed_dims) {
@@ -188,50 +257,43 @@ DumpResult WriteDump(const DumpSource& src, const std::string& out_dir) {
   RecordJitReport(report);
 
   jit::JitRuntime& jit = jit::DefaultJit();
-  const jit::CompileOptions copts = jit.options().compile;
   std::vector<ClusterRow> rows;
   std::vector<std::string> ids;
-  std::vector<jit::DumpFile> files;  // paths relative to --out
   std::map<std::string, std::vector<jit::DumpFile>> cluster_files;
+  const VarsByName concrete_vars = IndexVars(concrete);
   for (size_t i = 0; i < report.clusters.size(); ++i) {
-    ClusterRow row = CompileClusterRow(jit, concrete, src.batch, "c" + std::to_string(i),
+    ClusterRow row = CompileClusterRow(jit, concrete_vars, src.batch, "c" + std::to_string(i),
                                        report.clusters[i].key, &cluster_files);
+    auto folder = cluster_files.find("cluster_" + row.id);
+    if (folder != cluster_files.end()) {
+      folder->second.push_back({"graph.dot", ClusterOwnDot(*row.subgraph, row.id, src.graphs.max_nodes)});
+    }
     ids.push_back(row.id);
     rows.push_back(std::move(row));
   }
 
   std::vector<ExcludedOp> excluded;
   for (const auto& e : report.excluded) excluded.push_back({"", e});
-  const std::string preamble =
-      "Dump of " + src.description + " for batch size " + std::to_string(src.batch) + ": ISA " +
-      IsaName(copts.isa) + ", oneDNN " + OnOff(copts.use_onednn) + ", elementwise fusion " +
-      OnOff(copts.fuse_elementwise) + ", buffer reuse " + OnOff(copts.reuse_buffers) + ", min cluster size " +
-      std::to_string(options.config.build_jit.min_cluster_size) + ".\n\n" +
-      "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after the pass pipeline: " +
-      PassList(options) + "), "
-      "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
-      "`lowering.txt`, `kernels.txt`, `<kernel>.asm` and `aliases.txt`.\n";
+  const std::string preamble = Preamble(src, options, jit.options().compile);
   const std::string index = IndexMarkdown(preamble, rows, excluded, jit.stats()) + CollectivesMarkdown(after);
-  files.push_back({"index.md", index});
-  files.push_back({"program.before.pbtxt", ProgramToText(program)});
-  files.push_back({"program.after.pbtxt", ProgramToText(after)});
-  const std::string dot = ClusteredDot(program, report, ids);
-  files.push_back({"program.dot", dot});
   HtmlDump html;
+  const std::string dot = ProgramDot(program, report, ids, src.graphs.max_nodes, &html.graph_coarse);
+  // The text files first, all of them: the drawings below may run out of
+  // time, and never hold these back.
+  jit::WriteDumpFiles(out_dir, {{"index.md", index},
+                                {"program.before.pbtxt", ProgramToText(program)},
+                                {"program.after.pbtxt", ProgramToText(after)},
+                                {"program.dot", dot}});
+  for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(out_dir + "/" + dir, fs);
+
   html.description = preamble.substr(0, preamble.find('\n'));
-  html.graph_svg = RenderDotSvg(dot);
   html.index_md = index;
   for (const ClusterRow& row : rows) {
     auto it = cluster_files.find("cluster_" + row.id);
     html.clusters.push_back({row.id, row.key, it == cluster_files.end() ? std::vector<jit::DumpFile>{} : it->second,
-                             row.objects.empty() ? nullptr : row.objects.front(), row.failure});
+                             row.objects.empty() ? nullptr : row.objects.front(), row.failure, "", ""});
   }
-  files.push_back({"index.html", DumpHtml(html)});
-  if (!html.graph_svg.empty()) files.push_back({"program.svg", html.graph_svg});
-
-  // Everything is rendered; now write.
-  jit::WriteDumpFiles(out_dir, files);
-  for (const auto& [dir, fs] : cluster_files) jit::WriteDumpFiles(out_dir + "/" + dir, fs);
+  DrawAndWriteHtml(src, out_dir, std::move(html), dot);
   DumpResult result;
   result.explain = ExplainText(rows, excluded, jit.stats());
   result.clusters = cluster_files.size();

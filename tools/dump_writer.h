@@ -11,6 +11,7 @@
 
 #include "framework/proto/framework.pb.h"
 #include "framework/tensor.h"
+#include "tools/dump_graphs.h"
 
 namespace kiln::tools {
 
@@ -23,6 +24,7 @@ struct DumpSource {
   // vars get -1 replaced by `batch`.
   std::map<std::string, Dims> feed_dims;
   int64_t batch = 1;
+  GraphLimits graphs;  // how big a graph is drawn op by op, and how long drawing may take
 };
 
 struct DumpResult {
@@ -37,7 +39,11 @@ std::set<std::string> ProgramFeedsAndResults(const proto::BlockDesc& block);
 
 // Runs the pipeline the flags describe (--recompute, --use_inplace) with
 // build_jit_pass on, compiles every cluster and writes the dump to `out_dir`
-// (created when missing). Throws naming the var for a bad feed shape.
+// (created when missing). Throws naming the var for a bad feed shape. The
+// text files are written before any drawing starts; the drawings
+// (program.svg, cluster_<id>/graph.svg, inlined in index.html) then take at
+// most src.graphs.seconds, and a graph not drawn in time is named as such in
+// index.html instead.
 DumpResult WriteDump(const DumpSource& src, const std::string& out_dir);
 
 }  // namespace kiln::tools
