@@ -4,6 +4,8 @@
 // the batch norm and its gradient in it, and fuses the relu after it.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "compiler/kernels/onednn/onednn_kernels.h"
 #include "tests/lowering_test_util.h"
 
@@ -68,6 +70,33 @@ LoweringCase ConvBnChain(const std::string& name, Dims x, Dims f, int64_t stride
   return c;
 }
 
+// The chain without relu whose z is a resnet block's residual sum:
+// o = relu(z + sc) (z as the add's X, or as its Y when `z_second`), and its
+// backward from do: relu_grad, elementwise_add_grad (dz and dsc).
+LoweringCase ResidualChain(const std::string& name, Dims x, Dims f, bool z_second) {
+  LoweringCase c = ConvBnChain(name, x, f, 1, 1, false);
+  const Dims y = {x[0], f[0], x[2], x[3]};
+  const std::vector<std::string> ins = z_second ? std::vector<std::string>{"sc", "z"}
+                                                : std::vector<std::string>{"z", "sc"};
+  const std::vector<proto::OpDesc> ops = {
+      OpBuilder("elementwise_add").In("X", {ins[0]}).In("Y", {ins[1]}).Out("Out", {"sum"}).Build(),
+      OpBuilder("relu").In("X", {"sum"}).Out("Out", {"o"}).Build(),
+      OpBuilder("relu_grad").In("Out", {"o"}).In("Out@GRAD", {"do"}).Out("X@GRAD", {"dsum"}).Build(),
+      OpBuilder("elementwise_add_grad")
+          .In("Y", {ins[1]})
+          .In("Out@GRAD", {"dsum"})
+          .Out("X@GRAD", {z_second ? "dsc" : "dz"})
+          .Out("Y@GRAD", {z_second ? "dz" : "dsc"})
+          .Build()};
+  c.ops.insert(c.ops.begin() + 2, ops.begin(), ops.end());
+  c.inputs.pop_back();  // dz: computed now
+  c.inputs.push_back({"sc", y});
+  c.inputs.push_back({"do", y});
+  c.outputs.front() = "o";
+  c.outputs.push_back("dsc");
+  return c;
+}
+
 // The layout oneDNN's forward writes for the chain's conv: what the step
 // keeps, kPlain when it does not fire.
 ActLayout ConvLayout(const Dims& x, const Dims& f, int64_t stride, int64_t pad) {
@@ -119,6 +148,32 @@ TEST(BlockedBatchNormTest, OddChannelsBatchOneAndStrides) {
   CheckChain({2, 16, 6, 6}, {32, 16, 3, 3}, 1, 1, true, 5);
   // Without a relu: Y itself leaves the chain.
   CheckChain({1, 3, 7, 5}, {13, 3, 3, 3}, 1, 1, false, 6);
+}
+
+TEST(BlockedBatchNormTest, ResidualSumReluAndItsGradientReadAndWriteTheKeptLayout) {
+  const Dims x = {2, 3, 7, 5}, f = {13, 3, 3, 3};
+  const LoweringCase c = ResidualChain("blocked_batch_norm_residual", x, f, false);
+  const ActLayout layout = ConvLayout(x, f, 1, 1);
+  if (layout == ActLayout::kNChw16c) CheckLoweringGolden(c);
+  for (const auto& [name, xd, fd, second] : std::vector<std::tuple<const char*, Dims, Dims, bool>>{
+           {"a", x, f, false}, {"b", {1, 4, 5, 9}, {17, 4, 3, 3}, true}, {"c", {3, 2, 6, 6}, {3, 2, 3, 3}, false}}) {
+    SCOPED_TRACE(name);
+    const auto obj = CheckLoweringNumerics(ResidualChain(name, xd, fd, second), 2e-4, 2e-4, 11);
+    const bool fires = ConvLayout(xd, fd, 1, 1) != ActLayout::kPlain;
+    EXPECT_EQ(StepMatched(*obj, "blocked_batch_norm"), fires) << obj->lowering;
+    EXPECT_EQ(obj->lowering.find("residual sum + relu reading z kept") != std::string::npos, fires) << obj->lowering;
+    // z and dz stay kept: the batch norm kernels reorder nothing (the
+    // convolution's backward-data primitive may still reorder its diff_dst
+    // into the layout it runs fastest in).
+    if (fires) {
+      EXPECT_EQ(obj->Listing().find("nchw"), std::string::npos) << obj->Listing();
+    }
+  }
+  // The sum's output leaves through z too: no residual unit, z reordered.
+  LoweringCase leaves = ResidualChain("blocked_batch_norm_residual_z_leaves", x, f, false);
+  leaves.outputs.push_back("z");
+  const auto obj = CheckLoweringNumerics(leaves, 2e-4, 2e-4, 12);
+  EXPECT_EQ(obj->lowering.find("residual sum"), std::string::npos) << obj->lowering;
 }
 
 TEST(BlockedBatchNormTest, KeepsTheReluWhenItsInputLeaves) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/lowering/units/blocked.h"
+#include "compiler/lowering/units/blocked_residual.h"
 #include "compiler/lowering/units/onednn_batch_norm.h"
 #include "compiler/lowering/units/onednn_conv.h"
 #include "framework/op_desc.h"
@@ -123,7 +124,73 @@ bool MatchRelu(const Cluster& c, const Units& units, const VarUses& uses, Chain*
          NothingBetweenTouches(units, m->relug_u, m->bng_u, {m->dr}, {m->dz}, {m->relug_u, m->bng_u});
 }
 
-void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, ActLayout layout, StepTrace& trace) {
+// A residual sum relu(z + s) of z alone, s plain of z's dims, and its
+// gradient writing dz alone for the batch norm's gradient: relu_grad, then
+// elementwise_add_grad (blocked_batch_norm.h). False otherwise.
+struct Residual {
+  int add_u = -1, relu_u = -1, relug_u = -1, addg_u = -1;
+  int add = -1, relu = -1, relug = -1, addg = -1;
+  std::string s, sum, out, dsum, dout, ds;  // ds: the shortcut's gradient, "" when none
+};
+
+bool MatchResidual(const Cluster& c, const Units& units, const VarUses& uses, const Chain& m, Residual* r) {
+  r->add_u = OnlyReader(c, uses, m.z, m.bn_u);
+  const int a = r->add = PendingOfType(c, units, r->add_u, "elementwise_add");
+  if (a < 0) return false;
+  const bool z_is_x = c.In(a, "X") == m.z;
+  r->s = z_is_x ? c.In(a, "Y") : c.In(a, "X");
+  if ((!z_is_x && c.In(a, "Y") != m.z) || r->s == m.z || r->s.empty() || !c.IsF32(r->s) ||
+      c.dims(r->s) != c.dims(m.z)) {
+    return false;
+  }
+  r->sum = c.Out(a, "Out");
+  r->relu_u = OnlyReader(c, uses, r->sum, r->add_u);
+  r->relu = PendingOfType(c, units, r->relu_u, "relu");
+  if (r->relu < 0 || c.In(r->relu, "X") != r->sum) return false;
+  r->out = c.Out(r->relu, "Out");
+  const std::vector<int>& dz_writers = uses.Writers(m.dz);
+  if (r->out.empty() || uses.Writers(r->out) != std::vector<int>{r->relu_u} || dz_writers.size() != 1) return false;
+  r->addg_u = dz_writers.front();
+  const int g = r->addg = PendingOfType(c, units, r->addg_u, "elementwise_add_grad");
+  if (g < 0 || c.Out(g, GradVarName(z_is_x ? "X" : "Y")) != m.dz || OnlyReader(c, uses, m.dz, r->addg_u) != m.bng_u) {
+    return false;
+  }
+  r->ds = c.Out(g, GradVarName(z_is_x ? "Y" : "X"));
+  r->dsum = c.In(g, GradVarName("Out"));
+  const std::vector<int>& dsum_writers = uses.Writers(r->dsum);
+  if (dsum_writers.size() != 1) return false;
+  r->relug_u = dsum_writers.front();
+  r->relug = PendingOfType(c, units, r->relug_u, "relu_grad");
+  if (r->relug < 0 || OnlyReader(c, uses, r->dsum, r->relug_u) != r->addg_u || c.In(r->relug, "Out") != r->out ||
+      c.Out(r->relug, GradVarName("X")) != r->dsum) {
+    return false;
+  }
+  r->dout = c.In(r->relug, GradVarName("Out"));
+  // relu runs with the sum (moved up), relu_grad with the sum's gradient
+  // (moved down).
+  return !r->dout.empty() && c.IsF32(r->dout) &&
+         NothingBetweenTouches(units, r->add_u, r->relu_u, {r->sum}, {r->out}, {r->add_u, r->relu_u}) &&
+         NothingBetweenTouches(units, r->relug_u, r->addg_u, {r->out, r->dout}, {r->dsum}, {r->relug_u, r->addg_u});
+}
+
+void ApplyResidual(const Cluster& c, Units& units, const Chain& m, const Residual& r, ActLayout layout,
+                   StepTrace& trace) {
+  const Dims dims = c.dims(m.z);
+  std::vector<int> fwd = {r.add, r.relu}, bwd = {r.relug, r.addg};
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  units[r.add_u] = std::make_unique<BlockedResidualUnit>(
+      kStep, fwd, BlockedResidualUnit::Operands{KeptLayoutOf(m.z, layout), r.s, r.out, dims});
+  units[r.addg_u] = std::make_unique<BlockedResidualGradUnit>(
+      kStep, bwd, BlockedResidualGradUnit::Operands{r.out, r.dout, KeptLayoutOf(m.dz, layout), r.ds, dims});
+  units[r.relu_u].reset();
+  units[r.relug_u].reset();
+  trace.Match(OpList(c, {r.add, r.relu, r.relug, r.addg}) + " -> residual sum + relu reading " + m.z +
+              " kept, its gradient writing " + m.dz + " kept");
+}
+
+void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, bool keep_y, ActLayout layout,
+           StepTrace& trace) {
   FusedConvSpec spec = m.spec;
   spec.dst_layout = layout;
   const std::string in = c.In(m.conv, "Input"), filter = c.In(m.conv, "Filter");
@@ -134,14 +201,17 @@ void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, ActLa
   bs.momentum = c.Attr<float>(m.bn, "momentum");
   bs.layout = layout;
   bs.fuse_relu = fuse_relu;
+  bs.y_layout = keep_y ? layout : ActLayout::kPlain;
   const std::string out = fuse_relu ? m.r : m.z;
+  const DerivedBuffer yout = keep_y ? KeptLayoutOf(out, layout) : DerivedBuffer(out);
+  const DerivedBuffer dyin = keep_y ? KeptLayoutOf(m.dz, layout) : DerivedBuffer(fuse_relu ? m.dr : m.dz);
   const DerivedBuffer mask = fuse_relu ? ReluMaskOf(out, layout) : DerivedBuffer();
   const int b = m.bn, g = m.bng;
   const OneDnnBatchNormUnit::Operands fo{yb, c.In(b, "Scale"), c.In(b, "Bias"), c.In(b, "Mean"), c.In(b, "Variance"),
-                                         out, c.Out(b, "MeanOut"), c.Out(b, "VarianceOut"), c.Out(b, "SavedMean"),
+                                         yout, c.Out(b, "MeanOut"), c.Out(b, "VarianceOut"), c.Out(b, "SavedMean"),
                                          c.Out(b, "SavedVariance"), mask};
   const OneDnnBatchNormGradUnit::Operands go{yb, c.In(g, "Scale"), c.In(g, "SavedMean"), c.In(g, "SavedVariance"),
-                                             fuse_relu ? m.dr : m.dz, mask, dyb, c.Out(g, GradVarName("Scale")),
+                                             dyin, mask, dyb, c.Out(g, GradVarName("Scale")),
                                              c.Out(g, GradVarName("Bias"))};
   const ConvGradUnit::Operands ga{in, filter, dyb, c.Out(m.gconv, GradVarName("Input")),
                                   c.Out(m.gconv, GradVarName("Filter")), ""};
@@ -164,8 +234,9 @@ void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, ActLa
   if (fuse_relu) all.insert(all.end(), {m.relu, m.relug});
   std::sort(all.begin(), all.end());
   trace.Match(OpList(c, all) + " -> " + m.y + " and " + m.dy + " kept in " + ActLayoutName(layout) +
-              (fuse_relu ? ", relu fused into the batch norm" : "") + "; " + out + " reordered out, " +
-              (fuse_relu ? m.dr : m.dz) + " reordered in");
+              (fuse_relu ? ", relu fused into the batch norm" : "") +
+              (keep_y ? ", " + out + " and " + m.dz + " kept"
+                      : "; " + out + " reordered out, " + (fuse_relu ? m.dr : m.dz) + " reordered in"));
 }
 
 }  // namespace
@@ -185,7 +256,10 @@ Units KeepBatchNormBlocked(const Cluster& c, Units units, StepTrace& trace) {
     if (layout == ActLayout::kPlain) continue;
     Chain fused = m;
     const bool fuse_relu = MatchRelu(c, units, *uses, &fused);
-    Apply(c, units, fuse_relu ? fused : m, fuse_relu, layout, trace);
+    Residual r;
+    const bool residual = !fuse_relu && MatchResidual(c, units, *uses, m, &r);
+    Apply(c, units, fuse_relu ? fused : m, fuse_relu, residual, layout, trace);
+    if (residual) ApplyResidual(c, units, m, r, layout, trace);
     uses = std::make_unique<VarUses>(units);
   }
   Compact(&units);

@@ -20,6 +20,12 @@
 // dz or dr in, at the edge of the chain) are named by the kernels' dump
 // lines.
 //
+// When the batch norm (without relu) feeds a resnet block's residual sum
+// alone, relu(z + s) with s plain, z and dz stay kept as well: a kiln kernel
+// sums z and s and applies the relu into the plain output, and one more
+// takes relu_grad and elementwise_add_grad into the kept dz and the plain
+// gradient of s (blocked_residual units), so no reorder is left there.
+//
 // Fires when y and dy have no reader outside the pattern (neither leaves the
 // cluster), the batch norm is in training mode on f32 [N,C,H,W] with its
 // saved statistics read by its gradient, compute is f32, and oneDNN's
