@@ -5,6 +5,7 @@
 #include "compiler/lowering/batch_one.h"
 #include "compiler/lowering/bf16_activations.h"
 #include "compiler/lowering/bf16_weight_copies.h"
+#include "compiler/lowering/blocked_batch_norm.h"
 #include "compiler/lowering/blocked_layout.h"
 #include "compiler/lowering/buffers.h"
 #include "compiler/lowering/conv_epilogue.h"
@@ -36,6 +37,11 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
                                                          "claim"));
   units = FuseConvEpilogue(c, std::move(units),
                            t.Step(kConvEpilogueStep, "likewise, before grouping takes the bias add and relu"));
+  units = KeepBatchNormBlocked(c, std::move(units),
+                               t.Step(kBlockedBatchNormStep, "after conv_epilogue, which takes the convs with a bias "
+                                                             "or activation; before grouping takes relu and "
+                                                             "relu_grad and the anchors conv2d, batch_norm and their "
+                                                             "gradients"));
   units = FoldWeightGradIntoSgd(c, std::move(units),
                                 t.Step(kWeightGradFoldStep, "before grouping, which would take the sgd step"));
   units = UseGemvAtBatchOne(c, std::move(units),

@@ -205,14 +205,15 @@ class ModelOpsJitTest : public test::JitTrainTest {
 // Over six steps the parameters drift apart by float rounding: the JIT folds
 // the matmul weight updates into the weight-gradient products (a different
 // summation order). The first step's batch statistics see the same inputs,
-// and the running statistics come out bit for bit the same: batch_norm runs
-// the same oneDNN kernel inside the cluster.
+// and the running statistics agree within rounding: inside the cluster
+// blocked_batch_norm runs oneDNN's batch norm in the convolution's blocked
+// layout, which sums each channel in another order than the plain one.
 TEST_F(ModelOpsJitTest, CnnWithBatchNormMatchesJitOff) {
   Net n = CnnWithBatchNorm(/*is_test=*/false);
   ExpectJitMatches(n, {"batch_norm", "batch_norm_grad"}, 1e-6);
   Net first = n;
   first.steps.resize(1);
-  ExpectJitMatches(first, {}, 1e-6, {"bn0.mean", "bn0.var", "bn1.mean", "bn1.var"});
+  ExpectJitMatches(first, {}, 1e-6);
   // The running statistics moved away from their start (0.1, 0.9).
   const test::TrainRun r = test::TrainSteps(n, n.train);
   EXPECT_NE(test::ValueAt(r.vars.at("bn0.mean"), 0), 0.1f);

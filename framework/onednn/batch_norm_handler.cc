@@ -23,10 +23,22 @@ BatchNormHandler::BatchNormHandler(PrimitiveCache& cache, int64_t n, int64_t c, 
   bwd_key_.kind = PrimitiveKind::kBatchNormBackward;
 }
 
+void BatchNormHandler::KeepLayout(ActLayout layout, bool fuse_relu) {
+  fwd_key_.kept_layout = layout;
+  if (fuse_relu) fwd_key_.flags |= static_cast<uint32_t>(normalization_flags::fuse_norm_relu);
+  const PrimitiveKind kind = bwd_key_.kind;
+  bwd_key_ = fwd_key_;
+  bwd_key_.kind = kind;
+}
+
+dnnl::memory::desc BatchNormHandler::DataDesc() const {
+  return detail::KeptDesc(fwd_key_.dims[0], fwd_key_.kept_layout, dnnl::memory::data_type::f32);
+}
+
 bool BatchNormHandler::Valid() const { return n_ > 0 && c_ > 0 && s_ > 0; }
 
 dnnl::batch_normalization_forward::primitive_desc BatchNormHandler::ForwardPd(prop_kind prop) const {
-  dnnl::batch_normalization_forward::desc desc(prop, PlainDesc(fwd_key_.dims[0]), fwd_key_.epsilon,
+  dnnl::batch_normalization_forward::desc desc(prop, DataDesc(), fwd_key_.epsilon,
                                                static_cast<normalization_flags>(fwd_key_.flags));
   return dnnl::batch_normalization_forward::primitive_desc(desc, DefaultAttr(), Engine());
 }
@@ -38,7 +50,7 @@ PrimitiveEntry BatchNormHandler::CreateForward() const {
 }
 
 PrimitiveEntry BatchNormHandler::CreateBackward() const {
-  const dnnl::memory::desc md = PlainDesc(bwd_key_.dims[0]);
+  const dnnl::memory::desc md = DataDesc();
   // prop_kind::backward: diff_src and the scale/shift gradients.
   dnnl::batch_normalization_backward::desc desc(prop_kind::backward, md, md, bwd_key_.epsilon,
                                                 static_cast<normalization_flags>(bwd_key_.flags));

@@ -17,6 +17,16 @@ namespace kiln::onednn {
 class BatchNormHandler : public OneDnnHandler {
  public:
   BatchNormHandler(PrimitiveCache& cache, int64_t n, int64_t c, int64_t s, float epsilon, bool global_stats);
+  // For compiled code (compiler/kernels/onednn/batch_norm_kernels.h), before
+  // the primitives are acquired: src, dst and their gradients in `layout`
+  // (PrimitiveKey::kept_layout; [n, c, s, 1] viewing [N, C, H, W]), and
+  // with `fuse_relu` a relu after the normalisation (oneDNN's
+  // fuse_norm_relu: the forward writes a workspace the backward reads
+  // instead of the relu's output). The Run* methods bind plain tensors and
+  // must not be used after it.
+  void KeepLayout(ActLayout layout, bool fuse_relu);
+  // The descriptor of x, y and their gradients.
+  dnnl::memory::desc DataDesc() const;
   // Training (global_stats false): normalises with the batch statistics and
   // writes them to `mean` and `variance`.
   bool RunTraining(const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor* y, Tensor* mean,

@@ -31,6 +31,20 @@ inline dnnl::memory::desc AnyDesc(const Dims& dims, dnnl::memory::data_type type
   return dnnl::memory::desc(D(dims), type, dnnl::memory::format_tag::any);
 }
 
+// Activations `dims` in a layout a cluster keeps (framework/act_layout.h);
+// plain for kPlain. An [n, c, s, 1] view of [N, C, H, W] (s = H * W) has
+// the same memory in each of them.
+inline dnnl::memory::desc KeptDesc(const Dims& dims, ActLayout layout, dnnl::memory::data_type type) {
+  using tag = dnnl::memory::format_tag;
+  switch (layout) {
+    case ActLayout::kNChw8c: return dnnl::memory::desc(D(dims), type, tag::aBcd8b);
+    case ActLayout::kNChw16c: return dnnl::memory::desc(D(dims), type, tag::aBcd16b);
+    case ActLayout::kNhwc: return dnnl::memory::desc(D(dims), type, tag::nhwc);
+    case ActLayout::kPlain: break;
+  }
+  return PlainDesc(dims, type);
+}
+
 inline PrimitiveEntry MakeEntry(const dnnl::primitive_desc_base& pd, const dnnl::primitive& p) {
   PrimitiveEntry e;
   e.pd = pd;

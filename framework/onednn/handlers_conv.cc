@@ -15,6 +15,7 @@ using detail::AnyDesc;
 using detail::BindBias;
 using detail::D;
 using detail::FusedAttr;
+using detail::KeptDesc;
 using detail::MakeEntry;
 using detail::OperandType;
 using detail::SetFusion;
@@ -22,18 +23,6 @@ using dnnl::algorithm;
 using dnnl::prop_kind;
 
 namespace {
-
-// Activations `dims` in a layout a cluster keeps (framework/act_layout.h).
-dnnl::memory::desc KeptDesc(const Dims& dims, ActLayout layout, dnnl::memory::data_type type) {
-  using tag = dnnl::memory::format_tag;
-  switch (layout) {
-    case ActLayout::kNChw8c: return dnnl::memory::desc(D(dims), type, tag::aBcd8b);
-    case ActLayout::kNChw16c: return dnnl::memory::desc(D(dims), type, tag::aBcd16b);
-    case ActLayout::kNhwc: return dnnl::memory::desc(D(dims), type, tag::nhwc);
-    case ActLayout::kPlain: break;
-  }
-  return PlainDesc(dims, type);
-}
 
 // The family of primitive layouts `kept` belongs to.
 ConvLayout FamilyOf(ActLayout kept) {

@@ -10,6 +10,7 @@ std::string DerivedBuffer::Name() const {
     case DerivedKind::kOldValue: return var + "@OLD";
     case DerivedKind::kBf16Copy: return var + "@BF16";
     case DerivedKind::kKeptLayout: return var + "@" + ActLayoutName(layout);
+    case DerivedKind::kReluMask: return var + "@RELU_MASK";
   }
   return var;
 }
@@ -20,6 +21,13 @@ proto::VarDesc DerivedBuffer::Desc(const Cluster& c) const {
   v.set_name(Name());
   v.set_persistable(false);
   if (dtype == DataType::kBF16) v.set_dtype(proto::BF16);
+  if (kind == DerivedKind::kReluMask) {
+    const Dims d = c.dims(var);
+    KILN_CHECK(d.size() == 4 && c.IsF32(var));
+    v.set_dtype(proto::BOOL);
+    v.clear_dims();
+    v.add_dims(Numel(ActStoredDims(layout, d)));
+  }
   if (kind == DerivedKind::kKeptLayout) {
     const Dims d = c.dims(var);
     KILN_CHECK(d.size() == 4 && c.IsF32(var));

@@ -21,6 +21,11 @@ enum class DerivedKind : uint8_t {
   kOldValue,    // the var before a unit updates it in place: "<var>@OLD"
   kBf16Copy,    // the var rounded to bf16: "<var>@BF16"
   kKeptLayout,  // an [N,C,H,W] f32 var kept in `layout`: "<var>@nChw16c"
+  // The mask of the relu oneDNN fuses into a batch norm that writes the
+  // [N,C,H,W] f32 var in `layout` (blocked_batch_norm): "<var>@RELU_MASK",
+  // a byte buffer (dtype bool) of one byte per element of the var's stored
+  // dims in `layout` (compiler/kernels/onednn/batch_norm_kernels.h).
+  kReluMask,
 };
 
 // A buffer a unit binds: a var of the cluster (kNone; converts from the
@@ -57,6 +62,9 @@ inline DerivedBuffer OldValueOf(std::string var) {
 }
 inline DerivedBuffer Bf16CopyOf(std::string var) {
   return {std::move(var), DerivedKind::kBf16Copy, ActLayout::kPlain, DataType::kBF16};
+}
+inline DerivedBuffer ReluMaskOf(std::string var, ActLayout layout) {
+  return {std::move(var), DerivedKind::kReluMask, layout, DataType::kBOOL};
 }
 inline DerivedBuffer KeptLayoutOf(std::string var, ActLayout layout, DataType dtype = DataType::kFP32) {
   return {std::move(var), DerivedKind::kKeptLayout, layout, dtype};

@@ -27,8 +27,9 @@ OneDnnConvUnit::OneDnnConvUnit(const std::string& step, std::vector<int> ops, co
       o_(std::move(operands)) {}
 
 std::string OneDnnConvUnit::Describe(const Cluster&) const {
+  const std::string epilogue = EpilogueText(spec_.bias, spec_.activation);
   return "oneDNN convolution" + std::string(spec_.compute == ComputeType::kBF16 ? " in bf16" : "") +
-         EpilogueText(spec_.bias, spec_.activation) + " as post-ops" +
+         (epilogue.empty() ? "" : epilogue + " as post-ops") +
          (spec_.dst_layout != ActLayout::kPlain ? std::string(", output kept in ") + ActLayoutName(spec_.dst_layout)
                                                 : "");
 }

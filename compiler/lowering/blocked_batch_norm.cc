@@ -1,0 +1,269 @@
+#include "compiler/lowering/blocked_batch_norm.h"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/lowering/units/blocked.h"
+#include "compiler/lowering/units/blocked_residual.h"
+#include "compiler/lowering/units/onednn_batch_norm.h"
+#include "compiler/lowering/units/onednn_conv.h"
+#include "framework/op_desc.h"
+
+namespace kiln::jit {
+namespace {
+
+constexpr const char* kStep = kBlockedBatchNormStep;
+
+// The op of a pending unit of type `type`, else -1.
+int PendingOfType(const Cluster& c, const Units& units, int u, const char* type) {
+  if (u < 0) return -1;
+  const int op = PendingOpOf(*units[u]);
+  return op >= 0 && c.type(op) == type && !c.Excluded(kStep, op) ? op : -1;
+}
+
+// The one unit reading `var`, when `var` stays in the cluster and `writer`
+// alone writes it; else -1.
+int OnlyReader(const Cluster& c, const VarUses& uses, const std::string& var, int writer) {
+  if (var.empty() || c.IsOutput(var) || uses.Writers(var) != std::vector<int>{writer}) return -1;
+  const std::vector<int>& readers = uses.Readers(var);
+  return readers.size() == 1 ? readers.front() : -1;
+}
+
+// One match: unit positions, ops and vars of the pattern (blocked_batch_norm.h).
+struct Chain {
+  int conv_u = -1, bn_u = -1, bng_u = -1, gconv_u = -1, relu_u = -1, relug_u = -1;
+  int conv = -1, bn = -1, bng = -1, gconv = -1, relu = -1, relug = -1;
+  std::string y, dy, z, dz;    // conv out, its gradient; bn Y and its gradient
+  std::string r, dr;           // relu's Out and dOut (fused relu)
+  FusedConvSpec spec;
+};
+
+// conv2d (no bias, f32, 4-D) writing y, read by exactly batch_norm and
+// batch_norm_grad.
+bool MatchConv(const Cluster& c, const Units& units, const VarUses& uses, int u, Chain* m) {
+  const int i = m->conv = PendingOfType(c, units, u, "conv2d");
+  if (i < 0) return false;
+  const std::string in = c.In(i, "Input"), filter = c.In(i, "Filter");
+  m->y = c.Out(i, "Output");
+  if (in.empty() || filter.empty() || m->y.empty() || !c.IsF32(in) || !c.IsF32(filter) || !c.IsF32(m->y)) return false;
+  FusedConvSpec& s = m->spec;
+  s.input_dims = c.dims(in);
+  s.filter_dims = c.dims(filter);
+  if (s.input_dims.size() != 4 || s.filter_dims.size() != 4 || c.Attr<int64_t>(i, "groups") != 1) return false;
+  s.strides = c.Attr<std::vector<int64_t>>(i, "strides");
+  s.paddings = c.Attr<std::vector<int64_t>>(i, "paddings");
+  s.dilations = c.Attr<std::vector<int64_t>>(i, "dilations");
+  s.compute = c.options().amp_compute;
+  m->conv_u = u;
+  if (c.IsOutput(m->y) || uses.Writers(m->y) != std::vector<int>{u}) return false;
+  const std::vector<int>& readers = uses.Readers(m->y);
+  if (readers.size() != 2) return false;
+  for (int r : readers) {
+    if (PendingOfType(c, units, r, "batch_norm") >= 0) m->bn_u = r;
+    if (PendingOfType(c, units, r, "batch_norm_grad") >= 0) m->bng_u = r;
+  }
+  return m->bn_u >= 0 && m->bng_u >= 0;
+}
+
+// The batch norm pair on y (training, the gradient reading the forward's
+// saved statistics) and the conv2d_grad of the same conv reading dy alone.
+bool MatchNormAndGrad(const Cluster& c, const Units& units, const VarUses& uses, Chain* m) {
+  const int b = m->bn = PendingOpOf(*units[m->bn_u]);
+  const int g = m->bng = PendingOpOf(*units[m->bng_u]);
+  if (c.In(b, "X") != m->y || c.In(g, "X") != m->y || c.Attr<bool>(b, "is_test") || c.Attr<bool>(g, "is_test") ||
+      c.Attr<float>(b, "epsilon") != c.Attr<float>(g, "epsilon") || c.In(b, "Scale") != c.In(g, "Scale")) {
+    return false;
+  }
+  for (const char* slot : {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"}) {
+    if (c.Out(b, slot).empty()) return false;
+  }
+  for (const char* slot : {"SavedMean", "SavedVariance"}) {
+    if (c.In(g, slot) != c.Out(b, slot) || c.Producer(g, c.In(g, slot)) != b) return false;
+  }
+  m->z = c.Out(b, "Y");
+  m->dz = c.In(g, GradVarName("Y"));
+  m->dy = c.Out(g, GradVarName("X"));
+  if (m->dz.empty() || !c.IsF32(m->dz)) return false;
+  m->gconv_u = OnlyReader(c, uses, m->dy, m->bng_u);
+  const int gc = m->gconv = PendingOfType(c, units, m->gconv_u, "conv2d_grad");
+  if (gc < 0 || c.In(gc, "Input") != c.In(m->conv, "Input") || c.In(gc, "Filter") != c.In(m->conv, "Filter") ||
+      c.In(gc, GradVarName("Output")) != m->dy || c.Out(gc, GradVarName("Filter")).empty() ||
+      c.Attr<int64_t>(gc, "groups") != 1) {
+    return false;
+  }
+  for (const char* attr : {"strides", "paddings", "dilations"}) {
+    if (c.Attr<std::vector<int64_t>>(gc, attr) != c.Attr<std::vector<int64_t>>(m->conv, attr)) return false;
+  }
+  return true;
+}
+
+// The relu on z alone and its gradient writing dz for the batch norm's
+// gradient alone; false (no fusion) otherwise.
+bool MatchRelu(const Cluster& c, const Units& units, const VarUses& uses, Chain* m) {
+  m->relu_u = OnlyReader(c, uses, m->z, m->bn_u);
+  m->relu = PendingOfType(c, units, m->relu_u, "relu");
+  if (m->relu < 0 || c.In(m->relu, "X") != m->z) return false;
+  m->r = c.Out(m->relu, "Out");
+  if (m->r.empty() || uses.Writers(m->r) != std::vector<int>{m->relu_u}) return false;
+  const std::vector<int>& dz_writers = uses.Writers(m->dz);
+  if (dz_writers.size() != 1) return false;
+  m->relug_u = dz_writers.front();
+  m->relug = PendingOfType(c, units, m->relug_u, "relu_grad");
+  if (m->relug < 0 || OnlyReader(c, uses, m->dz, m->relug_u) != m->bng_u || c.In(m->relug, "Out") != m->r ||
+      c.Out(m->relug, GradVarName("X")) != m->dz) {
+    return false;
+  }
+  m->dr = c.In(m->relug, GradVarName("Out"));
+  // relu runs with the batch norm (moved up), relu_grad with its gradient
+  // (moved down).
+  return !m->dr.empty() && c.IsF32(m->dr) &&
+         NothingBetweenTouches(units, m->bn_u, m->relu_u, {m->z}, {m->r}, {m->bn_u, m->relu_u}) &&
+         NothingBetweenTouches(units, m->relug_u, m->bng_u, {m->dr}, {m->dz}, {m->relug_u, m->bng_u});
+}
+
+// A residual sum relu(z + s) of z alone, s plain of z's dims, and its
+// gradient writing dz alone for the batch norm's gradient: relu_grad, then
+// elementwise_add_grad (blocked_batch_norm.h). False otherwise.
+struct Residual {
+  int add_u = -1, relu_u = -1, relug_u = -1, addg_u = -1;
+  int add = -1, relu = -1, relug = -1, addg = -1;
+  std::string s, sum, out, dsum, dout, ds;  // ds: the shortcut's gradient, "" when none
+};
+
+bool MatchResidual(const Cluster& c, const Units& units, const VarUses& uses, const Chain& m, Residual* r) {
+  r->add_u = OnlyReader(c, uses, m.z, m.bn_u);
+  const int a = r->add = PendingOfType(c, units, r->add_u, "elementwise_add");
+  if (a < 0) return false;
+  const bool z_is_x = c.In(a, "X") == m.z;
+  r->s = z_is_x ? c.In(a, "Y") : c.In(a, "X");
+  if ((!z_is_x && c.In(a, "Y") != m.z) || r->s == m.z || r->s.empty() || !c.IsF32(r->s) ||
+      c.dims(r->s) != c.dims(m.z)) {
+    return false;
+  }
+  r->sum = c.Out(a, "Out");
+  r->relu_u = OnlyReader(c, uses, r->sum, r->add_u);
+  r->relu = PendingOfType(c, units, r->relu_u, "relu");
+  if (r->relu < 0 || c.In(r->relu, "X") != r->sum) return false;
+  r->out = c.Out(r->relu, "Out");
+  const std::vector<int>& dz_writers = uses.Writers(m.dz);
+  if (r->out.empty() || uses.Writers(r->out) != std::vector<int>{r->relu_u} || dz_writers.size() != 1) return false;
+  r->addg_u = dz_writers.front();
+  const int g = r->addg = PendingOfType(c, units, r->addg_u, "elementwise_add_grad");
+  if (g < 0 || c.Out(g, GradVarName(z_is_x ? "X" : "Y")) != m.dz || OnlyReader(c, uses, m.dz, r->addg_u) != m.bng_u) {
+    return false;
+  }
+  r->ds = c.Out(g, GradVarName(z_is_x ? "Y" : "X"));
+  r->dsum = c.In(g, GradVarName("Out"));
+  const std::vector<int>& dsum_writers = uses.Writers(r->dsum);
+  if (dsum_writers.size() != 1) return false;
+  r->relug_u = dsum_writers.front();
+  r->relug = PendingOfType(c, units, r->relug_u, "relu_grad");
+  if (r->relug < 0 || OnlyReader(c, uses, r->dsum, r->relug_u) != r->addg_u || c.In(r->relug, "Out") != r->out ||
+      c.Out(r->relug, GradVarName("X")) != r->dsum) {
+    return false;
+  }
+  r->dout = c.In(r->relug, GradVarName("Out"));
+  // relu runs with the sum (moved up), relu_grad with the sum's gradient
+  // (moved down).
+  return !r->dout.empty() && c.IsF32(r->dout) &&
+         NothingBetweenTouches(units, r->add_u, r->relu_u, {r->sum}, {r->out}, {r->add_u, r->relu_u}) &&
+         NothingBetweenTouches(units, r->relug_u, r->addg_u, {r->out, r->dout}, {r->dsum}, {r->relug_u, r->addg_u});
+}
+
+void ApplyResidual(const Cluster& c, Units& units, const Chain& m, const Residual& r, ActLayout layout,
+                   StepTrace& trace) {
+  const Dims dims = c.dims(m.z);
+  std::vector<int> fwd = {r.add, r.relu}, bwd = {r.relug, r.addg};
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  units[r.add_u] = std::make_unique<BlockedResidualUnit>(
+      kStep, fwd, BlockedResidualUnit::Operands{KeptLayoutOf(m.z, layout), r.s, r.out, dims});
+  units[r.addg_u] = std::make_unique<BlockedResidualGradUnit>(
+      kStep, bwd, BlockedResidualGradUnit::Operands{r.out, r.dout, KeptLayoutOf(m.dz, layout), r.ds, dims});
+  units[r.relu_u].reset();
+  units[r.relug_u].reset();
+  trace.Match(OpList(c, {r.add, r.relu, r.relug, r.addg}) + " -> residual sum + relu reading " + m.z +
+              " kept, its gradient writing " + m.dz + " kept");
+}
+
+void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, bool keep_y, ActLayout layout,
+           StepTrace& trace) {
+  FusedConvSpec spec = m.spec;
+  spec.dst_layout = layout;
+  const std::string in = c.In(m.conv, "Input"), filter = c.In(m.conv, "Filter");
+  const DerivedBuffer yb = KeptLayoutOf(m.y, layout), dyb = KeptLayoutOf(m.dy, layout);
+  BatchNormSpec bs;
+  bs.x_dims = c.dims(m.y);
+  bs.epsilon = c.Attr<float>(m.bn, "epsilon");
+  bs.momentum = c.Attr<float>(m.bn, "momentum");
+  bs.layout = layout;
+  bs.fuse_relu = fuse_relu;
+  bs.y_layout = keep_y ? layout : ActLayout::kPlain;
+  const std::string out = fuse_relu ? m.r : m.z;
+  const DerivedBuffer yout = keep_y ? KeptLayoutOf(out, layout) : DerivedBuffer(out);
+  const DerivedBuffer dyin = keep_y ? KeptLayoutOf(m.dz, layout) : DerivedBuffer(fuse_relu ? m.dr : m.dz);
+  const DerivedBuffer mask = fuse_relu ? ReluMaskOf(out, layout) : DerivedBuffer();
+  const int b = m.bn, g = m.bng;
+  const OneDnnBatchNormUnit::Operands fo{yb, c.In(b, "Scale"), c.In(b, "Bias"), c.In(b, "Mean"), c.In(b, "Variance"),
+                                         yout, c.Out(b, "MeanOut"), c.Out(b, "VarianceOut"), c.Out(b, "SavedMean"),
+                                         c.Out(b, "SavedVariance"), mask};
+  const OneDnnBatchNormGradUnit::Operands go{yb, c.In(g, "Scale"), c.In(g, "SavedMean"), c.In(g, "SavedVariance"),
+                                             dyin, mask, dyb, c.Out(g, GradVarName("Scale")),
+                                             c.Out(g, GradVarName("Bias"))};
+  const ConvGradUnit::Operands ga{in, filter, dyb, c.Out(m.gconv, GradVarName("Input")),
+                                  c.Out(m.gconv, GradVarName("Filter")), ""};
+  std::vector<int> fwd_ops = {b}, bwd_ops = {g};
+  if (fuse_relu) {
+    fwd_ops.push_back(m.relu);
+    bwd_ops.insert(bwd_ops.begin(), m.relug);
+    if (bwd_ops[0] > bwd_ops[1]) std::swap(bwd_ops[0], bwd_ops[1]);
+  }
+  units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, std::vector<int>{m.conv}, spec,
+                                                     OneDnnConvUnit::Operands{in, filter, "", yb});
+  units[m.bn_u] = std::make_unique<OneDnnBatchNormUnit>(kStep, fwd_ops, bs, fo);
+  units[m.bng_u] = std::make_unique<OneDnnBatchNormGradUnit>(kStep, bwd_ops, bs, go);
+  units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, std::vector<int>{m.gconv}, spec, ga);
+  if (fuse_relu) {
+    units[m.relu_u].reset();
+    units[m.relug_u].reset();
+  }
+  std::vector<int> all = {m.conv, b, g, m.gconv};
+  if (fuse_relu) all.insert(all.end(), {m.relu, m.relug});
+  std::sort(all.begin(), all.end());
+  trace.Match(OpList(c, all) + " -> " + m.y + " and " + m.dy + " kept in " + ActLayoutName(layout) +
+              (fuse_relu ? ", relu fused into the batch norm" : "") +
+              (keep_y ? ", " + out + " and " + m.dz + " kept"
+                      : "; " + out + " reordered out, " + (fuse_relu ? m.dr : m.dz) + " reordered in"));
+}
+
+}  // namespace
+
+Units KeepBatchNormBlocked(const Cluster& c, Units units, StepTrace& trace) {
+  if (!c.options().use_onednn || !c.options().fuse_elementwise || c.options().amp_compute != ComputeType::kF32) {
+    return units;
+  }
+  auto uses = std::make_unique<VarUses>(units);
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (!units[u]) continue;
+    Chain m;
+    if (!MatchConv(c, units, *uses, static_cast<int>(u), &m) || !MatchNormAndGrad(c, units, *uses, &m)) continue;
+    if (c.dims(m.y).size() != 4 || c.Excluded(kStep, m.bn) || c.Excluded(kStep, m.bng)) continue;
+    // The last check: oneDNN's choice for the shape (a primitive descriptor).
+    const ActLayout layout = ConvForwardDstLayout(m.spec);
+    if (layout == ActLayout::kPlain) continue;
+    Chain fused = m;
+    const bool fuse_relu = MatchRelu(c, units, *uses, &fused);
+    Residual r;
+    const bool residual = !fuse_relu && MatchResidual(c, units, *uses, m, &r);
+    Apply(c, units, fuse_relu ? fused : m, fuse_relu, residual, layout, trace);
+    if (residual) ApplyResidual(c, units, m, r, layout, trace);
+    uses = std::make_unique<VarUses>(units);
+  }
+  Compact(&units);
+  return units;
+}
+
+}  // namespace kiln::jit
