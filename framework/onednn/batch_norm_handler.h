@@ -16,7 +16,8 @@ namespace kiln::onednn {
 // does.
 class BatchNormHandler : public OneDnnHandler {
  public:
-  BatchNormHandler(PrimitiveCache& cache, int64_t n, int64_t c, int64_t s, float epsilon, bool global_stats);
+  BatchNormHandler(PrimitiveCache& cache, const Settings& settings, int64_t n, int64_t c, int64_t s, float epsilon,
+                   bool global_stats);
   // Training (global_stats false): normalises with the batch statistics and
   // writes them to `mean` and `variance`.
   bool RunTraining(const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor* y, Tensor* mean,
