@@ -29,7 +29,7 @@ size_t CompileOptions::Hash() const {
   size_t h = 0;
   HashCombine(h, static_cast<uint64_t>(isa));
   HashCombine(h, (use_onednn ? 1u : 0u) | (fuse_elementwise ? 2u : 0u) | (reuse_buffers ? 4u : 0u) |
-                     (deterministic ? 8u : 0u));
+                     (deterministic ? 8u : 0u) | (allow_slow_impls ? 16u : 0u));
   HashCombine(h, static_cast<uint64_t>(amp_compute));
   return h;
 }
@@ -43,6 +43,7 @@ std::string CompiledObject::Listing() const {
   };
   os << "# cluster " << key << " " << signature.ToString() << " isa=" << IsaName(options.isa);
   if (options.amp_compute != ComputeType::kF32) os << " amp_compute=" << ComputeTypeName(options.amp_compute);
+  if (options.allow_slow_impls) os << " allow_slow_impls";
   os << "\n";
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const auto& ins = program.instructions[i];

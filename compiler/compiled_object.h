@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/codegen/isa.h"
+#include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 
@@ -38,19 +39,30 @@ struct CompileOptions {
   bool reuse_buffers = true;       // arena plan reuses dead intermediates
   // Results independent of the thread count (--deterministic): generated
   // kernels split sums over rows into chunks fixed by the shape
-  // (FusedElementwiseKernel::set_deterministic); oneDNN primitives follow
-  // the process-wide onednn::SetDeterministic.
+  // (FusedElementwiseKernel::set_deterministic); oneDNN primitives are
+  // created for and run on one thread (onednn::Settings::deterministic).
   bool deterministic = false;
   // What oneDNN matmuls and convolutions multiply in (--amp): the fused
-  // matmul, matmul+sgd and fused conv kernels are created with it; a
-  // matmul_grad or conv2d_grad that runs the framework's oneDNN kernel
-  // follows the process-wide onednn::SetAmpCompute, which the tools set to
-  // the same value.
+  // matmul, matmul+sgd and fused conv kernels are created with it, and a
+  // framework op the cluster runs (a matmul_grad, a conv2d_grad) gets it in
+  // its ExecContext.
   ComputeType amp_compute = ComputeType::kF32;
+  // Framework ops the cluster runs take oneDNN's slow implementations
+  // (onednn::Settings::allow_slow_impls; tests only). The JIT's own oneDNN
+  // kernels take whatever implementation oneDNN has.
+  bool allow_slow_impls = false;
+  // The oneDNN settings the cluster's kernels are created and run with.
+  onednn::Settings OneDnnSettings() const {
+    onednn::Settings s;
+    s.allow_slow_impls = allow_slow_impls;
+    s.deterministic = deterministic;
+    s.amp_compute = amp_compute;
+    return s;
+  }
   bool operator==(const CompileOptions& o) const {
     return isa == o.isa && use_onednn == o.use_onednn && fuse_elementwise == o.fuse_elementwise &&
            reuse_buffers == o.reuse_buffers && deterministic == o.deterministic &&
-           amp_compute == o.amp_compute;
+           amp_compute == o.amp_compute && allow_slow_impls == o.allow_slow_impls;
   }
   size_t Hash() const;
 };

@@ -155,7 +155,7 @@ void Executor::Run(ExecutionPlan& plan, Scope& scope) const {
   for (auto& op : plan.ops_) {
     const size_t peak_before = options_.peak != nullptr ? CachingAllocator::Global().stats().peak_in_use_bytes : 0;
     if (options_.check_nan_inf) CheckInputsNanInf(op, &written);
-    ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index);
+    ExecContext ctx(op.desc, op.attrs, op.inputs, op.outputs, op.index, options_.onednn);
     ctx.set_check_nan_inf(options_.check_nan_inf);
     TraceSpan span("op", op.desc.type());
     RunInferShape(*op.info, ctx);

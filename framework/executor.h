@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/onednn/settings.h"
 #include "framework/op_registry.h"
 #include "framework/proto/framework.pb.h"
 #include "framework/scope.h"
@@ -35,6 +36,9 @@ struct ExecutorOptions {
   // bytes rose highest, and what was live then. Costs two allocator reads per
   // op. The tracker outlives the runs; executors may share one.
   PeakTracker* peak = nullptr;
+  // How the oneDNN kernels run (framework/onednn/settings.h): every op's
+  // ExecContext carries it.
+  onednn::Settings onednn{};
 };
 
 // Where the highest peak of live tensor bytes seen by the executors that

@@ -110,12 +110,23 @@ void ApplyFlagsFromEnv() {
   }
 }
 
+onednn::Settings OneDnnSettingsFromFlags() {
+  if (!FLAGS_amp.empty() && FLAGS_amp != "bf16") {
+    ThrowInvalidArgument("unknown --amp '", FLAGS_amp, "': expected bf16, or empty for f32 throughout");
+  }
+  onednn::Settings s;
+  s.deterministic = FLAGS_deterministic;
+  s.amp_compute = FLAGS_amp.empty() ? ComputeType::kF32 : ComputeType::kBF16;
+  return s;
+}
+
 ExecutorOptions ExecutorOptionsFromFlags() {
   ExecutorOptions o;
   o.use_onednn = FLAGS_use_onednn;
   o.check_nan_inf = FLAGS_check_nan_inf;
   o.free_intermediates = FLAGS_free_intermediates;
   o.release_shape_only = FLAGS_release_shape_only;
+  o.onednn = OneDnnSettingsFromFlags();
   return o;
 }
 

@@ -117,6 +117,14 @@ namespace kiln {
 // command line wins.
 void ApplyFlagsFromEnv();
 
+// --deterministic and --amp as oneDNN settings; allow_slow_impls stays off
+// (no flag turns it on). Throws InvalidArgument for an --amp other than ""
+// and "bf16"; whether this CPU runs bf16 is checked at start-up
+// (tools/jit_setup.cc).
+onednn::Settings OneDnnSettingsFromFlags();
+
+// --use_onednn, --check_nan_inf, --free_intermediates, --release_shape_only
+// and the oneDNN settings above.
 ExecutorOptions ExecutorOptionsFromFlags();
 
 }  // namespace kiln

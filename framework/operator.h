@@ -13,6 +13,7 @@
 #include "framework/attribute.h"
 #include "framework/error.h"
 #include "framework/ew/ew_fragment.h"
+#include "framework/onednn/settings.h"
 #include "framework/op_desc.h"
 #include "framework/scope.h"
 #include "framework/tensor.h"
@@ -90,9 +91,11 @@ struct SlotVars {
 
 class ExecContext {
  public:
+  // `onednn`: the settings of the run the op is part of (the executor's
+  // ExecutorOptions::onednn, a compiled cluster's CompileOptions).
   ExecContext(const proto::OpDesc& desc, const AttrMap& attrs, const std::vector<SlotVars>& inputs,
-              const std::vector<SlotVars>& outputs, int op_index)
-      : desc_(desc), attrs_(attrs), inputs_(inputs), outputs_(outputs), op_index_(op_index) {}
+              const std::vector<SlotVars>& outputs, int op_index, const onednn::Settings& onednn)
+      : desc_(desc), attrs_(attrs), inputs_(inputs), outputs_(outputs), op_index_(op_index), onednn_(onednn) {}
 
   const std::string& type() const { return desc_.type(); }
   const proto::OpDesc& desc() const { return desc_; }
@@ -102,6 +105,10 @@ class ExecContext {
   // check inside themselves too.
   bool check_nan_inf() const { return check_nan_inf_; }
   void set_check_nan_inf(bool on) { check_nan_inf_ = on; }
+  // How the op's oneDNN kernel runs (slow implementations, deterministic
+  // primitives, the compute type of matmul and conv2d); ops that run others
+  // (jit_launch's fallback) hand it on.
+  const onednn::Settings& onednn() const { return onednn_; }
 
   size_t InputCount(std::string_view slot) const;
   // Throws InvalidArgument naming the op and slot when absent or without data.
@@ -148,6 +155,7 @@ class ExecContext {
   const std::vector<SlotVars>& inputs_;
   const std::vector<SlotVars>& outputs_;
   int op_index_;
+  onednn::Settings onednn_;
   bool check_nan_inf_ = false;
 };
 

@@ -33,6 +33,7 @@ void RunFallback(ExecContext& ctx, const std::string& key, const JitOps& ops) {
   for (size_t i = 0; i < sg.inputs.size(); ++i) inputs.push_back(ctx.InputMeta("X", i));
   ExecutorOptions options;
   options.check_nan_inf = ctx.check_nan_inf();
+  options.onednn = ctx.onednn();  // the settings of the run that launched it
   const auto local = ops.fallback->Run(key, sg, inputs, options, ops.registry, ops.jit);
   inputs.clear();
   for (size_t o = 0; o < sg.outputs.size(); ++o) *ctx.Output("Out", o) = local->GetVar(sg.outputs[o])->Get();
@@ -66,6 +67,7 @@ void ShadowCheck(ExecContext& ctx, JitRuntime& jit, const CompiledObject& obj, c
   const JitSubgraph& sg = jit.cache().GetSubgraph(obj.key);
   ExecutorOptions options;  // the kernels a run without the JIT would use
   options.use_onednn = obj.options.use_onednn;
+  options.onednn = obj.options.OneDnnSettings();
   const auto local = RunClusterOps(sg, copies, /*copy_inputs=*/true, Executor(options));
   std::vector<const Tensor*> got;
   for (size_t o = 0; o < sg.outputs.size(); ++o) got.push_back(obj.output_shape_only[o] ? nullptr : ctx.Output("Out", o));

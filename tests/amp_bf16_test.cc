@@ -28,7 +28,7 @@ namespace {
 
 using onednn::PrimitiveCache;
 using test::Abs;
-using test::ComputeScope;
+using test::AmpBf16;
 using test::RandomTensor;
 using test::RunOp;
 
@@ -82,8 +82,7 @@ TEST(AmpBf16Test, MatmulForwardWithinTheBf16Bound) {
     Case abs_case = c;
     abs_case.alpha = std::fabs(c.alpha);
     const Tensor abs_ref = Out(RunOp(Op("matmul", abs_case), {{"x", Abs(x)}, {"y", Abs(y)}}), "out");
-    ComputeScope bf16(ComputeType::kBF16);
-    const Tensor got = Out(RunOp(Op("matmul", c), {{"x", x}, {"y", y}}, /*use_onednn=*/true), "out");
+    const Tensor got = Out(RunOp(Op("matmul", c), {{"x", x}, {"y", y}}, /*use_onednn=*/true, AmpBf16()), "out");
     const test::Bf16Worst w = test::CheckBf16Bound(got, ref, abs_ref, MaxContraction(c), what);
     EXPECT_EQ(w.failure, "");
     // Above f32 rounding (2^-20 relative at these K): the product did run in bf16.
@@ -104,8 +103,7 @@ TEST(AmpBf16Test, MatmulGradientsWithinTheBf16Bound) {
     Case abs_case = c;
     abs_case.alpha = std::fabs(c.alpha);
     auto abs_ref = RunOp(Op("matmul_grad", abs_case), {{"x", Abs(x)}, {"y", Abs(y)}, {"dout", Abs(dout)}});
-    ComputeScope bf16(ComputeType::kBF16);
-    auto got = RunOp(Op("matmul_grad", c), {{"x", x}, {"y", y}, {"dout", dout}}, /*use_onednn=*/true);
+    auto got = RunOp(Op("matmul_grad", c), {{"x", x}, {"y", y}, {"dout", dout}}, /*use_onednn=*/true, AmpBf16());
     for (const char* g : {"dx", "dy"}) {
       const test::Bf16Worst w =
           test::CheckBf16Bound(Out(got, g), Out(ref, g), Out(abs_ref, g), MaxContraction(c), what + " " + g);
@@ -117,8 +115,8 @@ TEST(AmpBf16Test, MatmulGradientsWithinTheBf16Bound) {
 
 TEST(AmpBf16Test, PrimitiveKeyKeepsF32AndBf16Apart) {
   PrimitiveCache cache;
-  onednn::MatmulHandler f32(cache, {8, 24}, false, {24, 5}, false, 1.f);
-  onednn::MatmulHandler bf16(cache, {8, 24}, false, {24, 5}, false, 1.f, {}, ComputeType::kBF16);
+  onednn::MatmulHandler f32(cache, onednn::Settings{}, {8, 24}, false, {24, 5}, false, 1.f);
+  onednn::MatmulHandler bf16(cache, onednn::Settings{}, {8, 24}, false, {24, 5}, false, 1.f, {}, ComputeType::kBF16);
   EXPECT_NE(f32.forward_key(), bf16.forward_key());
   EXPECT_NE(f32.forward_key().Hash(), bf16.forward_key().Hash());
   EXPECT_EQ(bf16.forward_key().ToString(), "matmul f32 compute=bf16 [8,24]x[24,5] scale=1");
@@ -148,11 +146,11 @@ TEST(AmpBf16Test, FusedBiasReluOnTheF32Dst) {
   const Tensor a = RandomTensor({9, 37}, DataType::kFP32, rng), b = RandomTensor({37, 19}, DataType::kFP32, rng);
   const Tensor bias = RandomTensor({19}, DataType::kFP32, rng);
   Tensor plain(DataType::kFP32, {9, 19}), abs_plain(DataType::kFP32, {9, 19}), got(DataType::kFP32, {9, 19});
-  onednn::MatmulHandler ref(cache, a.dims(), false, b.dims(), false, 1.f);
+  onednn::MatmulHandler ref(cache, onednn::Settings{}, a.dims(), false, b.dims(), false, 1.f);
   ASSERT_TRUE(ref.Run(a, b, &plain));
-  onednn::MatmulHandler abs_h(cache, a.dims(), false, b.dims(), false, 1.f);
+  onednn::MatmulHandler abs_h(cache, onednn::Settings{}, a.dims(), false, b.dims(), false, 1.f);
   ASSERT_TRUE(abs_h.Run(Abs(a), Abs(b), &abs_plain));
-  onednn::MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.f, fused, ComputeType::kBF16);
+  onednn::MatmulHandler h(cache, onednn::Settings{}, a.dims(), false, b.dims(), false, 1.f, fused, ComputeType::kBF16);
   ASSERT_TRUE(h.Run(a, b, &bias, &got));
   float* p = plain.mutable_data<float>();
   for (int64_t i = 0; i < plain.numel(); ++i) p[i] = std::max(0.f, p[i] + bias.data<float>()[i % 19]);

@@ -28,7 +28,7 @@ namespace {
 
 using onednn::PrimitiveCache;
 using test::Abs;
-using test::ComputeScope;
+using test::AmpBf16;
 using test::RandomTensor;
 using test::RunOp;
 
@@ -90,8 +90,7 @@ TEST(AmpConvBf16Test, ForwardWithinTheBf16Bound) {
     const Tensor in = RandomTensor(c.input, DataType::kFP32, rng), f = RandomTensor(c.filter, DataType::kFP32, rng);
     const Tensor ref = Out(RunOp(Op("conv2d", c), {{"in", in}, {"f", f}}), "out");
     const Tensor abs_ref = Out(RunOp(Op("conv2d", c), {{"in", Abs(in)}, {"f", Abs(f)}}), "out");
-    ComputeScope bf16(ComputeType::kBF16);
-    const Tensor got = Out(RunOp(Op("conv2d", c), {{"in", in}, {"f", f}}, /*use_onednn=*/true), "out");
+    const Tensor got = Out(RunOp(Op("conv2d", c), {{"in", in}, {"f", f}}, /*use_onednn=*/true, AmpBf16()), "out");
     const test::Bf16Worst w = test::CheckBf16Bound(got, ref, abs_ref, Contraction(c, ref.dims()), Describe(c));
     EXPECT_EQ(w.failure, "");
     // Above f32 rounding (2^-20 relative at these K): the product did run in bf16.
@@ -108,8 +107,7 @@ TEST(AmpConvBf16Test, GradientsWithinTheBf16Bound) {
     const Tensor dout = RandomTensor(out.dims(), DataType::kFP32, rng);
     auto ref = RunOp(Op("conv2d_grad", c), {{"in", in}, {"f", f}, {"dout", dout}});
     auto abs_ref = RunOp(Op("conv2d_grad", c), {{"in", Abs(in)}, {"f", Abs(f)}, {"dout", Abs(dout)}});
-    ComputeScope bf16(ComputeType::kBF16);
-    auto got = RunOp(Op("conv2d_grad", c), {{"in", in}, {"f", f}, {"dout", dout}}, /*use_onednn=*/true);
+    auto got = RunOp(Op("conv2d_grad", c), {{"in", in}, {"f", f}, {"dout", dout}}, /*use_onednn=*/true, AmpBf16());
     for (const char* g : {"din", "df"}) {
       const std::string what = Describe(c) + " " + g;
       const test::Bf16Worst w =
@@ -123,8 +121,8 @@ TEST(AmpConvBf16Test, GradientsWithinTheBf16Bound) {
 TEST(AmpConvBf16Test, PrimitiveKeyKeepsF32AndBf16Apart) {
   PrimitiveCache cache;
   const Dims in = {2, 8, 9, 9}, filter = {6, 8, 3, 3};
-  onednn::ConvHandler f32(cache, in, filter, {1, 1}, {1, 1}, {1, 1}, 1);
-  onednn::ConvHandler bf16(cache, in, filter, {1, 1}, {1, 1}, {1, 1}, 1, {}, ComputeType::kBF16);
+  onednn::ConvHandler f32(cache, onednn::Settings{}, in, filter, {1, 1}, {1, 1}, {1, 1}, 1);
+  onednn::ConvHandler bf16(cache, onednn::Settings{}, in, filter, {1, 1}, {1, 1}, {1, 1}, 1, {}, ComputeType::kBF16);
   EXPECT_NE(f32.forward_key(), bf16.forward_key());
   EXPECT_NE(f32.forward_key().Hash(), bf16.forward_key().Hash());
   EXPECT_NE(f32.forward_key().ToString().find("conv"), std::string::npos);

@@ -15,6 +15,7 @@
 namespace kiln {
 namespace {
 
+using test::AllowSlowOneDnn;
 using test::CheckGrad;
 using test::CompareTensors;
 using test::ErrorOf;
@@ -287,12 +288,13 @@ TEST(BatchNormGradTest, PartialOutputsAndAbsentOutGrad) {
 
 // ---- oneDNN ---------------------------------------------------------------------------------
 
-// Runs `op` on the reference and on oneDNN; every output agrees and the
-// oneDNN kernel did the work.
-void ExpectOneDnnParity(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, double tol = 2e-5) {
+// Runs `op` on the reference and on oneDNN with `onednn`; every output agrees
+// and the oneDNN kernel did the work.
+void ExpectOneDnnParity(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs,
+                        const onednn::Settings& onednn, double tol = 2e-5) {
   const int64_t before = OneDnnKernelRuns(op.type());
   auto ref = RunOp(op, inputs, /*use_onednn=*/false);
-  auto dnn = RunOp(op, inputs, /*use_onednn=*/true);
+  auto dnn = RunOp(op, inputs, /*use_onednn=*/true, onednn);
   EXPECT_EQ(OneDnnKernelRuns(op.type()), before + 1) << "the oneDNN kernel of " << op.type() << " fell back";
   for (const std::string& arg : AllOutputArgs(op)) {
     if (arg == kEmptyVarName) continue;
@@ -300,28 +302,23 @@ void ExpectOneDnnParity(const proto::OpDesc& op, const std::map<std::string, Ten
   }
 }
 
-class BatchNormOneDnnTest : public ::testing::Test {
- protected:
-  // Parity is checked on whatever implementation oneDNN picks.
-  void SetUp() override { onednn::SetAllowSlowImplementations(true); }
-  void TearDown() override { onednn::SetAllowSlowImplementations(false); }
-};
-
-TEST_F(BatchNormOneDnnTest, ForwardMatchesReference) {
+// BatchNormOneDnnTest checks parity on whatever implementation oneDNN picks
+// (AllowSlowOneDnn); BatchNormOneDnnDefaultTest under the default settings.
+TEST(BatchNormOneDnnTest, ForwardMatchesReference) {
   std::mt19937 rng(9);
   for (const Dims& dims : OddShapes()) {
     for (bool is_test : {false, true}) {
       SCOPED_TRACE(DimsToString(dims) + (is_test ? " is_test" : " training"));
       BnOptions o;
       o.is_test = is_test;
-      ExpectOneDnnParity(BatchNormOp(o), BnInputs(dims, DataType::kFP32, rng));
+      ExpectOneDnnParity(BatchNormOp(o), BnInputs(dims, DataType::kFP32, rng), AllowSlowOneDnn());
     }
   }
 }
 
 // The grad op fed with the reference forward's saved statistics and a random
 // Y@GRAD; every gradient, or only some.
-TEST_F(BatchNormOneDnnTest, GradMatchesReference) {
+TEST(BatchNormOneDnnTest, GradMatchesReference) {
   std::mt19937 rng(10);
   for (const Dims& dims : OddShapes()) {
     for (bool is_test : {false, true}) {
@@ -341,16 +338,16 @@ TEST_F(BatchNormOneDnnTest, GradMatchesReference) {
           feed[name].CopyFrom(fwd->GetVar(name)->Get());
         }
         feed["y@GRAD"] = RandomTensor(dims, DataType::kFP32, rng);
-        ExpectOneDnnParity(g, feed, 5e-5);
+        ExpectOneDnnParity(g, feed, AllowSlowOneDnn(), 5e-5);
       }
     }
   }
 }
 
-TEST_F(BatchNormOneDnnTest, Fp64FallsBackToTheReference) {
+TEST(BatchNormOneDnnTest, Fp64FallsBackToTheReference) {
   std::mt19937 rng(11);
   const int64_t before = OneDnnKernelRuns("batch_norm");
-  RunOp(BatchNormOp(), BnInputs({4, 3}, DataType::kFP64, rng), /*use_onednn=*/true);
+  RunOp(BatchNormOp(), BnInputs({4, 3}, DataType::kFP64, rng), /*use_onednn=*/true, AllowSlowOneDnn());
   EXPECT_EQ(OneDnnKernelRuns("batch_norm"), before);
 }
 
@@ -358,7 +355,7 @@ TEST(BatchNormOneDnnDefaultTest, CommonShapesRunOnAFastImplementation) {
   std::mt19937 rng(12);
   for (const Dims& dims : {Dims{32, 16, 8, 8}, Dims{64, 120}}) {
     SCOPED_TRACE(DimsToString(dims));
-    ExpectOneDnnParity(BatchNormOp(), BnInputs(dims, DataType::kFP32, rng));
+    ExpectOneDnnParity(BatchNormOp(), BnInputs(dims, DataType::kFP32, rng), onednn::Settings{});
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "framework/onednn/handlers.h"
 #include "framework/onednn/onednn_handler.h"
+#include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 
 #define KILN_SKIP_WITHOUT_BF16()                                                               \
@@ -33,14 +34,13 @@ inline Tensor Abs(const Tensor& t) {
   return a;
 }
 
-// Sets the framework's compute type (onednn::SetAmpCompute) for one scope.
-class ComputeScope {
- public:
-  explicit ComputeScope(ComputeType t) { onednn::SetAmpCompute(t); }
-  ~ComputeScope() { onednn::SetAmpCompute(ComputeType::kF32); }
-  ComputeScope(const ComputeScope&) = delete;
-  ComputeScope& operator=(const ComputeScope&) = delete;
-};
+// The settings of a run under --amp bf16: the framework's matmul and conv2d
+// kernels multiply in bf16.
+inline onednn::Settings AmpBf16() {
+  onednn::Settings s;
+  s.amp_compute = ComputeType::kBF16;
+  return s;
+}
 
 // For inputs uniform in [-2, 2): a dot product of length k is off by at
 // most 2^-7 (1 + 2^-7) * sum |a b| (docs/jit.md, "Mixed precision"), and

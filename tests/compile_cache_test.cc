@@ -317,15 +317,25 @@ TEST(JitCacheKeyHashTest, SignaturesAndOptionsHashEveryPartInOrder) {
   EXPECT_EQ(Sig({{4, 8}, {8}}).Hash(), Sig({{4, 8}, {8}}).Hash());
 
   jit::CompileOptions base;
-  std::vector<jit::CompileOptions> options(6, base);
+  std::vector<jit::CompileOptions> options(8, base);
   options[1].use_onednn = !base.use_onednn;
   options[2].fuse_elementwise = !base.fuse_elementwise;
   options[3].reuse_buffers = !base.reuse_buffers;
   options[4].isa = base.isa == Isa::kAvx512 ? Isa::kAvx2 : Isa::kAvx512;
   options[5].deterministic = !base.deterministic;
+  options[6].allow_slow_impls = !base.allow_slow_impls;
+  options[7].amp_compute = ComputeType::kBF16;
   for (size_t i = 0; i < options.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) EXPECT_NE(options[i].Hash(), options[j].Hash()) << i << " vs " << j;
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_NE(options[i].Hash(), options[j].Hash()) << i << " vs " << j;
+      EXPECT_FALSE(options[i] == options[j]) << i << " vs " << j;
+    }
   }
+  // The oneDNN settings the cluster's kernels get are the options' own.
+  const onednn::Settings from6 = options[6].OneDnnSettings(), from5 = options[5].OneDnnSettings();
+  EXPECT_TRUE(from6.allow_slow_impls && !from6.deterministic && from6.amp_compute == ComputeType::kF32);
+  EXPECT_TRUE(!from5.allow_slow_impls && from5.deterministic);
+  EXPECT_EQ(options[7].OneDnnSettings().amp_compute, ComputeType::kBF16);
   jit::CompileOptions one = base, other = base;  // two flags swapped
   one.use_onednn = true;
   one.fuse_elementwise = false;

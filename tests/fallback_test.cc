@@ -93,7 +93,7 @@ TEST(FallbackRegistryTest, FusedAttentionMatchesTheReferenceKernels) {
     for (const std::vector<bool>& w : wanted) {
       const std::vector<proto::OpDesc> ops = ForwardAndGrad(c, w[0], w[1], w[2], w[3]);
       const auto want = RunOps(ops, in, /*use_onednn=*/false);
-      const auto got = RunOps(ops, in, /*use_onednn=*/false, *fallback);
+      const auto got = RunOps(ops, in, /*use_onednn=*/false, {}, *fallback);
       std::vector<std::string> outs = {"o", "lse"};
       if (w[0]) outs.push_back("dq");
       if (w[1]) outs.push_back("dk");

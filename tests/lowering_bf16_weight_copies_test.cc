@@ -122,11 +122,11 @@ TEST(Bf16WeightCopiesTest, AMatmulOnTheCopyEqualsOneThatConvertsWItself) {
       spec.transpose_w = transpose;
       spec.compute = ComputeType::kBF16;
       Tensor want(DataType::kFP32, {m, n}), got(DataType::kFP32, {m, n});
-      const auto convert = jit::MakeFusedMatmulKernel(spec, "convert");
+      const auto convert = jit::MakeFusedMatmulKernel(spec, onednn::Settings{}, "convert");
       runtime::BufferView a1[] = {{x.raw_data()}, {w.raw_data()}, {want.raw_mutable_data()}};
       convert->Run(a1);
       spec.w_dtype = DataType::kBF16;
-      const auto copy = jit::MakeFusedMatmulKernel(spec, "copy");
+      const auto copy = jit::MakeFusedMatmulKernel(spec, onednn::Settings{}, "copy");
       runtime::BufferView a2[] = {{x.raw_data()}, {w16.data()}, {got.raw_mutable_data()}};
       copy->Run(a2);
       EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), sizeof(float) * m * n), 0)

@@ -106,7 +106,7 @@ ActLayout ConvLayout(const Dims& x, const Dims& f, int64_t stride, int64_t pad) 
   spec.strides = {stride, stride};
   spec.paddings = {pad, pad};
   spec.dilations = {1, 1};
-  return jit::ConvForwardDstLayout(spec);
+  return jit::ConvForwardDstLayout(spec, onednn::Settings{});
 }
 
 // Numerics against the reference kernels, and that the step fired exactly

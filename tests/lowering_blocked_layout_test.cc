@@ -62,7 +62,7 @@ ActLayout ChainLayout(const Dims& x, const Dims& f, ComputeType compute) {
   spec.bias = true;
   spec.activation = jit::MatmulActivation::kRelu;
   spec.compute = compute;
-  return jit::ConvForwardDstLayout(spec);
+  return jit::ConvForwardDstLayout(spec, onednn::Settings{});
 }
 
 // Numerics, and that the step fired exactly when oneDNN writes a layout it keeps.

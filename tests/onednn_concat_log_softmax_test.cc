@@ -30,12 +30,13 @@ Tensor Rand(const Dims& dims, DataType dtype = DataType::kFP32) { return RandomT
 
 // Runs `op` on the reference kernels and with oneDNN; every output must agree
 // and the oneDNN kernel of op.type() must have run (or not).
+// `onednn`: the settings of the oneDNN run.
 void ExpectParity(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, Expect expect,
-                  double tol = 1e-5) {
+                  double tol = 1e-5, const onednn::Settings& onednn = {}) {
   SCOPED_TRACE(op.DebugString());
   const int64_t before = OneDnnKernelRuns(op.type());
   auto ref = test::RunOp(op, inputs, /*use_onednn=*/false);
-  auto dnn = test::RunOp(op, inputs, /*use_onednn=*/true);
+  auto dnn = test::RunOp(op, inputs, /*use_onednn=*/true, onednn);
   EXPECT_EQ(OneDnnKernelRuns(op.type()), before + (expect == Expect::kOneDnn ? 1 : 0))
       << (expect == Expect::kOneDnn ? "fell back to the reference" : "ran where it should fall back");
   int compared = 0;
@@ -87,13 +88,13 @@ TEST(OneDnnConcatTest, FallsBackWhereItCannotRun) {
 // The primitive cache key is typed: the sources' dims and the axis.
 TEST(OneDnnConcatTest, KeyHoldsSourceDimsAndAxis) {
   onednn::PrimitiveCache cache;
-  onednn::ConcatHandler a(cache, {{2, 3}, {2, 5}}, 1);
+  onednn::ConcatHandler a(cache, onednn::Settings{}, {{2, 3}, {2, 5}}, 1);
   ASSERT_TRUE(a.valid());
   EXPECT_EQ(a.dst_dims(), (Dims{2, 8}));
   EXPECT_EQ(a.forward_key().ToString(), "concat f32 [2,3]x[2,5] axis=1");
-  onednn::ConcatHandler b(cache, {{2, 3}, {2, 5}}, 0);
+  onednn::ConcatHandler b(cache, onednn::Settings{}, {{2, 3}, {2, 5}}, 0);
   EXPECT_FALSE(b.valid());  // dims differ off the axis
-  onednn::ConcatHandler c(cache, {{3, 5}, {2, 5}}, 0);
+  onednn::ConcatHandler c(cache, onednn::Settings{}, {{3, 5}, {2, 5}}, 0);
   EXPECT_NE(a.forward_key(), c.forward_key());
 }
 
@@ -149,10 +150,9 @@ TEST(OneDnnLogSoftmaxTest, MatchesReferenceOnTheInnermostAxis) {
 TEST(OneDnnLogSoftmaxTest, OtherAxes) {
   const Tensor x = Rand({2, 33, 5});
   ExpectParity(LogSoftmaxOp(1), {{"x", x}}, Expect::kFallback);
-  onednn::SetAllowSlowImplementations(true);
-  ExpectParity(LogSoftmaxOp(1), {{"x", x}}, Expect::kOneDnn);
-  ExpectParity(LogSoftmaxGradOp(1), {{"y", LogSoftmaxOf(x, 1)}, {"dy", Rand({2, 33, 5})}}, Expect::kOneDnn);
-  onednn::SetAllowSlowImplementations(false);
+  ExpectParity(LogSoftmaxOp(1), {{"x", x}}, Expect::kOneDnn, 1e-5, test::AllowSlowOneDnn());
+  ExpectParity(LogSoftmaxGradOp(1), {{"y", LogSoftmaxOf(x, 1)}, {"dy", Rand({2, 33, 5})}}, Expect::kOneDnn, 1e-5,
+               test::AllowSlowOneDnn());
 }
 
 TEST(OneDnnLogSoftmaxTest, FallsBackForFp64AndAbsentOutGrad) {

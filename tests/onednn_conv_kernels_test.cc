@@ -60,7 +60,7 @@ std::string CheckFusedConv(const ConvCase& c, std::mt19937& rng) {
   Buf x = Random(c.input, rng), f = Random(c.filter, rng), bias = Random({c.filter[0]}, rng);
   const Tensor want = ReferenceConv(c, x, f, bias);
   Buf out = Zeros(want.dims());
-  auto kernel = MakeFusedConvKernel(SpecOf(c), "conv_0");
+  auto kernel = MakeFusedConvKernel(SpecOf(c), onednn::Settings{}, "conv_0");
   std::vector<Buf*> args = {&x, &f};
   if (c.bias) args.push_back(&bias);
   args.push_back(&out);
@@ -99,7 +99,7 @@ TEST(FusedConvKernelTest, DilationOneByOneGeluAndWideChannels) {
       {{1, 8, 5, 7}, {4, 8, 3, 3}, 1, 1, 1, 1, false, MatmulActivation::kGeluTanh},
   };
   for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(CheckFusedConv(cases[i], rng), "") << "case " << i;
-  const std::string d = MakeFusedConvKernel(SpecOf(cases[0]), "conv_0")->Describe();
+  const std::string d = MakeFusedConvKernel(SpecOf(cases[0]), onednn::Settings{}, "conv_0")->Describe();
   EXPECT_EQ(d.rfind("oneDNN convolution (", 0), 0u) << d;
   EXPECT_NE(d.find(") + bias + relu post-op"), std::string::npos) << d;
 }
@@ -107,7 +107,7 @@ TEST(FusedConvKernelTest, DilationOneByOneGeluAndWideChannels) {
 TEST(FusedConvKernelTest, ShapesThatMakeNoConvolutionAreNamed) {
   ConvCase c{{1, 4, 7, 9}, {6, 3, 3, 3}};  // 4 input channels, filter wants 3
   try {
-    MakeFusedConvKernel(SpecOf(c), "conv_0");
+    MakeFusedConvKernel(SpecOf(c), onednn::Settings{}, "conv_0");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -117,10 +117,10 @@ TEST(FusedConvKernelTest, ShapesThatMakeNoConvolutionAreNamed) {
   FusedMatmulSpec m;
   m.x_dims = Dims{3, 4};
   m.w_dims = Dims{5, 6};
-  const std::string matmul_error = test::ErrorOf([&] { MakeFusedMatmulKernel(m, "m"); });
+  const std::string matmul_error = test::ErrorOf([&] { MakeFusedMatmulKernel(m, onednn::Settings{}, "m"); });
   EXPECT_NE(matmul_error.find("x [3,4] w [5,6] do not multiply: expected w [4,N]"), std::string::npos)
       << matmul_error;
-  EXPECT_NE(test::ErrorOf([&] { MakeMatmulSgdKernel({3, 4}, {5, 6}, "s"); }).find("expects w [4,N], got [5,6]"),
+  EXPECT_NE(test::ErrorOf([&] { MakeMatmulSgdKernel({3, 4}, {5, 6}, onednn::Settings{}, "s"); }).find("expects w [4,N], got [5,6]"),
             std::string::npos);
 }
 

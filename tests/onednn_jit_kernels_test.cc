@@ -67,12 +67,12 @@ TEST(FusedMatmulKernelTest, LeadingDimsFoldIntoRowsAndDescribeNamesTheEpilogue) 
   s.bias = true;
   s.activation = MatmulActivation::kRelu;
   EXPECT_EQ(CheckFusedMatmul(s, rng), "");
-  const std::string d = MakeFusedMatmulKernel(s, "matmul_0")->Describe();
+  const std::string d = MakeFusedMatmulKernel(s, onednn::Settings{}, "matmul_0")->Describe();
   EXPECT_EQ(d.rfind("oneDNN matmul (", 0), 0u) << d;
   EXPECT_NE(d.find(") + bias + relu post-op"), std::string::npos) << d;
   s.bias = false;
   s.activation = MatmulActivation::kGeluTanh;
-  EXPECT_NE(MakeFusedMatmulKernel(s, "m")->Describe().find(") + gelu_tanh post-op"), std::string::npos);
+  EXPECT_NE(MakeFusedMatmulKernel(s, onednn::Settings{}, "m")->Describe().find(") + gelu_tanh post-op"), std::string::npos);
 }
 
 void CheckMatmulSgd(const Dims& x_dims, int64_t n, bool keep_old, std::mt19937& rng) {
@@ -80,7 +80,7 @@ void CheckMatmulSgd(const Dims& x_dims, int64_t n, bool keep_old, std::mt19937& 
   Buf x = Random(x_dims, rng), dy = Random({m, n}, rng), lr{{1}, {0.25f}}, w = Random({k, n}, rng);
   const Buf w0 = w;
   Buf w_old = Zeros({k, n});
-  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, "matmul_sgd_0", keep_old);
+  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, onednn::Settings{}, "matmul_sgd_0", keep_old);
   // W as read and W as written are one buffer.
   std::vector<Buf*> args = {&x, &dy, &lr, &w};
   if (keep_old) args.push_back(&w_old);
@@ -109,7 +109,7 @@ void CheckMatmulSgdBf16(const Dims& x_dims, int64_t n, bool keep_old, std::mt199
   Buf x = Random(x_dims, rng), dy = Random({m, n}, rng), lr{{1}, {lr_value}}, w = Random({k, n}, rng);
   const Buf w0 = w;
   Buf w_old = Zeros({k, n});
-  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, "matmul_sgd_0", keep_old, ComputeType::kBF16);
+  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, onednn::Settings{}, "matmul_sgd_0", keep_old, ComputeType::kBF16);
   std::vector<Buf*> args = {&x, &dy, &lr, &w};
   if (keep_old) args.push_back(&w_old);
   args.push_back(&w);
@@ -146,7 +146,7 @@ void CheckMatmulSgdBf16Dy(const Dims& x_dims, int64_t n, std::mt19937& rng) {
   std::vector<uint16_t> dy16(dy.data.size());
   for (size_t i = 0; i < dy16.size(); ++i) dy16[i] = FloatToBf16Bits(dy.data[i]);
   const Buf w0 = w;
-  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, "matmul_sgd_0", false, ComputeType::kBF16, HostIsa(),
+  auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, onednn::Settings{}, "matmul_sgd_0", false, ComputeType::kBF16, HostIsa(),
                                     DataType::kBF16);
   EXPECT_NE(kernel->Describe().find("lr * X rounded to bf16"), std::string::npos) << kernel->Describe();
   EXPECT_NE(kernel->Describe().find("dY stored in bf16"), std::string::npos) << kernel->Describe();
@@ -193,7 +193,7 @@ TEST(MatmulSgdKernelTest, MatchesReference) {
       for (int64_t n : {1, 5, 100}) CheckMatmulSgd(x, n, keep_old, rng);
     }
   }
-  const std::string d = MakeMatmulSgdKernel({4, 8}, {8, 3}, "s", true)->Describe();
+  const std::string d = MakeMatmulSgdKernel({4, 8}, {8, 3}, onednn::Settings{}, "s", true)->Describe();
   EXPECT_NE(d.find(") W -= lr * X^T dY: weight gradient and sgd step in one primitive, the old W copied out first"),
             std::string::npos)
       << d;
@@ -216,13 +216,13 @@ TEST(OneDnnJitKernelsTest, SameKernelTwiceHitsTheGlobalPrimitiveCache) {
   m.bias = true;
   m.activation = MatmulActivation::kRelu;
   const FusedConvSpec c = SpecOf({{2, 4, 9, 9}, {8, 4, 3, 3}, 1, 1, 1, 1, true, MatmulActivation::kRelu});
-  MakeFusedMatmulKernel(m, "matmul_0");
-  MakeFusedConvKernel(c, "conv_0");
-  MakeMatmulSgdKernel({13, 29}, {29, 31}, "matmul_sgd_0");
+  MakeFusedMatmulKernel(m, onednn::Settings{}, "matmul_0");
+  MakeFusedConvKernel(c, onednn::Settings{}, "conv_0");
+  MakeMatmulSgdKernel({13, 29}, {29, 31}, onednn::Settings{}, "matmul_sgd_0");
   const onednn::PrimitiveCacheStats before = cache.stats();
-  MakeFusedMatmulKernel(m, "matmul_1");
-  MakeFusedConvKernel(c, "conv_1");
-  MakeMatmulSgdKernel({13, 29}, {29, 31}, "matmul_sgd_1");
+  MakeFusedMatmulKernel(m, onednn::Settings{}, "matmul_1");
+  MakeFusedConvKernel(c, onednn::Settings{}, "conv_1");
+  MakeMatmulSgdKernel({13, 29}, {29, 31}, onednn::Settings{}, "matmul_sgd_1");
   EXPECT_EQ(cache.stats().hits, before.hits + 3);
   EXPECT_EQ(cache.stats().misses, before.misses);
   EXPECT_TRUE(Listed("matmul f32 [13,29]x[29,31] scale=1 +bias +elu +linear(alpha=1)"));
@@ -247,24 +247,24 @@ TEST(OneDnnJitKernelsTest, PerRunBuffersComeFromTheCachingAllocator) {
   };
   const ConvCase cc{{2, 8, 10, 10}, {16, 8, 3, 3}, 1, 1, 1, 1, true, MatmulActivation::kRelu};
   Buf x = Random(cc.input, rng), f = Random(cc.filter, rng), b = Random({16}, rng), y = Zeros({2, 16, 10, 10});
-  auto conv = MakeFusedConvKernel(SpecOf(cc), "conv_0");
+  auto conv = MakeFusedConvKernel(SpecOf(cc), onednn::Settings{}, "conv_0");
   EXPECT_GE(allocations_of(*conv, {&x, &f, &b, &y}), 2) << conv->Describe();  // reordered src and dst at least
 
   Buf mx = Random({64, 32}, rng), dy = Random({64, 48}, rng), lr{{1}, {0.1f}}, w = Random({32, 48}, rng);
-  auto sgd = MakeMatmulSgdKernel({64, 32}, {32, 48}, "matmul_sgd_0");
+  auto sgd = MakeMatmulSgdKernel({64, 32}, {32, 48}, onednn::Settings{}, "matmul_sgd_0");
   EXPECT_GE(allocations_of(*sgd, {&mx, &dy, &lr, &w, &w}), 1);  // lr * dY
 
   // A matmul whose primitive wants a scratchpad takes one per run.
   FusedMatmulSpec m;
   m.x_dims = Dims{256, 1024};
   m.w_dims = Dims{1024, 512};
-  onednn::MatmulHandler h(PrimitiveCache::Global(), m.x_dims, false, m.w_dims, false, 1.f);
+  onednn::MatmulHandler h(PrimitiveCache::Global(), onednn::Settings{}, m.x_dims, false, m.w_dims, false, 1.f);
   ASSERT_TRUE(h.AcquireForwardPrimitive());
   const size_t scratch_bytes = h.entry().pd.scratchpad_desc().get_size();
   RecordProperty("matmul_scratchpad_bytes", std::to_string(scratch_bytes));
   const bool wants_scratch = scratch_bytes > 0;
   Buf a = Random(m.x_dims, rng), bw = Random(m.w_dims, rng), out = Zeros({256, 512});
-  auto matmul = MakeFusedMatmulKernel(m, "matmul_0");
+  auto matmul = MakeFusedMatmulKernel(m, onednn::Settings{}, "matmul_0");
   EXPECT_EQ(allocations_of(*matmul, {&a, &bw, &out}), wants_scratch ? 1 : 0) << matmul->Describe();
 }
 
@@ -272,13 +272,13 @@ TEST(OneDnnJitKernelsTest, PerRunBuffersComeFromTheCachingAllocator) {
 // once on their own buffers gives each the single-threaded result.
 TEST(OneDnnJitKernelsTest, FourThreadsRunOneKernelConcurrently) {
   const ConvCase cc{{3, 8, 11, 9}, {16, 4, 3, 3}, 2, 1, 1, 2, true, MatmulActivation::kRelu};
-  auto conv = MakeFusedConvKernel(SpecOf(cc), "conv_0");
+  auto conv = MakeFusedConvKernel(SpecOf(cc), onednn::Settings{}, "conv_0");
   FusedMatmulSpec ms;
   ms.x_dims = Dims{33, 65};
   ms.w_dims = Dims{65, 47};
   ms.bias = true;
   ms.activation = MatmulActivation::kGelu;
-  auto matmul = MakeFusedMatmulKernel(ms, "matmul_0");
+  auto matmul = MakeFusedMatmulKernel(ms, onednn::Settings{}, "matmul_0");
   constexpr int kThreads = 4;
   std::vector<std::string> failures(kThreads);
   std::vector<std::thread> threads;

@@ -92,7 +92,7 @@ inline std::string CheckFusedMatmul(const FusedMatmulSpec& s, std::mt19937& rng)
   const int64_t k = s.x_dims.back(), m = Numel(s.x_dims) / k;
   const int64_t n = s.transpose_w ? s.w_dims[0] : s.w_dims[1];
   Buf x = Random(s.x_dims, rng), w = Random(s.w_dims, rng), bias = Random({n}, rng), out = Zeros({m, n});
-  auto kernel = MakeFusedMatmulKernel(s, "matmul_0");
+  auto kernel = MakeFusedMatmulKernel(s, onednn::Settings{}, "matmul_0");
   std::vector<Buf*> args = {&x, &w};
   if (s.bias) args.push_back(&bias);
   args.push_back(&out);

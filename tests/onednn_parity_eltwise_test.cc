@@ -24,7 +24,7 @@ using namespace onednn_parity_test;  // the helpers shared by the split files (t
 
 // ---- softmax and layer_norm --------------------------------------------------------------------------
 
-TEST_F(OneDnnParityTest, Softmax) {
+TEST(OneDnnParityTest, Softmax) {
   const std::vector<std::pair<Dims, int64_t>> cases = {
       {{1}, -1}, {{7}, 0}, {{17, 33}, -1}, {{17, 33}, 0}, {{2, 7, 5}, 1}, {{2, 7, 5}, 2}, {{3, 1, 33}, -1}};
   for (const auto& [dims, axis] : cases) {
@@ -35,7 +35,7 @@ TEST_F(OneDnnParityTest, Softmax) {
   }
 }
 
-TEST_F(OneDnnParityTest, LayerNorm) {
+TEST(OneDnnParityTest, LayerNorm) {
   const std::vector<std::pair<Dims, int64_t>> cases = {
       {{1, 1}, 1}, {{7, 17}, 1}, {{2, 7, 33}, 2}, {{2, 7, 33}, 1}, {{17, 3, 1}, 1}};
   for (const auto& [dims, begin] : cases) {
@@ -64,7 +64,7 @@ TEST_F(OneDnnParityTest, LayerNorm) {
   }
 }
 
-TEST_F(OneDnnParityTest, LayerNormGradOfScaleOnly) {
+TEST(OneDnnParityTest, LayerNormGradOfScaleOnly) {
   const std::map<std::string, Tensor> in = {{"x", Rand({7, 33})}, {"s", Rand({33})}, {"b", Rand({33})}};
   const proto::OpDesc op = OpBuilder("layer_norm")
                                .In("X", {"x"})
@@ -80,7 +80,7 @@ TEST_F(OneDnnParityTest, LayerNormGradOfScaleOnly) {
 
 // ---- eltwise -------------------------------------------------------------------------------------------
 
-TEST_F(OneDnnParityTest, Activations) {
+TEST(OneDnnParityTest, Activations) {
   const std::vector<Dims> shapes = {{1}, {7}, {17}, {33}, {3, 7, 33}, {1000}};
   for (const std::string type : {"relu", "tanh", "sigmoid", "exp", "gelu"}) {
     for (bool approximate : {false, true}) {
@@ -98,7 +98,7 @@ TEST_F(OneDnnParityTest, Activations) {
   }
 }
 
-TEST_F(OneDnnParityTest, Scale) {
+TEST(OneDnnParityTest, Scale) {
   for (const auto& dims : std::vector<Dims>{{1}, {7}, {17, 33}}) {
     for (bool after : {true, false}) {
       const std::map<std::string, Tensor> in = {{"x", Rand(dims)}};
@@ -117,7 +117,7 @@ TEST_F(OneDnnParityTest, Scale) {
 
 // ---- binary and sum -------------------------------------------------------------------------------------
 
-TEST_F(OneDnnParityTest, ElementwiseWithBroadcast) {
+TEST(OneDnnParityTest, ElementwiseWithBroadcast) {
   struct BinCase {
     Dims x, y;
     int64_t axis;
@@ -147,7 +147,7 @@ TEST_F(OneDnnParityTest, ElementwiseWithBroadcast) {
   }
 }
 
-TEST_F(OneDnnParityTest, Sum) {
+TEST(OneDnnParityTest, Sum) {
   for (size_t n : {1u, 2u, 3u, 5u}) {
     std::map<std::string, Tensor> in;
     std::vector<std::string> args;
@@ -165,7 +165,7 @@ TEST_F(OneDnnParityTest, Sum) {
 
 // Out names the same var as X (what the in-place pass produces): the kernel
 // must pass one memory object for both and still match.
-TEST_F(OneDnnParityTest, InPlace) {
+TEST(OneDnnParityTest, InPlace) {
   const Tensor x = Rand({7, 33});
   ExpectParity(OpBuilder("relu").In("X", {"x"}).Out("Out", {"x"}).Build(), {{"x", x}});
   ExpectParity(OpBuilder("gelu").In("X", {"x"}).Out("Out", {"x"}).Build(), {{"x", x}});
@@ -202,7 +202,7 @@ Dims RandomDims(size_t rank) {
   return d;
 }
 
-TEST_F(OneDnnParityTest, RandomMatmul) {
+TEST(OneDnnParityTest, RandomMatmul) {
   for (int iter = 0; iter < 24; ++iter) {
     const int64_t m = Pick({1, 7, 17, 33}), k = Pick({1, 7, 17, 33}), n = Pick({1, 7, 17, 33});
     Dims batch = RandomDims(static_cast<size_t>(Pick({0, 1, 2})));
@@ -225,7 +225,7 @@ TEST_F(OneDnnParityTest, RandomMatmul) {
   }
 }
 
-TEST_F(OneDnnParityTest, RandomConvAndPool) {
+TEST(OneDnnParityTest, RandomConvAndPool) {
   for (int iter = 0; iter < 24; ++iter) {
     const int64_t groups = Pick({1, 1, 2, 3});
     const int64_t c = groups * Pick({1, 2, 3}), o = groups * Pick({1, 3});
@@ -265,7 +265,7 @@ TEST_F(OneDnnParityTest, RandomConvAndPool) {
   }
 }
 
-TEST_F(OneDnnParityTest, RandomElementwiseAndNorm) {
+TEST(OneDnnParityTest, RandomElementwiseAndNorm) {
   const std::vector<std::string> binary = {"elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div"};
   for (int iter = 0; iter < 32; ++iter) {
     const Dims x = RandomDims(static_cast<size_t>(Pick({1, 2, 3, 4})));
@@ -310,7 +310,7 @@ TEST_F(OneDnnParityTest, RandomElementwiseAndNorm) {
 // ---- cache ------------------------------------------------------------------------------------------------------
 
 // The kernels go through the global cache: a repeated shape hits, a new one misses.
-TEST_F(OneDnnParityTest, KernelsUseTheGlobalCache) {
+TEST(OneDnnParityTest, KernelsUseTheGlobalCache) {
   onednn::PrimitiveCache& cache = onednn::PrimitiveCache::Global();
   const proto::OpDesc op = OpBuilder("matmul").In("X", {"x"}).In("Y", {"y"}).Out("Out", {"out"}).Build();
   const std::map<std::string, Tensor> in = {{"x", Rand({11, 13})}, {"y", Rand({13, 3})}};
@@ -329,7 +329,7 @@ TEST_F(OneDnnParityTest, KernelsUseTheGlobalCache) {
 // By default the kernels fall back where oneDNN would use a generic
 // implementation measured slower than the reference kernel; the same shapes
 // with the innermost axis or a per-channel broadcast stay on oneDNN.
-TEST_F(OneDnnParityTest, Reductions) {
+TEST(OneDnnParityTest, Reductions) {
   struct Case {
     Dims dims;
     std::vector<int64_t> dim;
@@ -358,19 +358,22 @@ TEST_F(OneDnnParityTest, Reductions) {
 }
 
 TEST(OneDnnPolicyTest, SlowImplementationsFallBackByDefault) {
-  ASSERT_FALSE(onednn::AllowSlowImplementations());
+  const onednn::Settings defaults;
+  ASSERT_FALSE(defaults.allow_slow_impls);
   const std::map<std::string, Tensor> x = {{"x", Rand({17, 33})}};
   const auto softmax = [](int64_t axis) {
     return OpBuilder("softmax").In("X", {"x"}).Out("Out", {"out"}).Attr("axis", axis).Build();
   };
-  ExpectParity(softmax(0), x, Expect::kFallback);
-  ExpectGradParity(softmax(0), x, Rng(), Expect::kFallback);
-  ExpectParity(softmax(1), x, Expect::kOneDnn);
-  ExpectGradParity(softmax(1), x, Rng(), Expect::kOneDnn);
+  ExpectParity(softmax(0), x, Expect::kFallback, {}, defaults);
+  ExpectGradParity(softmax(0), x, Rng(), Expect::kFallback, {}, {}, defaults);
+  ExpectParity(softmax(1), x, Expect::kOneDnn, {}, defaults);
+  ExpectGradParity(softmax(1), x, Rng(), Expect::kOneDnn, {}, {}, defaults);
+  // The same run allowed slow implementations takes oneDNN's generic one.
+  ExpectParity(softmax(0), x, Expect::kOneDnn, {}, test::AllowSlowOneDnn());
 
   const auto add = OpBuilder("elementwise_add").In("X", {"x"}).In("Y", {"y"}).Out("Out", {"out"}).Build();
-  ExpectParity(add, {{"x", Rand({2, 3, 7, 5})}, {"y", Rand({1, 3, 1, 5})}}, Expect::kFallback);
-  ExpectParity(add, {{"x", Rand({2, 3, 7, 5})}, {"y", Rand({1, 3, 7, 1})}}, Expect::kOneDnn);
+  ExpectParity(add, {{"x", Rand({2, 3, 7, 5})}, {"y", Rand({1, 3, 1, 5})}}, Expect::kFallback, {}, defaults);
+  ExpectParity(add, {{"x", Rand({2, 3, 7, 5})}, {"y", Rand({1, 3, 7, 1})}}, Expect::kOneDnn, {}, defaults);
 
   EXPECT_TRUE(onednn::IsSlowImplementation("ref:any"));
   EXPECT_TRUE(onednn::IsSlowImplementation("simple_nchw:any"));

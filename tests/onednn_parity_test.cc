@@ -24,7 +24,7 @@ using namespace onednn_parity_test;  // the helpers shared by the split files (t
 
 // ---- registry -------------------------------------------------------------------------------
 
-TEST_F(OneDnnParityTest, KernelsAreAttachedToEveryListedOp) {
+TEST(OneDnnParityTest, KernelsAreAttachedToEveryListedOp) {
   const std::vector<std::string> want = {
       "batch_norm", "batch_norm_grad", "concat", "conv2d", "conv2d_grad", "elementwise_add", "elementwise_div",
       "elementwise_mul", "elementwise_sub", "exp", "exp_grad", "gelu", "gelu_grad", "layer_norm", "layer_norm_grad",
@@ -52,7 +52,7 @@ Dims Transposed(Dims d) {
   return d;
 }
 
-TEST_F(OneDnnParityTest, Matmul) {
+TEST(OneDnnParityTest, Matmul) {
   const std::vector<MatmulShapes> shapes = {
       {{1, 1}, {1, 1}, Expect::kOneDnn},
       {{7, 17}, {17, 33}, Expect::kOneDnn},
@@ -91,21 +91,21 @@ TEST_F(OneDnnParityTest, Matmul) {
   }
 }
 
-TEST_F(OneDnnParityTest, MatmulGradOfOneInput) {
+TEST(OneDnnParityTest, MatmulGradOfOneInput) {
   const std::map<std::string, Tensor> in = {{"x", Rand({3, 7, 17})}, {"y", Rand({17, 33})}};
   const proto::OpDesc op = OpBuilder("matmul").In("X", {"x"}).In("Y", {"y"}).Out("Out", {"out"}).Build();
   ExpectGradParity(op, in, Rng(), Expect::kOneDnn, {}, {"x@GRAD"});
   ExpectGradParity(op, in, Rng(), Expect::kOneDnn, {}, {"y@GRAD"});
 }
 
-TEST_F(OneDnnParityTest, LargerMatmul) {
+TEST(OneDnnParityTest, LargerMatmul) {
   const std::map<std::string, Tensor> in = {{"x", Rand({64, 256})}, {"y", Rand({256, 129})}};
   const proto::OpDesc op = OpBuilder("matmul").In("X", {"x"}).In("Y", {"y"}).Out("Out", {"out"}).Build();
   ExpectParity(op, in, Expect::kOneDnn, {1e-4, 1e-4});
   ExpectGradParity(op, in, Rng(), Expect::kOneDnn, {1e-4, 1e-4});
 }
 
-TEST_F(OneDnnParityTest, Fp64FallsBack) {
+TEST(OneDnnParityTest, Fp64FallsBack) {
   const std::map<std::string, Tensor> in = {{"x", test::CastTo(Rand({7, 17}), DataType::kFP64)},
                                             {"y", test::CastTo(Rand({17, 5}), DataType::kFP64)}};
   const proto::OpDesc op = OpBuilder("matmul").In("X", {"x"}).In("Y", {"y"}).Out("Out", {"out"}).Build();
@@ -123,7 +123,7 @@ struct ConvCase {
   int64_t groups;
 };
 
-TEST_F(OneDnnParityTest, Conv2d) {
+TEST(OneDnnParityTest, Conv2d) {
   const std::vector<ConvCase> cases = {
       {{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
       {{2, 3, 7, 7}, {5, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
@@ -175,7 +175,7 @@ TEST(ConvLayoutTest, FilterGradientRunsAtLeastAtTheBlockedLayoutsIsa) {
     const Dims& in = shapes.first;  // not a structured binding: lambdas below capture it
     const Dims& f = shapes.second;
     onednn::PrimitiveCache cache(8);
-    onednn::ConvHandler h(cache, in, f, {1, 1}, {2, 2}, {1, 1}, 1);
+    onednn::ConvHandler h(cache, onednn::Settings{}, in, f, {1, 1}, {2, 2}, {1, 1}, 1);
     ASSERT_TRUE(h.valid());
     Tensor d_filter(DataType::kFP32, f);
     ASSERT_TRUE(h.RunBackwardWeights(Rand(in), Rand(h.output_dims()), &d_filter));
@@ -201,7 +201,7 @@ TEST(ConvLayoutTest, FilterGradientRunsAtLeastAtTheBlockedLayoutsIsa) {
 
 // ---- pool2d ----------------------------------------------------------------------------------------
 
-TEST_F(OneDnnParityTest, Pool2d) {
+TEST(OneDnnParityTest, Pool2d) {
   struct PoolCase {
     Dims x;
     std::vector<int64_t> ksize, strides, paddings;
@@ -241,7 +241,7 @@ TEST_F(OneDnnParityTest, Pool2d) {
 
 // Max pooling routes each window's gradient to its maximum; with distinct
 // values every window has one, and overlapping windows add up.
-TEST_F(OneDnnParityTest, MaxPoolGradWithOverlappingWindows) {
+TEST(OneDnnParityTest, MaxPoolGradWithOverlappingWindows) {
   Tensor x(DataType::kFP32, {1, 2, 6, 6});
   float* p = x.mutable_data<float>();
   std::vector<int> perm(72);

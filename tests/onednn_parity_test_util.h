@@ -37,15 +37,22 @@ inline std::string Describe(const proto::OpDesc& op, const std::map<std::string,
   return s + ")";
 }
 
-// Runs `op` with the reference kernels and with oneDNN, compares every output
-// arg, and checks whether the oneDNN kernel of op.type() handled the call.
+// Every case must run on oneDNN, including those where oneDNN only has a
+// generic implementation that the kernels refuse by default (see
+// SlowImplementationsFallBackByDefault): parity of the descriptors is checked
+// on all of them. The oneDNN runs use these settings unless told otherwise.
+inline const onednn::Settings kParitySettings = test::AllowSlowOneDnn();
+
+// Runs `op` with the reference kernels and with oneDNN (with `onednn`),
+// compares every output arg, and checks whether the oneDNN kernel of
+// op.type() handled the call.
 inline void ExpectParity(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs, Expect expect = Expect::kOneDnn,
-                  Tolerance tol = {}) {
+                  Tolerance tol = {}, const onednn::Settings& onednn = kParitySettings) {
   SCOPED_TRACE(Describe(op, inputs));
   const int64_t before = OneDnnKernelRuns(op.type());
   auto ref = test::RunOp(op, inputs, /*use_onednn=*/false);
   ASSERT_EQ(OneDnnKernelRuns(op.type()), before) << "use_onednn=false ran the oneDNN kernel";
-  auto dnn = test::RunOp(op, inputs, /*use_onednn=*/true);
+  auto dnn = test::RunOp(op, inputs, /*use_onednn=*/true, onednn);
   EXPECT_EQ(OneDnnKernelRuns(op.type()), before + (expect == Expect::kOneDnn ? 1 : 0))
       << (expect == Expect::kOneDnn ? "the oneDNN kernel fell back to the reference"
                                     : "the oneDNN kernel ran where it should fall back");
@@ -69,7 +76,8 @@ inline void ExpectParity(const proto::OpDesc& op, const std::map<std::string, Te
 // every forward output, and checks parity of the grad op. Gradients named in
 // `skip` are not requested (their args become @EMPTY@).
 inline void ExpectGradParity(const proto::OpDesc& fwd, const std::map<std::string, Tensor>& inputs, std::mt19937& rng,
-                      Expect expect = Expect::kOneDnn, Tolerance tol = {}, const std::set<std::string>& skip = {}) {
+                      Expect expect = Expect::kOneDnn, Tolerance tol = {}, const std::set<std::string>& skip = {},
+                      const onednn::Settings& onednn = kParitySettings) {
   SCOPED_TRACE("grad of " + Describe(fwd, inputs));
   const OpInfo& info = OpRegistry::Global().Get(fwd.type());
   ASSERT_TRUE(info.grad_maker) << fwd.type();
@@ -102,7 +110,7 @@ inline void ExpectGradParity(const proto::OpDesc& fwd, const std::map<std::strin
       if (arg != kEmptyVarName) grad_feed[arg].CopyFrom(feed.at(arg));
     }
   }
-  ExpectParity(g, grad_feed, expect, tol);
+  ExpectParity(g, grad_feed, expect, tol, onednn);
 }
 
 inline std::mt19937& Rng() {
@@ -113,16 +121,6 @@ inline std::mt19937& Rng() {
 inline Tensor Rand(const Dims& dims, double lo = -1.0, double hi = 1.0) {
   return RandomTensor(dims, DataType::kFP32, Rng(), lo, hi);
 }
-
-// Every case must run on oneDNN, including those where oneDNN only has a
-// generic implementation that the kernels refuse by default (see
-// SlowImplementationsFallBackByDefault): parity of the descriptors is checked
-// on all of them.
-class OneDnnParityTest : public ::testing::Test {
- protected:
-  void SetUp() override { onednn::SetAllowSlowImplementations(true); }
-  void TearDown() override { onednn::SetAllowSlowImplementations(false); }
-};
 
 }  // namespace onednn_parity_test
 }  // namespace kiln

@@ -72,7 +72,7 @@ double ValueAt(const Tensor& t, int64_t i) {
 }
 
 std::unique_ptr<Scope> RunOps(const std::vector<proto::OpDesc>& ops, const std::map<std::string, Tensor>& inputs,
-                              bool use_onednn, const OpRegistry& registry) {
+                              bool use_onednn, const onednn::Settings& onednn, const OpRegistry& registry) {
   proto::ProgramDesc program;
   proto::BlockDesc* block = program.add_blocks();
   block->set_idx(0);
@@ -80,7 +80,11 @@ std::unique_ptr<Scope> RunOps(const std::vector<proto::OpDesc>& ops, const std::
   for (const auto& op : ops) *block->add_ops() = op;
   auto scope = std::make_unique<Scope>();
   for (const auto& [name, t] : inputs) scope->Var(name)->GetMutable()->CopyFrom(t);
-  Executor exec({use_onednn, /*check_nan_inf=*/false, /*free_intermediates=*/false}, registry);
+  ExecutorOptions options;
+  options.use_onednn = use_onednn;
+  options.free_intermediates = false;
+  options.onednn = onednn;
+  Executor exec(options, registry);
   exec.RunProgram(program, *scope);
   return scope;
 }

@@ -27,11 +27,21 @@ Tensor CastTo(const Tensor& t, DataType dtype);
 double ValueAt(const Tensor& t, int64_t i);
 
 // Runs `ops` in order over a fresh scope holding `inputs`; returns the scope.
+// `onednn`: how the oneDNN kernels run (with use_onednn).
 std::unique_ptr<Scope> RunOps(const std::vector<proto::OpDesc>& ops, const std::map<std::string, Tensor>& inputs,
-                              bool use_onednn, const OpRegistry& registry = OpRegistry::Global());
+                              bool use_onednn, const onednn::Settings& onednn = {},
+                              const OpRegistry& registry = OpRegistry::Global());
 inline std::unique_ptr<Scope> RunOp(const proto::OpDesc& op, const std::map<std::string, Tensor>& inputs,
-                                    bool use_onednn = false) {
-  return RunOps({op}, inputs, use_onednn);
+                                    bool use_onednn = false, const onednn::Settings& onednn = {}) {
+  return RunOps({op}, inputs, use_onednn, onednn);
+}
+
+// oneDNN settings that take oneDNN's slow implementations too (default
+// settings otherwise): parity tests check the descriptors on every case.
+inline onednn::Settings AllowSlowOneDnn() {
+  onednn::Settings s;
+  s.allow_slow_impls = true;
+  return s;
 }
 
 // Runs one op on the reference kernels and returns a copy of output var `out`.

@@ -3,11 +3,9 @@
 #include "framework/onednn/primitive_cache.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <random>
 #include <thread>
 #include <unordered_set>
@@ -227,7 +225,7 @@ TEST(OneDnnHandlerTest, MatmulHandlerUsesItsCache) {
   const Tensor a = test::RandomTensor({7, 17}, DataType::kFP32, rng);
   const Tensor b = test::RandomTensor({17, 33}, DataType::kFP32, rng);
   for (int i = 0; i < 3; ++i) {
-    MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
+    MatmulHandler h(cache, Settings{}, a.dims(), false, b.dims(), false, 1.0f);
     ASSERT_TRUE(h.valid());
     EXPECT_EQ(h.dst_dims(), (Dims{7, 33}));
     Tensor c(DataType::kFP32, h.dst_dims());
@@ -250,7 +248,7 @@ TEST(OneDnnHandlerTest, MatmulHandlerFusesBiasReluAndScale) {
   FusedOps fused;
   fused.bias = true;
   fused.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)};
-  MatmulHandler h(cache, a.dims(), false, b.dims(), false, 0.5f, fused);
+  MatmulHandler h(cache, Settings{}, a.dims(), false, b.dims(), false, 0.5f, fused);
   ASSERT_TRUE(h.valid());
   Tensor c(DataType::kFP32, h.dst_dims());
   EXPECT_FALSE(h.Run(a, b, &c));  // the fused bias is required
@@ -261,40 +259,9 @@ TEST(OneDnnHandlerTest, MatmulHandlerFusesBiasReluAndScale) {
   EXPECT_EQ(test::CompareTensors(c, want, 1e-5, 1e-4), "");
   EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [5,9]x[9,6] scale=0.5 +bias +relu");
   // The plain product of the same shapes is another entry.
-  MatmulHandler plain(cache, a.dims(), false, b.dims(), false, 0.5f);
+  MatmulHandler plain(cache, Settings{}, a.dims(), false, b.dims(), false, 0.5f);
   ASSERT_TRUE(plain.Run(a, b, &c));
   EXPECT_EQ(cache.stats().size, 2u);
-}
-
-// --deterministic: primitives are created and run for one OpenMP thread, in
-// cache entries of their own; the caller's thread count is left as it was.
-// With a cache per thread count, 1 and 2 threads give the same bits.
-TEST(OneDnnHandlerTest, DeterministicPrimitivesAreSingleThreadedEntries) {
-  const int saved_threads = omp_get_max_threads();
-  std::mt19937 rng(5);
-  const Tensor a = test::RandomTensor({64, 2048}, DataType::kFP32, rng);
-  const Tensor b = test::RandomTensor({2048, 48}, DataType::kFP32, rng);
-  SetDeterministic(true);
-  std::vector<Tensor> results;
-  for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
-    PrimitiveCache cache(4);
-    MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
-    Tensor c(DataType::kFP32, h.dst_dims());
-    ASSERT_TRUE(h.Run(a, b, &c));
-    EXPECT_EQ(omp_get_max_threads(), threads) << "restored after creating and running";
-    EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [64,2048]x[2048,48] scale=1 threads=1");
-    results.push_back(c);
-  }
-  SetDeterministic(false);
-  omp_set_num_threads(saved_threads);
-  EXPECT_EQ(std::memcmp(results[0].raw_data(), results[1].raw_data(), results[0].bytes()), 0);
-  EXPECT_EQ(test::CompareTensors(results[0], NaiveMatmul(a, b), 1e-4, 1e-3), "");
-  PrimitiveCache cache(4);
-  MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
-  Tensor c(DataType::kFP32, h.dst_dims());
-  ASSERT_TRUE(h.Run(a, b, &c));
-  EXPECT_EQ(cache.Keys()[0].ToString(), "matmul f32 [64,2048]x[2048,48] scale=1");
 }
 
 TEST(OneDnnHandlerTest, MatmulHandlerSumPostOpAddsToDst) {
@@ -307,7 +274,7 @@ TEST(OneDnnHandlerTest, MatmulHandlerSumPostOpAddsToDst) {
   for (int64_t i = 0; i < want.numel(); ++i) want.mutable_data<float>()[i] = c.data<float>()[i] - want.data<float>()[i];
   FusedOps fused;
   fused.post_ops = {PostOp::Sum()};
-  MatmulHandler h(cache, a.dims(), false, b.dims(), false, -1.0f, fused);
+  MatmulHandler h(cache, Settings{}, a.dims(), false, b.dims(), false, -1.0f, fused);
   ASSERT_TRUE(h.Run(a, b, &c));
   EXPECT_EQ(test::CompareTensors(c, want, 1e-5, 1e-4), "");
 }
@@ -321,8 +288,8 @@ TEST(OneDnnHandlerTest, ConvHandlerFusedForwardMatchesPlainPlusBiasRelu) {
   FusedOps fused;
   fused.bias = true;
   fused.post_ops = {PostOp::Eltwise(dnnl::algorithm::eltwise_relu)};
-  ConvHandler h(cache, x.dims(), f.dims(), {2, 1}, {1, 1}, {1, 1}, 2, fused);
-  ConvHandler plain(cache, x.dims(), f.dims(), {2, 1}, {1, 1}, {1, 1}, 2);
+  ConvHandler h(cache, Settings{}, x.dims(), f.dims(), {2, 1}, {1, 1}, {1, 1}, 2, fused);
+  ConvHandler plain(cache, Settings{}, x.dims(), f.dims(), {2, 1}, {1, 1}, {1, 1}, 2);
   ASSERT_TRUE(h.valid() && plain.valid());
   Tensor out(DataType::kFP32, h.output_dims()), want(DataType::kFP32, plain.output_dims());
   ASSERT_TRUE(h.RunForward(x, f, &bias, &out));
@@ -343,7 +310,7 @@ TEST(OneDnnHandlerTest, InPlaceRunUsesOneMemoryForSrcAndDst) {
   Tensor x = test::FloatTensor({5}, {-2, -1, 0, 1, 2});
   Tensor out(DataType::kFP32, {5});
   out.ShareBufferWith(x);
-  EltwiseHandler h(cache, 5, dnnl::algorithm::eltwise_relu);
+  EltwiseHandler h(cache, Settings{}, 5, dnnl::algorithm::eltwise_relu);
   ASSERT_TRUE(h.RunForward(x, &out));
   EXPECT_TRUE(out.IsSharedBufferWith(x));
   EXPECT_EQ(test::CompareTensors(out, test::FloatTensor({5}, {0, 0, 0, 1, 2}), 0, 0), "");
@@ -366,7 +333,7 @@ TEST(PrimitiveCacheTest, ConcurrentMatmulFromEightThreads) {
       const Tensor b = test::RandomTensor({17, 33}, DataType::kFP32, rng);
       const Tensor want = NaiveMatmul(a, b);
       for (int i = 0; i < kIters; ++i) {
-        MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
+        MatmulHandler h(cache, Settings{}, a.dims(), false, b.dims(), false, 1.0f);
         Tensor c(DataType::kFP32, {m, 33});
         if (!h.Run(a, b, &c) || !test::CompareTensors(c, want, 1e-5, 1e-4).empty()) failures.fetch_add(1);
       }
@@ -399,7 +366,7 @@ TEST(PrimitiveCacheTest, ConcurrentUseWithEvictions) {
         const int64_t m = 1 + (t + i) % 5;
         const Tensor a = test::RandomTensor({m, 7}, DataType::kFP32, rng);
         const Tensor b = test::RandomTensor({7, 3}, DataType::kFP32, rng);
-        MatmulHandler h(cache, a.dims(), false, b.dims(), false, 1.0f);
+        MatmulHandler h(cache, Settings{}, a.dims(), false, b.dims(), false, 1.0f);
         Tensor c(DataType::kFP32, {m, 3});
         if (!h.Run(a, b, &c) || !test::CompareTensors(c, NaiveMatmul(a, b), 1e-5, 1e-4).empty()) {
           failures.fetch_add(1);

@@ -195,7 +195,7 @@ TEST(ShapeOnlyInputTest, ReadingTheDataOfAShapeOnlyInputFailsNamingIt) {
   const AttrMap attrs;
   const std::vector<SlotVars> inputs = {{"X", {&var}, {"y"}}};
   const std::vector<SlotVars> outputs;
-  ExecContext ctx(desc, attrs, inputs, outputs, 0);
+  ExecContext ctx(desc, attrs, inputs, outputs, 0, onednn::Settings{});
   EXPECT_EQ(&ctx.InputMeta("X"), t);
   EXPECT_EQ(ctx.InputMetaOrNull("X"), t);
   EXPECT_EQ(ctx.InputOrNull("X"), nullptr);

@@ -101,22 +101,20 @@ void WriteProfileSvg() {
   }
 }
 
-// --amp: what matmuls multiply in. bf16 is checked here, by creating a small
-// bf16 matmul, so a CPU without one (oneDNN needs AVX512_CORE; AVX512_BF16
-// makes it native) fails at start-up instead of silently falling back to
-// f32 reference kernels.
+// --amp: what matmuls multiply in (OneDnnSettingsFromFlags). bf16 is
+// checked here, by creating a small bf16 matmul, so a CPU without one (oneDNN
+// needs AVX512_CORE; AVX512_BF16 makes it native) fails at start-up instead of
+// silently falling back to f32 reference kernels.
 ComputeType AmpComputeFromFlags() {
-  if (FLAGS_amp.empty()) return ComputeType::kF32;
-  if (FLAGS_amp != "bf16") {
-    ThrowInvalidArgument("unknown --amp '", FLAGS_amp, "': expected bf16, or empty for f32 throughout");
-  }
+  const ComputeType amp = OneDnnSettingsFromFlags().amp_compute;
+  if (amp == ComputeType::kF32) return amp;
   if (!FLAGS_use_onednn) ThrowInvalidArgument("--amp bf16 needs --use_onednn: the bf16 matmuls are oneDNN primitives");
   std::string why;
   if (!onednn::Bf16KernelsAvailable(&why)) {
     ThrowUnimplemented("--amp bf16: oneDNN has no usable bf16 matmul or convolution on this CPU (", why,
                        "; it needs AVX512_CORE, natively AVX512_BF16)");
   }
-  return ComputeType::kBF16;
+  return amp;
 }
 
 }  // namespace
@@ -143,15 +141,11 @@ void ConfigureJitFromFlags() {
   // kernel only the group's last output exists, so fusion is off with it.
   o.compile.fuse_elementwise = FLAGS_jit_fuse_elementwise && !FLAGS_check_nan_inf;
   o.compile.reuse_buffers = FLAGS_jit_reuse_buffers;
-  // --deterministic covers the framework's oneDNN kernels as well as the
-  // JIT's (both go through onednn::OneDnnHandler), so it is set here even
-  // with the JIT off.
+  // --deterministic and --amp: compiled clusters take them from these
+  // options; the framework's kernels from ExecutorOptionsFromFlags(), which
+  // reads the same flags.
   o.compile.deterministic = FLAGS_deterministic;
-  onednn::SetDeterministic(FLAGS_deterministic);
-  // Likewise --amp: the framework's matmul kernels read the process-wide
-  // value, compiled clusters their options.
   o.compile.amp_compute = AmpComputeFromFlags();
-  onednn::SetAmpCompute(o.compile.amp_compute);
   o.verbose = FLAGS_jit_verbose;
   for (const auto& key : SplitOpList(FLAGS_jit_deny_clusters)) o.deny_clusters.insert(key);
   if (FLAGS_jit_shadow_every < 0) ThrowInvalidArgument("--jit_shadow_every must be >= 0, got ", FLAGS_jit_shadow_every);

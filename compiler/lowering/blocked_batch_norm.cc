@@ -252,7 +252,7 @@ Units KeepBatchNormBlocked(const Cluster& c, Units units, StepTrace& trace) {
     if (!MatchConv(c, units, *uses, static_cast<int>(u), &m) || !MatchNormAndGrad(c, units, *uses, &m)) continue;
     if (c.dims(m.y).size() != 4 || c.Excluded(kStep, m.bn) || c.Excluded(kStep, m.bng)) continue;
     // The last check: oneDNN's choice for the shape (a primitive descriptor).
-    const ActLayout layout = ConvForwardDstLayout(m.spec);
+    const ActLayout layout = ConvForwardDstLayout(m.spec, c.options().OneDnnSettings());
     if (layout == ActLayout::kPlain) continue;
     Chain fused = m;
     const bool fuse_relu = MatchRelu(c, units, *uses, &fused);

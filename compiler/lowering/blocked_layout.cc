@@ -159,7 +159,8 @@ Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
     Chain m;
     if (!MatchForward(c, units, *uses, static_cast<int>(u), &m) || !MatchBackward(c, units, *uses, &m)) continue;
     // The last check: oneDNN's choice for the shape (a primitive descriptor).
-    const ActLayout layout = ConvForwardDstLayout(static_cast<const OneDnnConvUnit&>(*units[u]).spec());
+    const ActLayout layout =
+        ConvForwardDstLayout(static_cast<const OneDnnConvUnit&>(*units[u]).spec(), c.options().OneDnnSettings());
     if (layout == ActLayout::kPlain) continue;
     Apply(c, units, m, layout, trace);
     uses = std::make_unique<VarUses>(units);

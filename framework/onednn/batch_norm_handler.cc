@@ -10,9 +10,9 @@ using detail::MakeEntry;
 using dnnl::normalization_flags;
 using dnnl::prop_kind;
 
-BatchNormHandler::BatchNormHandler(PrimitiveCache& cache, int64_t n, int64_t c, int64_t s, float epsilon,
-                                   bool global_stats)
-    : OneDnnHandler(cache), n_(n), c_(c), s_(s), global_stats_(global_stats) {
+BatchNormHandler::BatchNormHandler(PrimitiveCache& cache, const Settings& settings, int64_t n, int64_t c, int64_t s,
+                                   float epsilon, bool global_stats)
+    : OneDnnHandler(cache, settings), n_(n), c_(c), s_(s), global_stats_(global_stats) {
   normalization_flags flags = normalization_flags::use_scale | normalization_flags::use_shift;
   if (global_stats) flags = flags | normalization_flags::use_global_stats;
   fwd_key_.kind = PrimitiveKind::kBatchNormForward;

@@ -16,7 +16,8 @@ namespace kiln::onednn {
 // does.
 class BatchNormHandler : public OneDnnHandler {
  public:
-  BatchNormHandler(PrimitiveCache& cache, int64_t n, int64_t c, int64_t s, float epsilon, bool global_stats);
+  BatchNormHandler(PrimitiveCache& cache, const Settings& settings, int64_t n, int64_t c, int64_t s, float epsilon,
+                   bool global_stats);
   // For compiled code (compiler/kernels/onednn/batch_norm_kernels.h), before
   // the primitives are acquired: src, dst and their gradients in `layout`
   // (PrimitiveKey::kept_layout; [n, c, s, 1] viewing [N, C, H, W]), and

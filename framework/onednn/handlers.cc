@@ -20,9 +20,9 @@ using dnnl::prop_kind;
 
 // ---- PoolHandler ----------------------------------------------------------------------------
 
-PoolHandler::PoolHandler(PrimitiveCache& cache, const Dims& x, bool is_max, bool exclusive, const Dims& kernel,
-                         const Dims& strides, const Dims& paddings)
-    : OneDnnHandler(cache), is_max_(is_max) {
+PoolHandler::PoolHandler(PrimitiveCache& cache, const Settings& settings, const Dims& x, bool is_max, bool exclusive,
+                         const Dims& kernel, const Dims& strides, const Dims& paddings)
+    : OneDnnHandler(cache, settings), is_max_(is_max) {
   if (x.size() != 4 || kernel.size() != 2 || strides.size() != 2 || paddings.size() != 2 || !AllPositive(x)) {
     return;
   }
@@ -109,7 +109,8 @@ bool PoolHandler::RunBackward(const Tensor& x, const Tensor& d_out, Tensor* d_x)
 
 // ---- SoftmaxHandler --------------------------------------------------------------------------
 
-SoftmaxHandler::SoftmaxHandler(PrimitiveCache& cache, const Dims& dims, int64_t axis) : OneDnnHandler(cache) {
+SoftmaxHandler::SoftmaxHandler(PrimitiveCache& cache, const Settings& settings, const Dims& dims, int64_t axis)
+    : OneDnnHandler(cache, settings) {
   fwd_key_.kind = PrimitiveKind::kSoftmaxForward;
   fwd_key_.dims = {dims};
   fwd_key_.axis = axis;
@@ -157,8 +158,9 @@ bool SoftmaxHandler::RunBackward(const Tensor& out, const Tensor& d_out, Tensor*
 
 // ---- ReductionHandler ------------------------------------------------------------------------
 
-ReductionHandler::ReductionHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& dst_dims, bool mean)
-    : OneDnnHandler(cache) {
+ReductionHandler::ReductionHandler(PrimitiveCache& cache, const Settings& settings, const Dims& x_dims,
+                                   const Dims& dst_dims, bool mean)
+    : OneDnnHandler(cache, settings) {
   fwd_key_.kind = PrimitiveKind::kReduction;
   fwd_key_.dims = {x_dims, dst_dims};
   fwd_key_.algorithm = static_cast<int>(mean ? algorithm::reduction_mean : algorithm::reduction_sum);
@@ -182,9 +184,9 @@ bool ReductionHandler::RunForward(const Tensor& x, Tensor* out) {
 
 // ---- LayerNormHandler ------------------------------------------------------------------------
 
-LayerNormHandler::LayerNormHandler(PrimitiveCache& cache, int64_t rows, int64_t cols, float epsilon,
-                                   bool use_scale, bool use_bias)
-    : OneDnnHandler(cache), rows_(rows), cols_(cols), use_scale_(use_scale), use_bias_(use_bias) {
+LayerNormHandler::LayerNormHandler(PrimitiveCache& cache, const Settings& settings, int64_t rows, int64_t cols,
+                                   float epsilon, bool use_scale, bool use_bias)
+    : OneDnnHandler(cache, settings), rows_(rows), cols_(cols), use_scale_(use_scale), use_bias_(use_bias) {
   dnnl::normalization_flags flags = dnnl::normalization_flags::none;
   if (use_scale) flags = flags | dnnl::normalization_flags::use_scale;
   if (use_bias) flags = flags | dnnl::normalization_flags::use_shift;
@@ -290,8 +292,9 @@ bool UsesDst(algorithm alg) {
 
 }  // namespace
 
-EltwiseHandler::EltwiseHandler(PrimitiveCache& cache, int64_t numel, algorithm alg, float alpha, float beta)
-    : OneDnnHandler(cache) {
+EltwiseHandler::EltwiseHandler(PrimitiveCache& cache, const Settings& settings, int64_t numel, algorithm alg,
+                               float alpha, float beta)
+    : OneDnnHandler(cache, settings) {
   fwd_key_.kind = PrimitiveKind::kEltwiseForward;
   fwd_key_.dims = {{numel}};
   fwd_key_.algorithm = static_cast<int>(alg);
@@ -373,8 +376,9 @@ std::pair<Dims, Dims> CoalesceBroadcast(const Dims& x, const Dims& y) {
 
 }  // namespace
 
-BinaryHandler::BinaryHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& y_dims, algorithm alg)
-    : OneDnnHandler(cache) {
+BinaryHandler::BinaryHandler(PrimitiveCache& cache, const Settings& settings, const Dims& x_dims, const Dims& y_dims,
+                             algorithm alg)
+    : OneDnnHandler(cache, settings) {
   auto [x, y] = CoalesceBroadcast(x_dims, y_dims);
   fwd_key_.kind = PrimitiveKind::kBinary;
   fwd_key_.dims = {std::move(x), std::move(y)};
@@ -406,7 +410,8 @@ bool BinaryHandler::Run(const Tensor& x, const Tensor& y, Tensor* out) {
 
 // ---- SumHandler ------------------------------------------------------------------------------------
 
-SumHandler::SumHandler(PrimitiveCache& cache, int64_t numel, size_t count) : OneDnnHandler(cache) {
+SumHandler::SumHandler(PrimitiveCache& cache, const Settings& settings, int64_t numel, size_t count)
+    : OneDnnHandler(cache, settings) {
   fwd_key_.kind = PrimitiveKind::kSum;
   fwd_key_.dims.assign(count, Dims{numel});
 }

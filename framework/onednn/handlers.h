@@ -43,8 +43,8 @@ struct FusedOps {
 // operand with f32 compute.
 class MatmulHandler : public OneDnnHandler {
  public:
-  MatmulHandler(PrimitiveCache& cache, const Dims& a_dims, bool trans_a, const Dims& b_dims, bool trans_b,
-                float alpha, const FusedOps& fused = {}, ComputeType compute = ComputeType::kF32,
+  MatmulHandler(PrimitiveCache& cache, const Settings& settings, const Dims& a_dims, bool trans_a, const Dims& b_dims,
+                bool trans_b, float alpha, const FusedOps& fused = {}, ComputeType compute = ComputeType::kF32,
                 DataType b_dtype = DataType::kFP32, DataType a_dtype = DataType::kFP32);
   // False when the dims do not make a matmul oneDNN can express.
   bool valid() const { return valid_; }
@@ -84,9 +84,9 @@ enum class ConvLayout { kBlocked, kChannelsLast, kPlain };
 
 class ConvHandler : public OneDnnHandler {
  public:
-  ConvHandler(PrimitiveCache& cache, const Dims& input_dims, const Dims& filter_dims, const Dims& strides,
-              const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused = {},
-              ComputeType compute = ComputeType::kF32);
+  ConvHandler(PrimitiveCache& cache, const Settings& settings, const Dims& input_dims, const Dims& filter_dims,
+              const Dims& strides, const Dims& paddings, const Dims& dilations, int64_t groups,
+              const FusedOps& fused = {}, ComputeType compute = ComputeType::kF32);
   bool valid() const { return valid_; }
   const Dims& output_dims() const { return output_dims_; }
   bool RunForward(const Tensor& input, const Tensor& filter, Tensor* output);
@@ -138,8 +138,8 @@ class ConvHandler : public OneDnnHandler {
 // never wins a max and is not counted by exclusive averaging. Key dims: {x}.
 class PoolHandler : public OneDnnHandler {
  public:
-  PoolHandler(PrimitiveCache& cache, const Dims& x_dims, bool is_max, bool exclusive, const Dims& kernel,
-              const Dims& strides, const Dims& paddings);
+  PoolHandler(PrimitiveCache& cache, const Settings& settings, const Dims& x_dims, bool is_max, bool exclusive,
+              const Dims& kernel, const Dims& strides, const Dims& paddings);
   bool valid() const { return valid_; }
   const Dims& out_dims() const { return out_dims_; }
   bool RunForward(const Tensor& x, Tensor* out);
@@ -162,7 +162,7 @@ class PoolHandler : public OneDnnHandler {
 // Softmax along `axis` (normalised). Backward reads Out. Key dims: {x}.
 class SoftmaxHandler : public OneDnnHandler {
  public:
-  SoftmaxHandler(PrimitiveCache& cache, const Dims& dims, int64_t axis);
+  SoftmaxHandler(PrimitiveCache& cache, const Settings& settings, const Dims& dims, int64_t axis);
   bool RunForward(const Tensor& x, Tensor* out);
   bool RunBackward(const Tensor& out, const Tensor& d_out, Tensor* d_x);
 
@@ -178,7 +178,8 @@ class SoftmaxHandler : public OneDnnHandler {
 // Key dims: {x, dst}; algorithm reduction_sum / reduction_mean.
 class ReductionHandler : public OneDnnHandler {
  public:
-  ReductionHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& dst_dims, bool mean);
+  ReductionHandler(PrimitiveCache& cache, const Settings& settings, const Dims& x_dims, const Dims& dst_dims,
+                   bool mean);
   // `out` holds numel(dst_dims) elements (its own dims may drop the 1s).
   bool RunForward(const Tensor& x, Tensor* out);
 
@@ -191,8 +192,8 @@ class ReductionHandler : public OneDnnHandler {
 // Key dims: {[rows, cols]}; flags say whether scale/bias are used.
 class LayerNormHandler : public OneDnnHandler {
  public:
-  LayerNormHandler(PrimitiveCache& cache, int64_t rows, int64_t cols, float epsilon, bool use_scale,
-                   bool use_bias);
+  LayerNormHandler(PrimitiveCache& cache, const Settings& settings, int64_t rows, int64_t cols, float epsilon,
+                   bool use_scale, bool use_bias);
   // `scale`/`bias` may be null when not used; `mean`/`variance` may be null
   // (not wanted).
   bool RunForward(const Tensor& x, const Tensor* scale, const Tensor* bias, Tensor* y, Tensor* mean,
@@ -218,8 +219,8 @@ class LayerNormHandler : public OneDnnHandler {
 // Key dims: {[numel]}.
 class EltwiseHandler : public OneDnnHandler {
  public:
-  EltwiseHandler(PrimitiveCache& cache, int64_t numel, dnnl::algorithm algorithm, float alpha = 0.0f,
-                 float beta = 0.0f);
+  EltwiseHandler(PrimitiveCache& cache, const Settings& settings, int64_t numel, dnnl::algorithm algorithm,
+                 float alpha = 0.0f, float beta = 0.0f);
   bool RunForward(const Tensor& x, Tensor* out);
   // `data` is Out for use_dst algorithms, X otherwise.
   bool RunBackward(const Tensor& data, const Tensor& d_out, Tensor* d_x);
@@ -238,7 +239,8 @@ class EltwiseHandler : public OneDnnHandler {
 // which also lets oneDNN pick its jit implementation for more patterns.
 class BinaryHandler : public OneDnnHandler {
  public:
-  BinaryHandler(PrimitiveCache& cache, const Dims& x_dims, const Dims& y_dims, dnnl::algorithm algorithm);
+  BinaryHandler(PrimitiveCache& cache, const Settings& settings, const Dims& x_dims, const Dims& y_dims,
+                dnnl::algorithm algorithm);
   bool Run(const Tensor& x, const Tensor& y, Tensor* out);
 
  protected:
@@ -248,7 +250,7 @@ class BinaryHandler : public OneDnnHandler {
 // out = sum of `count` tensors of `numel` elements each. Key dims: count x {[numel]}.
 class SumHandler : public OneDnnHandler {
  public:
-  SumHandler(PrimitiveCache& cache, int64_t numel, size_t count);
+  SumHandler(PrimitiveCache& cache, const Settings& settings, int64_t numel, size_t count);
   bool Run(const std::vector<const Tensor*>& xs, Tensor* out);
 
  protected:

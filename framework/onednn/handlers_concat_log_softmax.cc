@@ -11,8 +11,9 @@ using dnnl::prop_kind;
 
 // ---- ConcatHandler ---------------------------------------------------------------------
 
-ConcatHandler::ConcatHandler(PrimitiveCache& cache, const std::vector<Dims>& src_dims, int64_t axis)
-    : OneDnnHandler(cache) {
+ConcatHandler::ConcatHandler(PrimitiveCache& cache, const Settings& settings, const std::vector<Dims>& src_dims,
+                             int64_t axis)
+    : OneDnnHandler(cache, settings) {
   fwd_key_.kind = PrimitiveKind::kConcat;
   fwd_key_.dims = src_dims;
   fwd_key_.axis = axis;
@@ -52,7 +53,8 @@ bool ConcatHandler::Run(const std::vector<const Tensor*>& srcs, Tensor* dst) {
 
 // ---- LogSoftmaxHandler -----------------------------------------------------------------
 
-LogSoftmaxHandler::LogSoftmaxHandler(PrimitiveCache& cache, const Dims& dims, int64_t axis) : OneDnnHandler(cache) {
+LogSoftmaxHandler::LogSoftmaxHandler(PrimitiveCache& cache, const Settings& settings, const Dims& dims, int64_t axis)
+    : OneDnnHandler(cache, settings) {
   fwd_key_.kind = PrimitiveKind::kLogSoftmaxForward;
   fwd_key_.dims = {dims};
   fwd_key_.axis = axis;

@@ -15,7 +15,7 @@ namespace kiln::onednn {
 // dst's dims except on the axis. Key dims: the sources' dims, in order.
 class ConcatHandler : public OneDnnHandler {
  public:
-  ConcatHandler(PrimitiveCache& cache, const std::vector<Dims>& src_dims, int64_t axis);
+  ConcatHandler(PrimitiveCache& cache, const Settings& settings, const std::vector<Dims>& src_dims, int64_t axis);
   // False when the sources do not make a concat (rank, dims, empty).
   bool valid() const { return valid_; }
   const Dims& dst_dims() const { return dst_dims_; }
@@ -34,7 +34,7 @@ class ConcatHandler : public OneDnnHandler {
 // sum(diff_dst). Key dims: {x}.
 class LogSoftmaxHandler : public OneDnnHandler {
  public:
-  LogSoftmaxHandler(PrimitiveCache& cache, const Dims& dims, int64_t axis);
+  LogSoftmaxHandler(PrimitiveCache& cache, const Settings& settings, const Dims& dims, int64_t axis);
   bool RunForward(const Tensor& x, Tensor* out);
   bool RunBackward(const Tensor& out, const Tensor& d_out, Tensor* d_x);
 

@@ -68,10 +68,10 @@ Pd ChooseLayout(const std::vector<ConvLayout>& candidates, const MakePd& make) {
 
 }  // namespace
 
-ConvHandler::ConvHandler(PrimitiveCache& cache, const Dims& in, const Dims& f, const Dims& strides,
-                         const Dims& paddings, const Dims& dilations, int64_t groups, const FusedOps& fused,
-                         ComputeType compute)
-    : OneDnnHandler(cache) {
+ConvHandler::ConvHandler(PrimitiveCache& cache, const Settings& settings, const Dims& in, const Dims& f,
+                         const Dims& strides, const Dims& paddings, const Dims& dilations, int64_t groups,
+                         const FusedOps& fused, ComputeType compute)
+    : OneDnnHandler(cache, settings) {
   if (in.size() != 4 || f.size() != 4 || strides.size() != 2 || paddings.size() != 2 || dilations.size() != 2) {
     return;
   }

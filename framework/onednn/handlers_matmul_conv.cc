@@ -21,10 +21,10 @@ using dnnl::prop_kind;
 
 // ---- MatmulHandler -----------------------------------------------------------------------
 
-MatmulHandler::MatmulHandler(PrimitiveCache& cache, const Dims& a, bool trans_a, const Dims& b, bool trans_b,
-                             float alpha, const FusedOps& fused, ComputeType compute, DataType b_dtype,
-                             DataType a_dtype)
-    : OneDnnHandler(cache) {
+MatmulHandler::MatmulHandler(PrimitiveCache& cache, const Settings& settings, const Dims& a, bool trans_a,
+                             const Dims& b, bool trans_b, float alpha, const FusedOps& fused, ComputeType compute,
+                             DataType b_dtype, DataType a_dtype)
+    : OneDnnHandler(cache, settings) {
   if (a.size() < 2 || b.size() < 2 || !AllPositive(a) || !AllPositive(b)) return;
   auto type_ok = [compute](DataType t) {
     return t == DataType::kFP32 || (t == DataType::kBF16 && compute == ComputeType::kBF16);
@@ -150,9 +150,10 @@ bool ProbeForward(OneDnnHandler& h, const char* what, std::string* why) {
 
 bool Bf16KernelsAvailable(std::string* why) {
   PrimitiveCache probe(2);
-  MatmulHandler matmul(probe, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
+  const Settings settings;  // a slow implementation does not count
+  MatmulHandler matmul(probe, settings, {16, 16}, false, {16, 16}, false, 1.f, {}, ComputeType::kBF16);
   if (!ProbeForward(matmul, "matmul", why)) return false;
-  ConvHandler conv(probe, {1, 16, 8, 8}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, {}, ComputeType::kBF16);
+  ConvHandler conv(probe, settings, {1, 16, 8, 8}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, {}, ComputeType::kBF16);
   return ProbeForward(conv, "convolution", why);
 }
 

@@ -76,7 +76,7 @@ bool BatchNormKernel(ExecContext& ctx) {
   const Split v = SplitOf(x);
   const float eps = ctx.Attr<float>("epsilon");
   const bool is_test = ctx.Attr<bool>("is_test");
-  BatchNormHandler h(PrimitiveCache::Global(), v.n, v.c, v.s, eps, is_test);
+  BatchNormHandler h(PrimitiveCache::Global(), ctx.onednn(), v.n, v.c, v.s, eps, is_test);
   Tensor* y = ctx.Output("Y");
   if (is_test) {
     if (!h.RunInference(x, scale, bias, mean, var, y)) return false;
@@ -133,7 +133,8 @@ bool BatchNormGradKernel(ExecContext& ctx) {
   Tensor mean, var;
   if (!UsedStatistics(ctx, &mean, &var)) return false;
   const Split v = SplitOf(x);
-  BatchNormHandler h(PrimitiveCache::Global(), v.n, v.c, v.s, ctx.Attr<float>("epsilon"), ctx.Attr<bool>("is_test"));
+  BatchNormHandler h(PrimitiveCache::Global(), ctx.onednn(), v.n, v.c, v.s, ctx.Attr<float>("epsilon"),
+                     ctx.Attr<bool>("is_test"));
   return h.RunBackward(x, scale, mean, var, *dy, dx, dscale, dbias);
 }
 

@@ -43,7 +43,7 @@ OneDnnKernelFn ActivationKernel(const std::string& type) {
   return [type](ExecContext& ctx) {
     const Tensor& x = ctx.Input("X");
     if (!AllFp32({&x})) return false;
-    onednn::EltwiseHandler h(Cache(), x.numel(), ActivationAlgs(type, ctx.attrs()).fwd);
+    onednn::EltwiseHandler h(Cache(), ctx.onednn(), x.numel(), ActivationAlgs(type, ctx.attrs()).fwd);
     return h.RunForward(x, ctx.Output("Out"));
   };
 }
@@ -55,7 +55,7 @@ OneDnnKernelFn ActivationGradKernel(const std::string& type) {
     const Tensor* dout = ctx.InputOrNull(kOutGrad);
     Tensor* dx = ctx.OutputOrNull(kXGrad);
     if (dout == nullptr || dx == nullptr || !AllFp32({&data, dout}) || dout->numel() != data.numel()) return false;
-    onednn::EltwiseHandler h(Cache(), data.numel(), algs.bwd);
+    onednn::EltwiseHandler h(Cache(), ctx.onednn(), data.numel(), algs.bwd);
     return h.RunBackward(data, *dout, dx);
   };
 }
@@ -69,7 +69,7 @@ bool ScaleKernel(ExecContext& ctx) {
   // scale * (x + bias) = scale * x + scale * bias (one rounding more than the
   // reference's order: within float tolerance).
   const float beta = ctx.Attr<bool>("bias_after_scale") ? bias : scale * bias;
-  onednn::EltwiseHandler h(Cache(), x.numel(), algorithm::eltwise_linear, scale, beta);
+  onednn::EltwiseHandler h(Cache(), ctx.onednn(), x.numel(), algorithm::eltwise_linear, scale, beta);
   return h.RunForward(x, ctx.Output("Out"));
 }
 
@@ -78,7 +78,8 @@ bool ScaleGradKernel(ExecContext& ctx) {
   const Tensor* dout = ctx.InputOrNull(kOutGrad);
   Tensor* dx = ctx.OutputOrNull(kXGrad);
   if (dout == nullptr || dx == nullptr || !AllFp32({dout})) return false;
-  onednn::EltwiseHandler h(Cache(), dout->numel(), algorithm::eltwise_linear, ctx.Attr<float>("scale"), 0.0f);
+  onednn::EltwiseHandler h(Cache(), ctx.onednn(), dout->numel(), algorithm::eltwise_linear, ctx.Attr<float>("scale"),
+                           0.0f);
   return h.RunForward(*dout, dx);
 }
 
@@ -93,7 +94,7 @@ OneDnnKernelFn BinaryKernel(algorithm alg) {
     // oneDNN runs in place only over the first source.
     if (out->IsSharedBufferWith(y) && !out->IsSharedBufferWith(x)) return false;
     const Dims ypad = BroadcastYDims(x.dims(), y.dims(), ctx.Attr<int64_t>("axis"), ctx.OpName());
-    onednn::BinaryHandler h(Cache(), x.dims(), ypad, alg);
+    onednn::BinaryHandler h(Cache(), ctx.onednn(), x.dims(), ypad, alg);
     return h.Run(x, y, out);
   };
 }
@@ -108,7 +109,7 @@ bool SumKernel(ExecContext& ctx) {
     if (i > 0 && out->IsSharedBufferWith(*xs[i]) && !out->IsSharedBufferWith(*xs[0])) return false;
   }
   if (out->numel() != xs[0]->numel()) return false;
-  onednn::SumHandler h(Cache(), xs[0]->numel(), xs.size());
+  onednn::SumHandler h(Cache(), ctx.onednn(), xs[0]->numel(), xs.size());
   return h.Run(xs, out);
 }
 

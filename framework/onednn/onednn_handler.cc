@@ -1,7 +1,6 @@
 #include "framework/onednn/onednn_handler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -49,17 +48,13 @@ int IsaRank(const std::string& impl) {
 }
 
 namespace {
-std::atomic<bool> allow_slow_impls{false};
-std::atomic<bool> deterministic{false};
-std::atomic<ComputeType> amp_compute{ComputeType::kF32};
-
-// One OpenMP thread for the calling thread while it lives, in deterministic
-// mode: oneDNN sizes its work split by omp_get_max_threads() when it creates
-// a primitive and runs it with that many threads. The setting is the calling
-// thread's own, so other threads are not affected.
+// One OpenMP thread for the calling thread while it lives, when `one_thread`
+// (deterministic mode): oneDNN sizes its work split by omp_get_max_threads()
+// when it creates a primitive and runs it with that many threads. The
+// setting is the calling thread's own, so other threads are not affected.
 class DeterministicThreads {
  public:
-  DeterministicThreads() : saved_(Deterministic() ? omp_get_max_threads() : 0) {
+  explicit DeterministicThreads(bool one_thread) : saved_(one_thread ? omp_get_max_threads() : 0) {
     if (saved_ > 1) omp_set_num_threads(1);
   }
   ~DeterministicThreads() {
@@ -73,13 +68,6 @@ class DeterministicThreads {
 };
 
 }  // namespace
-
-void SetAllowSlowImplementations(bool allow) { allow_slow_impls.store(allow); }
-bool AllowSlowImplementations() { return allow_slow_impls.load(std::memory_order_relaxed); }
-void SetDeterministic(bool on) { deterministic.store(on); }
-bool Deterministic() { return deterministic.load(std::memory_order_relaxed); }
-void SetAmpCompute(ComputeType type) { amp_compute.store(type); }
-ComputeType AmpCompute() { return amp_compute.load(std::memory_order_relaxed); }
 
 bool AllFp32(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
@@ -125,9 +113,9 @@ bool OneDnnHandler::AcquireBackwardPrimitive() { return Acquire(bwd_key_, /*forw
 
 bool OneDnnHandler::Acquire(const PrimitiveKey& handler_key, bool forward) {
   PrimitiveKey key = handler_key;
-  key.threads = Deterministic() ? 1 : 0;
+  key.threads = settings_.deterministic ? 1 : 0;
   entry_ = cache_.GetOrCreate(key, [&]() {
-    DeterministicThreads threads;
+    DeterministicThreads threads(key.threads == 1);
     auto created = std::make_shared<PrimitiveEntry>();
     try {
       *created = forward ? CreateForward() : CreateBackward();
@@ -137,13 +125,14 @@ bool OneDnnHandler::Acquire(const PrimitiveKey& handler_key, bool forward) {
       *created = PrimitiveEntry{};
       return std::shared_ptr<const PrimitiveEntry>(std::move(created));
     }
+    created->threads = key.threads;
     created->impl = created->pd.impl_info_str();
     created->slow_impl = IsSlowImplementation(created->impl);
     for (const auto& pd : created->aux_pds) created->slow_impl |= IsSlowImplementation(pd.impl_info_str());
     return std::shared_ptr<const PrimitiveEntry>(std::move(created));
   });
   acquired_.clear();
-  return entry_->primitive && (!entry_->slow_impl || AllowSlowImplementations());
+  return entry_->primitive && (!entry_->slow_impl || settings_.allow_slow_impls);
 }
 
 const PrimitiveEntry& OneDnnHandler::entry() const {
@@ -184,7 +173,7 @@ dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, Tensor* 
 // come from the caching allocator (its free lists serve them again on the
 // next step, so steady-state execution takes nothing from the system) and go
 // back to it right after, so they count as live only while an op runs.
-void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args) {
+void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads) {
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
   std::unique_ptr<Allocation> scratch;
   if (scratch_md.get_size() > 0) {
@@ -192,7 +181,7 @@ void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base&
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, OneDnnHandler::Engine(), scratch->ptr());
   }
   dnnl::stream& stream = OneDnnHandler::ThreadStream();
-  DeterministicThreads threads;
+  DeterministicThreads one_thread(threads == 1);
   p.execute(stream, args);
   stream.wait();
 }
@@ -212,14 +201,14 @@ void ExecuteEntry(const PrimitiveEntry& e, ExecArgs args) {
     if (r.output) {
       outputs.emplace_back(i, it->second);
     } else {
-      ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, it->second}, {DNNL_ARG_TO, internal}});
+      ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, it->second}, {DNNL_ARG_TO, internal}}, e.threads);
     }
     it->second = internal;
   }
-  ExecutePrimitive(e.primitive, e.pd, args);
+  ExecutePrimitive(e.primitive, e.pd, args, e.threads);
   for (const auto& [i, user] : outputs) {
     const ArgReorder& r = e.reorders[i];
-    ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, args.at(r.arg)}, {DNNL_ARG_TO, user}});
+    ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, args.at(r.arg)}, {DNNL_ARG_TO, user}}, e.threads);
   }
 }
 
@@ -252,7 +241,7 @@ void OneDnnHandler::AddReorder(PrimitiveEntry* entry, int arg, bool output, cons
 
 void OneDnnHandler::ExecuteAux(size_t i, ExecArgs args) {
   KILN_CHECK(i < entry().aux.size(), "aux primitive ", i, " of ", entry().aux.size());
-  ExecutePrimitive(entry().aux[i], entry().aux_pds[i], std::move(args));
+  ExecutePrimitive(entry().aux[i], entry().aux_pds[i], std::move(args), entry().threads);
 }
 
 }  // namespace kiln::onednn

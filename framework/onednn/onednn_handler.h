@@ -24,6 +24,7 @@
 
 #include "dnnl.hpp"
 #include "framework/onednn/primitive_cache.h"
+#include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 
 namespace kiln::onednn {
@@ -37,36 +38,13 @@ dnnl::memory::desc PlainDesc(const Dims& dims, dnnl::memory::data_type type = dn
 dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims,
                                          dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
-// oneDNN sometimes has only a generic implementation for a case ("ref:any"
-// for a softmax over a non-innermost axis or an unusual broadcast,
-// "simple_nchw" pooling for few channels); measured here those run 5-200x
-// slower than kiln's reference kernels, so by default a handler refuses them
-// (Acquire*Primitive returns false and the kernel falls back). Tests turn
-// them on to check descriptor set-up on every case. Process-wide.
+// True for an implementation the handlers refuse unless
+// Settings::allow_slow_impls ("ref:", "simple_nchw:"; see settings.h).
 bool IsSlowImplementation(const std::string& impl);
 // Rank of the instruction set named in an implementation string
 // ("jit:avx512_core", "brgconv:avx512_core_amx", "x64:gemm:jit"): higher is
 // the newer ISA; gemm-based and reference implementations rank 0.
 int IsaRank(const std::string& impl);
-void SetAllowSlowImplementations(bool allow);
-bool AllowSlowImplementations();
-
-// Deterministic mode (--deterministic; process-wide, set at the tool edge):
-// oneDNN picks blockings and splits reductions by the number of OpenMP
-// threads a primitive is created for, so its results differ in the last bits
-// between thread counts. In this mode every primitive is created for one
-// thread and runs on one (the calling thread's OpenMP thread count is set to
-// 1 around creation and execution); cache keys record it (PrimitiveKey::threads),
-// so primitives of the two modes never mix.
-void SetDeterministic(bool on);
-bool Deterministic();
-
-// What the framework's matmul and conv2d kernels (forward and gradients)
-// multiply in (--amp; process-wide, set at the tool edge like
-// --deterministic, which also sets the JIT's CompileOptions::amp_compute to
-// the same value). Their tensors stay f32.
-void SetAmpCompute(ComputeType type);
-ComputeType AmpCompute();
 
 // True when every tensor is FP32 (the only dtype these kernels handle) and
 // non-empty.
@@ -84,12 +62,14 @@ dnnl::memory::desc UserDesc(const PrimitiveEntry& entry, int arg);
 // UserDesc). The scratchpad and the reordered arguments are taken from the
 // caching allocator for this one execution and returned right after, so
 // they show in its statistics while the primitive runs and in no buffer
-// afterwards. Runs on the calling thread's stream and waits. Thread-safe: one
-// entry may run on several threads at once.
+// afterwards. Runs on the calling thread's stream and waits, on one OpenMP
+// thread when the entry was created for one (PrimitiveEntry::threads).
+// Thread-safe: one entry may run on several threads at once.
 void ExecuteEntry(const PrimitiveEntry& entry, ExecArgs args);
 // One primitive of an entry (an aux primitive, a reorder) with a scratchpad
-// held for this execution.
-void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args);
+// held for this execution, on one thread when `threads` is 1 (the entry's
+// PrimitiveEntry::threads).
+void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads);
 
 class OneDnnHandler {
  public:
@@ -104,6 +84,7 @@ class OneDnnHandler {
   // The attributes every primitive is created with (user scratchpad).
   static dnnl::primitive_attr DefaultAttr();
 
+  const Settings& settings() const { return settings_; }
   const PrimitiveKey& forward_key() const { return fwd_key_; }
   const PrimitiveKey& backward_key() const { return bwd_key_; }
 
@@ -111,8 +92,9 @@ class OneDnnHandler {
   // cache, creating it with CreateForward() (CreateBackward()) on a miss, and
   // makes it the current primitive for the Acquire*Memory calls and
   // Execute(). Returns false when oneDNN has no implementation for it (the
-  // negative answer is cached too) or only a slow one (unless allowed); the
-  // kernel then falls back.
+  // negative answer is cached too) or only a slow one (unless the settings
+  // allow it); the kernel then falls back. With settings().deterministic the
+  // primitive is created for one thread, under a key of its own.
   bool AcquireForwardPrimitive();
   bool AcquireBackwardPrimitive();
   const PrimitiveEntry& entry() const;
@@ -149,7 +131,7 @@ class OneDnnHandler {
   void ExecuteAux(size_t i, ExecArgs args);
 
  protected:
-  explicit OneDnnHandler(PrimitiveCache& cache) : cache_(cache) {}
+  OneDnnHandler(PrimitiveCache& cache, const Settings& settings) : cache_(cache), settings_(settings) {}
 
   // Build the primitives of fwd_key_ / bwd_key_. May throw dnnl::error when
   // oneDNN has no implementation.
@@ -168,6 +150,7 @@ class OneDnnHandler {
   bool Acquire(const PrimitiveKey& key, bool forward);
 
   PrimitiveCache& cache_;
+  const Settings settings_;
   std::shared_ptr<const PrimitiveEntry> entry_;
   struct Acquired {
     const Tensor* tensor;

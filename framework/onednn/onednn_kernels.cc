@@ -44,8 +44,8 @@ bool MatmulKernel(ExecContext& ctx) {
   const Tensor& y = ctx.Input("Y");
   Tensor* out = ctx.Output("Out");
   if (!AllFp32({&x, &y}) || out->numel() == 0) return false;
-  onednn::MatmulHandler h(Cache(), x.dims(), ctx.Attr<bool>("transpose_X"), y.dims(), ctx.Attr<bool>("transpose_Y"),
-                          ctx.Attr<float>("alpha"), {}, onednn::AmpCompute());
+  onednn::MatmulHandler h(Cache(), ctx.onednn(), x.dims(), ctx.Attr<bool>("transpose_X"), y.dims(),
+                          ctx.Attr<bool>("transpose_Y"), ctx.Attr<float>("alpha"), {}, ctx.onednn().amp_compute);
   if (!h.valid() || h.dst_dims() != out->dims()) return false;
   return h.Run(x, y, out);
 }
@@ -82,8 +82,8 @@ bool MatmulGradKernel(ExecContext& ctx) {
   auto plan = [&](const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor* o, bool fold) {
     const Dims ad = fold ? FoldRows(a.dims()) : a.dims();
     const Dims bd = fold ? FoldRows(b.dims()) : b.dims();
-    auto h = std::make_unique<onednn::MatmulHandler>(Cache(), ad, ta, bd, tb, alpha, onednn::FusedOps{},
-                                                     onednn::AmpCompute());
+    auto h = std::make_unique<onednn::MatmulHandler>(Cache(), ctx.onednn(), ad, ta, bd, tb, alpha, onednn::FusedOps{},
+                                                     ctx.onednn().amp_compute);
     if (!h->valid() || !SameDimsUpToLeadingOnes(h->dst_dims(), o->dims())) return false;
     products.push_back({std::move(h), &a, &b, o});
     return true;
@@ -116,9 +116,9 @@ bool MatmulGradKernel(ExecContext& ctx) {
 std::unique_ptr<onednn::ConvHandler> MakeConvHandler(const ExecContext& ctx, const Tensor& input,
                                                      const Tensor& filter) {
   return std::make_unique<onednn::ConvHandler>(
-      Cache(), input.dims(), filter.dims(), ctx.Attr<std::vector<int64_t>>("strides"),
+      Cache(), ctx.onednn(), input.dims(), filter.dims(), ctx.Attr<std::vector<int64_t>>("strides"),
       ctx.Attr<std::vector<int64_t>>("paddings"), ctx.Attr<std::vector<int64_t>>("dilations"),
-      ctx.Attr<int64_t>("groups"), onednn::FusedOps{}, onednn::AmpCompute());
+      ctx.Attr<int64_t>("groups"), onednn::FusedOps{}, ctx.onednn().amp_compute);
 }
 
 bool Conv2dKernel(ExecContext& ctx) {
@@ -163,8 +163,8 @@ std::unique_ptr<onednn::PoolHandler> MakePoolHandler(const ExecContext& ctx, con
     strides = {1, 1};
     paddings = {0, 0};
   }
-  auto h = std::make_unique<onednn::PoolHandler>(Cache(), x.dims(), type == "max", ctx.Attr<bool>("exclusive"),
-                                                 kernel, strides, paddings);
+  auto h = std::make_unique<onednn::PoolHandler>(Cache(), ctx.onednn(), x.dims(), type == "max",
+                                                 ctx.Attr<bool>("exclusive"), kernel, strides, paddings);
   return h->valid() ? std::move(h) : nullptr;
 }
 
@@ -193,7 +193,7 @@ bool SoftmaxKernel(ExecContext& ctx) {
   const Tensor& x = ctx.Input("X");
   if (!AllFp32({&x})) return false;
   const int64_t axis = NormalizeAxis(ctx.Attr<int64_t>("axis"), x.rank(), ctx.OpName());
-  onednn::SoftmaxHandler h(Cache(), x.dims(), axis);
+  onednn::SoftmaxHandler h(Cache(), ctx.onednn(), x.dims(), axis);
   return h.RunForward(x, ctx.Output("Out"));
 }
 
@@ -203,7 +203,7 @@ bool SoftmaxGradKernel(ExecContext& ctx) {
   Tensor* dx = ctx.OutputOrNull(kXGrad);
   if (dout == nullptr || dx == nullptr || !AllFp32({&out, dout}) || dout->dims() != out.dims()) return false;
   const int64_t axis = NormalizeAxis(ctx.Attr<int64_t>("axis"), out.rank(), ctx.OpName());
-  onednn::SoftmaxHandler h(Cache(), out.dims(), axis);
+  onednn::SoftmaxHandler h(Cache(), ctx.onednn(), out.dims(), axis);
   return h.RunBackward(out, *dout, dx);
 }
 
@@ -225,7 +225,7 @@ OneDnnKernelFn ReductionKernel(bool mean, bool all) {
       for (int64_t d : dims) dst[NormalizeAxis(d, x.rank(), ctx.OpName())] = 1;
     }
     if (dst == x.dims()) return false;  // nothing reduced: oneDNN has no such reduction
-    onednn::ReductionHandler h(Cache(), x.dims(), dst, mean);
+    onednn::ReductionHandler h(Cache(), ctx.onednn(), x.dims(), dst, mean);
     return h.RunForward(x, ctx.Output("Out"));
   };
 }
@@ -246,7 +246,8 @@ bool LayerNormKernel(ExecContext& ctx) {
   if (!AllFp32({&x}) || (scale && !AllFp32({scale})) || (bias && !AllFp32({bias}))) return false;
   const auto [rows, cols] = NormSplit(ctx, x);
   if (rows == 0) return false;
-  onednn::LayerNormHandler h(Cache(), rows, cols, ctx.Attr<float>("epsilon"), scale != nullptr, bias != nullptr);
+  onednn::LayerNormHandler h(Cache(), ctx.onednn(), rows, cols, ctx.Attr<float>("epsilon"), scale != nullptr,
+                             bias != nullptr);
   return h.RunForward(x, scale, bias, ctx.Output("Y"), ctx.OutputOrNull("Mean"), ctx.OutputOrNull("Variance"));
 }
 
@@ -270,13 +271,13 @@ bool LayerNormGradKernel(ExecContext& ctx) {
     own_mean = Tensor(DataType::kFP32, {rows});
     own_var = Tensor(DataType::kFP32, {rows});
     Tensor scratch_y(DataType::kFP32, x.dims());
-    onednn::LayerNormHandler stats(Cache(), rows, cols, eps, false, false);
+    onednn::LayerNormHandler stats(Cache(), ctx.onednn(), rows, cols, eps, false, false);
     if (!stats.RunForward(x, nullptr, nullptr, &scratch_y, &own_mean, &own_var)) return false;
     mean = &own_mean;
     var = &own_var;
   }
   if (!AllFp32({mean, var}) || mean->numel() != rows || var->numel() != rows) return false;
-  onednn::LayerNormHandler h(Cache(), rows, cols, eps, scale != nullptr, dbias != nullptr);
+  onednn::LayerNormHandler h(Cache(), ctx.onednn(), rows, cols, eps, scale != nullptr, dbias != nullptr);
   return h.RunBackward(x, scale, *mean, *var, *dy, dx, dscale, dbias);
 }
 

@@ -3,7 +3,9 @@
 // in the cases oneDNN expresses directly and returns false otherwise (FP64,
 // broadcast patterns needing a reduction, absent gradients, ...), so the
 // executor runs the reference kernel. Primitives come from
-// onednn::PrimitiveCache::Global().
+// onednn::PrimitiveCache::Global(); the kernels run with the settings their
+// ExecContext carries (ExecContext::onednn(): slow implementations,
+// deterministic primitives, the compute type of matmul and conv2d).
 #pragma once
 
 #include <cstdint>

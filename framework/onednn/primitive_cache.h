@@ -107,8 +107,8 @@ struct PrimitiveKey {
   float output_scale = 1.0f;    // fixed at creation; matmul: its alpha
   bool bias = false;            // matmul: [N] row; conv: [C_out]
   std::vector<PostOp> post_ops;
-  // 0: created for OpenMP's thread count; 1: for one thread (deterministic
-  // mode, onednn_handler.h). Set by the handler base, not by handlers.
+  // 0: created for OpenMP's thread count; 1: for one thread
+  // (Settings::deterministic). Set by the handler base, not by handlers.
   int threads = 0;
 
   bool operator==(const PrimitiveKey& other) const;
@@ -161,6 +161,10 @@ struct PrimitiveEntry {
   // True when oneDNN picked an implementation known to be slower than kiln's
   // reference kernel for the main or an aux primitive (see onednn_handler.h).
   bool slow_impl = false;
+  // The key's PrimitiveKey::threads: 1 when the primitives (reorders and aux
+  // included) were created for one OpenMP thread, which is then also what
+  // they run on (ExecuteEntry); 0 for OpenMP's thread count.
+  int threads = 0;
 };
 
 struct PrimitiveCacheStats {

@@ -28,7 +28,7 @@ struct Reorder {
 };
 
 // The handler of `spec` with its layout kept; throws for bad dims.
-std::unique_ptr<BatchNormHandler> HandlerOf(const BatchNormSpec& spec) {
+std::unique_ptr<BatchNormHandler> HandlerOf(const BatchNormSpec& spec, const onednn::Settings& settings) {
   const Dims& d = spec.x_dims;
   if (d.size() != 4 || Numel(d) <= 0 || spec.layout == ActLayout::kPlain ||
       (spec.y_layout != ActLayout::kPlain && spec.y_layout != spec.layout)) {
@@ -36,7 +36,7 @@ std::unique_ptr<BatchNormHandler> HandlerOf(const BatchNormSpec& spec) {
                          "in X's layout, got ", DimsToString(d), " in ", ActLayoutName(spec.layout), ", Y in ",
                          ActLayoutName(spec.y_layout));
   }
-  auto h = std::make_unique<BatchNormHandler>(onednn::PrimitiveCache::Global(), d[0], d[1], d[2] * d[3],
+  auto h = std::make_unique<BatchNormHandler>(onednn::PrimitiveCache::Global(), settings, d[0], d[1], d[2] * d[3],
                                               spec.epsilon, /*global_stats=*/false);
   h->KeepLayout(spec.layout, spec.fuse_relu);
   return h;
@@ -81,8 +81,9 @@ std::string ReorderText(const BatchNormSpec& spec, const char* arg, bool out) {
 
 class BatchNormKernel final : public runtime::Kernel {
  public:
-  BatchNormKernel(const BatchNormSpec& spec, std::string name) : name_(std::move(name)), spec_(spec) {
-    auto h = HandlerOf(spec);
+  BatchNormKernel(const BatchNormSpec& spec, const onednn::Settings& settings, std::string name)
+      : name_(std::move(name)), spec_(spec) {
+    auto h = HandlerOf(spec, settings);
     h->AcquireForwardPrimitive();
     entry_ = Entry(*h, spec);
     data_md_ = h->DataDesc();
@@ -110,7 +111,8 @@ class BatchNormKernel final : public runtime::Kernel {
     if (reorder_) {
       onednn::ExecutePrimitive(reorder_->p, reorder_->pd,
                                {{DNNL_ARG_FROM, Bind(data_md_, y_kept)},
-                                {DNNL_ARG_TO, Bind(onednn::PlainDesc(ViewDims(spec_)), args[5].data)}});
+                                {DNNL_ARG_TO, Bind(onednn::PlainDesc(ViewDims(spec_)), args[5].data)}},
+                               entry_->threads);
     }
     UpdateStatistics(static_cast<const float*>(mean.ptr()), static_cast<const float*>(var.ptr()), args);
   }
@@ -145,9 +147,10 @@ class BatchNormKernel final : public runtime::Kernel {
 
 class BatchNormGradKernel final : public runtime::Kernel {
  public:
-  BatchNormGradKernel(const BatchNormSpec& spec, bool want_dscale, bool want_dbias, std::string name)
+  BatchNormGradKernel(const BatchNormSpec& spec, bool want_dscale, bool want_dbias, const onednn::Settings& settings,
+                      std::string name)
       : name_(std::move(name)), spec_(spec), want_dscale_(want_dscale), want_dbias_(want_dbias) {
-    auto h = HandlerOf(spec);
+    auto h = HandlerOf(spec, settings);
     h->AcquireBackwardPrimitive();
     entry_ = Entry(*h, spec);
     data_md_ = h->DataDesc();
@@ -180,7 +183,8 @@ class BatchNormGradKernel final : public runtime::Kernel {
       dy.emplace(data_md_.get_size());
       onednn::ExecutePrimitive(reorder_->p, reorder_->pd,
                                {{DNNL_ARG_FROM, Bind(onednn::PlainDesc(ViewDims(spec_)), args[4].data)},
-                                {DNNL_ARG_TO, Bind(data_md_, dy->ptr())}});
+                                {DNNL_ARG_TO, Bind(data_md_, dy->ptr())}},
+                               entry_->threads);
     }
     if (!want_dscale_) dscale.emplace(c * sizeof(float));
     if (!want_dbias_) dbias.emplace(c * sizeof(float));
@@ -213,18 +217,20 @@ class BatchNormGradKernel final : public runtime::Kernel {
 
 int64_t BatchNormReluMaskBytes(const BatchNormSpec& spec) { return Numel(ActStoredDims(spec.layout, spec.x_dims)); }
 
-std::shared_ptr<const runtime::Kernel> MakeBatchNormKernel(const BatchNormSpec& spec, const std::string& name) {
+std::shared_ptr<const runtime::Kernel> MakeBatchNormKernel(const BatchNormSpec& spec, const onednn::Settings& settings,
+                                                           const std::string& name) {
   try {
-    return std::make_shared<BatchNormKernel>(spec, name);
+    return std::make_shared<BatchNormKernel>(spec, settings, name);
   } catch (const dnnl::error& e) {
     ThrowUnimplemented("oneDNN cannot make the ", What(spec), ": ", e.what());
   }
 }
 
 std::shared_ptr<const runtime::Kernel> MakeBatchNormGradKernel(const BatchNormSpec& spec, bool want_dscale,
-                                                               bool want_dbias, const std::string& name) {
+                                                               bool want_dbias, const onednn::Settings& settings,
+                                                               const std::string& name) {
   try {
-    return std::make_shared<BatchNormGradKernel>(spec, want_dscale, want_dbias, name);
+    return std::make_shared<BatchNormGradKernel>(spec, want_dscale, want_dbias, settings, name);
   } catch (const dnnl::error& e) {
     ThrowUnimplemented("oneDNN cannot make the gradient of the ", What(spec), ": ", e.what());
   }

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "framework/act_layout.h"
+#include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 
@@ -42,11 +43,13 @@ int64_t BatchNormReluMaskBytes(const BatchNormSpec& spec);
 // VarianceOut may be Mean and Variance (read before written). Throws
 // kiln::Error: kUnimplemented when oneDNN has no implementation or its
 // workspace does not fit the mask.
-std::shared_ptr<const runtime::Kernel> MakeBatchNormKernel(const BatchNormSpec& spec, const std::string& name);
+std::shared_ptr<const runtime::Kernel> MakeBatchNormKernel(const BatchNormSpec& spec, const onednn::Settings& settings,
+                                                           const std::string& name);
 
 // Arguments at run time: X (kept), Scale, SavedMean, SavedVariance, dY[,
 // relu mask] -> dX (kept)[, dScale][, dBias]. Throws as MakeBatchNormKernel.
 std::shared_ptr<const runtime::Kernel> MakeBatchNormGradKernel(const BatchNormSpec& spec, bool want_dscale,
-                                                               bool want_dbias, const std::string& name);
+                                                               bool want_dbias, const onednn::Settings& settings,
+                                                               const std::string& name);
 
 }  // namespace kiln::jit

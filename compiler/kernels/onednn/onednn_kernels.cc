@@ -131,8 +131,8 @@ Dims FoldRows(const Dims& dims, const char* what) {
   return {Numel(dims) / dims.back(), dims.back()};
 }
 
-BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec) {
-  onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), FoldRows(spec.x_dims, "x"), false, spec.w_dims,
+BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec, const onednn::Settings& settings) {
+  onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), settings, FoldRows(spec.x_dims, "x"), false, spec.w_dims,
                           spec.transpose_w, spec.alpha, Fusion(spec.bias, spec.activation), spec.compute,
                           spec.w_dtype, spec.x_dtype);
   const std::string shapes = "x " + DimsToString(spec.x_dims) + " w " + DimsToString(spec.w_dims) +
@@ -150,8 +150,8 @@ BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec) {
 
 class FusedMatmulKernel final : public runtime::Kernel {
  public:
-  FusedMatmulKernel(const FusedMatmulSpec& spec, std::string name)
-      : name_(std::move(name)), spec_(spec), bound_(MakeFusedMatmul(spec)) {}
+  FusedMatmulKernel(const FusedMatmulSpec& spec, const onednn::Settings& settings, std::string name)
+      : name_(std::move(name)), spec_(spec), bound_(MakeFusedMatmul(spec, settings)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return "oneDNN matmul (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
@@ -188,8 +188,8 @@ void CopyFloats(void* out, const void* in, int64_t n) {
 
 class MatmulSgdKernel final : public runtime::Kernel {
  public:
-  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, bool keep_old, ComputeType compute, Isa isa,
-                  DataType dy_dtype, std::string name)
+  MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, const onednn::Settings& settings, bool keep_old,
+                  ComputeType compute, Isa isa, DataType dy_dtype, std::string name)
       : name_(std::move(name)), keep_old_(keep_old), compute_(compute), dy_bf16_(dy_dtype == DataType::kBF16) {
     const Dims x = FoldRows(x_dims, "x");
     if (w_dims.size() != 2 || w_dims[0] != x[1] || w_dims[1] <= 0) {
@@ -215,9 +215,10 @@ class MatmulSgdKernel final : public runtime::Kernel {
     // scale -1 subtracts.
     onednn::FusedOps fused;
     fused.post_ops.push_back(onednn::PostOp::Sum(1.f));  // dst = scale * (src @ weights) + dst
-    onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), x, /*trans_a=*/true, {x[0], w_dims[1]}, false, -1.f,
-                            fused, compute, /*b: dY*/ dy_bf16_ ? DataType::kBF16 : scale_x_ ? DataType::kFP32 : scaled,
-                            /*a: X^T*/ scale_x_ ? scaled : DataType::kFP32);
+    const DataType b_dtype = dy_bf16_ ? DataType::kBF16 : scale_x_ ? DataType::kFP32 : scaled;  // dY
+    const DataType a_dtype = scale_x_ ? scaled : DataType::kFP32;                                 // X^T
+    onednn::MatmulHandler h(onednn::PrimitiveCache::Global(), settings, x, /*trans_a=*/true, {x[0], w_dims[1]}, false,
+                            -1.f, fused, compute, b_dtype, a_dtype);
     if (!h.valid()) ThrowInvalidArgument("oneDNN matmul sgd: no product for w ", DimsToString(w_dims));
     entry_ = AcquireEntry(h, "matmul for the update of w " + DimsToString(w_dims));
     src_md_ = onednn::UserDesc(*entry_, DNNL_ARG_SRC);
@@ -285,9 +286,10 @@ std::string ConvShapes(const FusedConvSpec& spec) {
 
 // The handler of `spec` (with its fusion when `fused`); throws when the dims
 // do not make a convolution.
-std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, bool fused) {
+std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, const onednn::Settings& settings,
+                                                   bool fused) {
   auto h = std::make_unique<onednn::ConvHandler>(
-      onednn::PrimitiveCache::Global(), spec.input_dims, spec.filter_dims, spec.strides, spec.paddings,
+      onednn::PrimitiveCache::Global(), settings, spec.input_dims, spec.filter_dims, spec.strides, spec.paddings,
       spec.dilations, spec.groups, fused ? Fusion(spec.bias, spec.activation) : onednn::FusedOps{}, spec.compute);
   if (!h->valid()) {
     ThrowInvalidArgument("oneDNN convolution: ", ConvShapes(spec),
@@ -298,8 +300,8 @@ std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, bo
   return h;
 }
 
-BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
-  auto h = ConvHandlerOf(spec, /*fused=*/true);
+BoundEntry MakeFusedConv(const FusedConvSpec& spec, const onednn::Settings& settings) {
+  auto h = ConvHandlerOf(spec, settings, /*fused=*/true);
   auto entry = AcquireEntry(*h, "convolution for " + ConvShapes(spec));
   return BoundEntry(entry, ForwardArgs(*entry, spec.bias));
 }
@@ -308,9 +310,10 @@ BoundEntry MakeFusedConv(const FusedConvSpec& spec) {
 // conv_backward_weights(Input, dY): one or two cached entries.
 class ConvGradKernel final : public runtime::Kernel {
  public:
-  ConvGradKernel(const FusedConvSpec& spec, bool want_dinput, bool want_dbias, DataType dy_dtype, std::string name)
+  ConvGradKernel(const FusedConvSpec& spec, const onednn::Settings& settings, bool want_dinput, bool want_dbias,
+                 DataType dy_dtype, std::string name)
       : name_(std::move(name)), want_dinput_(want_dinput), want_dbias_(want_dbias) {
-    auto h = ConvHandlerOf(spec, /*fused=*/false);
+    auto h = ConvHandlerOf(spec, settings, /*fused=*/false);
     if (dy_dtype != DataType::kFP32) {
       if (dy_dtype != DataType::kBF16 || spec.compute != ComputeType::kBF16) {
         ThrowInvalidArgument("oneDNN convolution gradient: dY as ", DataTypeName(dy_dtype),
@@ -358,8 +361,8 @@ class ConvGradKernel final : public runtime::Kernel {
 
 class FusedConvKernel final : public runtime::Kernel {
  public:
-  FusedConvKernel(const FusedConvSpec& spec, std::string name)
-      : name_(std::move(name)), spec_(spec), bound_(MakeFusedConv(spec)) {}
+  FusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings, std::string name)
+      : name_(std::move(name)), spec_(spec), bound_(MakeFusedConv(spec, settings)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return "oneDNN convolution (" + bound_.impl() + bound_.ReorderText() + ")" + ComputeSuffix(spec_.compute) +
@@ -376,28 +379,33 @@ class FusedConvKernel final : public runtime::Kernel {
 }  // namespace
 
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
-                                                           const std::string& name, bool keep_old,
-                                                           ComputeType compute, Isa isa, DataType dy_dtype) {
-  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, keep_old, compute, isa, dy_dtype, name);
+                                                           const onednn::Settings& settings, const std::string& name,
+                                                           bool keep_old, ComputeType compute, Isa isa,
+                                                           DataType dy_dtype) {
+  return std::make_shared<MatmulSgdKernel>(x_dims, w_dims, settings, keep_old, compute, isa, dy_dtype, name);
 }
 
-std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name) {
-  return std::make_shared<FusedMatmulKernel>(spec, name);
+std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec,
+                                                             const onednn::Settings& settings,
+                                                             const std::string& name) {
+  return std::make_shared<FusedMatmulKernel>(spec, settings, name);
 }
 
-std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const std::string& name) {
-  return std::make_shared<FusedConvKernel>(spec, name);
+std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings,
+                                                           const std::string& name) {
+  return std::make_shared<FusedConvKernel>(spec, settings, name);
 }
 
-ActLayout ConvForwardDstLayout(const FusedConvSpec& spec) {
+ActLayout ConvForwardDstLayout(const FusedConvSpec& spec, const onednn::Settings& settings) {
   FusedConvSpec plain = spec;
   plain.dst_layout = ActLayout::kPlain;
-  return ConvHandlerOf(plain, /*fused=*/true)->ForwardDstLayout();
+  return ConvHandlerOf(plain, settings, /*fused=*/true)->ForwardDstLayout();
 }
 
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
-                                                          const std::string& name, DataType dy_dtype) {
-  return std::make_shared<ConvGradKernel>(conv, want_dinput, want_dbias, dy_dtype, name);
+                                                          const onednn::Settings& settings, const std::string& name,
+                                                          DataType dy_dtype) {
+  return std::make_shared<ConvGradKernel>(conv, settings, want_dinput, want_dbias, dy_dtype, name);
 }
 
 std::unique_ptr<FusedElementwiseKernel> MakeToBf16Kernel(int64_t n, bool scaled, Isa isa, const std::string& name) {

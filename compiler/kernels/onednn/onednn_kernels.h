@@ -8,6 +8,12 @@
 // same shapes is a cache hit). A kernel keeps its cached entry and runs it on
 // the bound buffers with onednn::ExecuteEntry: scratchpads and reorder
 // buffers come from the caching allocator for that one execution.
+//
+// Every maker takes the settings of the compile (CompileOptions::
+// OneDnnSettings()): with `deterministic` the primitives are created for one
+// OpenMP thread, under keys of their own, and run on one. What a kernel
+// multiplies in is its spec's compute type; a slow implementation is taken
+// whatever allow_slow_impls says (the dump names it).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,7 @@
 
 #include "compiler/codegen/isa.h"
 #include "framework/act_layout.h"
+#include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
 
@@ -44,7 +51,8 @@ struct FusedMatmulSpec {
 // Arguments at run time: X, W[, bias] -> Out.
 // Throws kiln::Error: kInvalidArgument when the dims do not make a matmul,
 // kUnimplemented when oneDNN has no implementation for the spec.
-std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec, const std::string& name);
+std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSpec& spec,
+                                                             const onednn::Settings& settings, const std::string& name);
 
 // W -= lr * X^T @ dY for X [..., K] (leading dims fold into M), dY [..., N],
 // W [K, N]: the weight gradient of a matmul and its SGD step as one oneDNN
@@ -60,7 +68,8 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
 // bf16 (made by the kernel that computed it) and is bound as it is; lr then
 // scales X.
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
-                                                           const std::string& name, bool keep_old = false,
+                                                           const onednn::Settings& settings, const std::string& name,
+                                                           bool keep_old = false,
                                                            ComputeType compute = ComputeType::kF32,
                                                            Isa isa = HostIsa(), DataType dy_dtype = DataType::kFP32);
 
@@ -82,7 +91,7 @@ struct FusedConvSpec {
 
 // The layout oneDNN's forward primitive picks for `spec`'s f32 Output when it
 // is one a cluster can keep (nChw8c, nChw16c, nhwc); kPlain otherwise.
-ActLayout ConvForwardDstLayout(const FusedConvSpec& spec);
+ActLayout ConvForwardDstLayout(const FusedConvSpec& spec, const onednn::Settings& settings);
 
 // The gradients of a conv2d (and of the bias added after it): `conv` gives
 // the shapes, groups and compute type; dY comes in `conv.dst_layout`, as
@@ -90,7 +99,7 @@ ActLayout ConvForwardDstLayout(const FusedConvSpec& spec);
 // [, dBias], dInput when `want_dinput`, dBias when `want_dbias` (oneDNN's
 // weights backward sums it in the same pass).
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
-                                                          const std::string& name,
+                                                          const onednn::Settings& settings, const std::string& name,
                                                           DataType dy_dtype = DataType::kFP32);
 
 // One oneDNN convolution with the bias and activation fused. Arguments at run
@@ -99,7 +108,8 @@ std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& c
 // and from the primitive's layouts. Throws kiln::Error: kInvalidArgument when the
 // dims do not make a convolution, kUnimplemented when oneDNN has no
 // implementation.
-std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const std::string& name);
+std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings,
+                                                           const std::string& name);
 
 // The bf16 conversion the lowering makes: x[0, n) rounded to bf16 (times a
 // scale read at run time, a [1] second input, when `scaled`), as one kernel

@@ -3,8 +3,14 @@
 namespace kiln::jit {
 
 FrameworkOpKernel::FrameworkOpKernel(const proto::OpDesc& op, const OpInfo& info, bool use_onednn,
-                                     std::vector<std::string>* arg_names, int* num_inputs)
-    : name_(op.type()), op_(op), info_(&info), attrs_(ResolveAttrs(info, op, 0)), use_onednn_(use_onednn) {
+                                     const onednn::Settings& onednn, std::vector<std::string>* arg_names,
+                                     int* num_inputs)
+    : name_(op.type()),
+      op_(op),
+      info_(&info),
+      attrs_(ResolveAttrs(info, op, 0)),
+      use_onednn_(use_onednn),
+      onednn_(onednn) {
   int pos = 0;
   auto layout = [&pos, this](const auto& slots, auto* out) {
     for (const auto& s : slots) {
@@ -54,7 +60,7 @@ void FrameworkOpKernel::Run(const runtime::BufferView* args) const {
   };
   const std::vector<SlotVars> inputs = bind(in_slots_);
   const std::vector<SlotVars> outputs = bind(out_slots_);
-  ExecContext ctx(op_, attrs_, inputs, outputs, 0);
+  ExecContext ctx(op_, attrs_, inputs, outputs, 0, onednn_);
   if (!(use_onednn_ && info_->onednn_kernel && info_->onednn_kernel(ctx))) info_->reference_kernel(ctx);
   // Zero-copy: a kernel that reallocated an output would have written elsewhere.
   for (const auto& [slot, positions] : out_slots_) {

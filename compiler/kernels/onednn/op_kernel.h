@@ -16,8 +16,10 @@ class FrameworkOpKernel final : public runtime::Kernel {
  public:
   // Argument order: every input arg of `op` (slot order, @EMPTY@ skipped),
   // then every output arg. `arg_names` receives the var names in that order.
-  FrameworkOpKernel(const proto::OpDesc& op, const OpInfo& info, bool use_onednn, std::vector<std::string>* arg_names,
-                    int* num_inputs);
+  // `onednn`: the settings of the compile (CompileOptions::OneDnnSettings()),
+  // which the op's kernel sees in its ExecContext.
+  FrameworkOpKernel(const proto::OpDesc& op, const OpInfo& info, bool use_onednn, const onednn::Settings& onednn,
+                    std::vector<std::string>* arg_names, int* num_inputs);
 
   const std::string& name() const override { return name_; }
   std::string Describe() const override;
@@ -29,6 +31,7 @@ class FrameworkOpKernel final : public runtime::Kernel {
   const OpInfo* info_;
   AttrMap attrs_;
   bool use_onednn_;
+  onednn::Settings onednn_;
   // Slot layout: for each input/output slot, the arg positions (-1 = @EMPTY@).
   std::vector<std::pair<std::string, std::vector<int>>> in_slots_, out_slots_;
   std::vector<std::string> names_;

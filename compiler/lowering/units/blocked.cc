@@ -159,8 +159,8 @@ std::string ConvGradUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> ConvGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeConvGradKernel(spec_, !o_.dinput.empty(), !o_.dbias.empty(), ctx.KernelName("conv_grad"),
-                                o_.dy.dtype);
+  k.kernel = MakeConvGradKernel(spec_, !o_.dinput.empty(), !o_.dbias.empty(), ctx.cluster().options().OneDnnSettings(),
+                                ctx.KernelName("conv_grad"), o_.dy.dtype);
   k.args = {o_.input, o_.filter, o_.dy.Name()};
   if (!o_.dinput.empty()) k.args.push_back(o_.dinput);
   k.args.push_back(o_.dfilter);

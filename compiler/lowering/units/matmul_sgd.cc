@@ -18,8 +18,9 @@ std::string MatmulSgdUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> MatmulSgdUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeMatmulSgdKernel(o_.x_dims, o_.w_dims, ctx.KernelName("matmul_sgd"), keep_old_,
-                                 ctx.cluster().options().amp_compute, ctx.cluster().options().isa, o_.dy.dtype);
+  k.kernel =
+      MakeMatmulSgdKernel(o_.x_dims, o_.w_dims, ctx.cluster().options().OneDnnSettings(), ctx.KernelName("matmul_sgd"),
+                          keep_old_, ctx.cluster().options().amp_compute, ctx.cluster().options().isa, o_.dy.dtype);
   k.args = {o_.x, o_.dy.Name(), o_.lr, o_.w};
   k.num_inputs = 4;
   if (keep_old_) {

@@ -51,7 +51,7 @@ std::string OneDnnBatchNormUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> OneDnnBatchNormUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeBatchNormKernel(spec_, ctx.KernelName("batch_norm"));
+  k.kernel = MakeBatchNormKernel(spec_, ctx.cluster().options().OneDnnSettings(), ctx.KernelName("batch_norm"));
   k.args = {o_.x.Name(), o_.scale, o_.bias, o_.mean, o_.variance};
   k.num_inputs = static_cast<int>(k.args.size());
   for (const std::string& out : {o_.y.Name(), o_.mean_out, o_.variance_out, o_.saved_mean, o_.saved_variance}) {
@@ -100,7 +100,8 @@ std::string OneDnnBatchNormGradUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> OneDnnBatchNormGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeBatchNormGradKernel(spec_, !o_.dscale.empty(), !o_.dbias.empty(), ctx.KernelName("batch_norm_grad"));
+  k.kernel = MakeBatchNormGradKernel(spec_, !o_.dscale.empty(), !o_.dbias.empty(), ctx.cluster().options().OneDnnSettings(),
+                                     ctx.KernelName("batch_norm_grad"));
   k.args = {o_.x.Name(), o_.scale, o_.saved_mean, o_.saved_variance, o_.dy.Name()};
   if (o_.mask.derived()) k.args.push_back(o_.mask.Name());
   k.num_inputs = static_cast<int>(k.args.size());

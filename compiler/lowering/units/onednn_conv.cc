@@ -36,7 +36,7 @@ std::string OneDnnConvUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> OneDnnConvUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeFusedConvKernel(spec_, ctx.KernelName("conv"));
+  k.kernel = MakeFusedConvKernel(spec_, ctx.cluster().options().OneDnnSettings(), ctx.KernelName("conv"));
   k.args = {o_.input, o_.filter};
   if (!o_.bias.empty()) k.args.push_back(o_.bias);
   k.num_inputs = static_cast<int>(k.args.size());

@@ -37,7 +37,7 @@ std::string OneDnnMatmulUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> OneDnnMatmulUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeFusedMatmulKernel(spec_, ctx.KernelName("matmul"));
+  k.kernel = MakeFusedMatmulKernel(spec_, ctx.cluster().options().OneDnnSettings(), ctx.KernelName("matmul"));
   k.args = {o_.x.Name(), o_.w.Name()};
   if (!o_.bias.empty()) k.args.push_back(o_.bias);
   k.num_inputs = static_cast<int>(k.args.size());

@@ -70,8 +70,8 @@ std::string Signature(const proto::OpDesc& desc) {
 
 EmittedKernel EmitFrameworkOp(const Cluster& c, const proto::OpDesc& desc, bool use_onednn) {
   EmittedKernel k;
-  k.kernel = std::make_shared<FrameworkOpKernel>(desc, c.registry().Get(desc.type()), use_onednn, &k.args,
-                                                 &k.num_inputs);
+  k.kernel = std::make_shared<FrameworkOpKernel>(desc, c.registry().Get(desc.type()), use_onednn,
+                                                 c.options().OneDnnSettings(), &k.args, &k.num_inputs);
   return k;
 }
 
