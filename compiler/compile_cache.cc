@@ -228,6 +228,7 @@ std::function<void(const CompiledObject&, const JitSubgraph&)> CompileCache::Reg
   ++stats_.compiles;
   ++stats_.compiles_per_key[ck.key];
   stats_.compile_ms += obj->compile_ms;
+  stats_.compile_cpu_ms += obj->compile_cpu_ms;
   stats_.compile_ms_per_key[ck.key] += obj->compile_ms;
   stats_.unit_fallbacks += static_cast<int64_t>(obj->unit_fallbacks.size());
   by_id_[obj->id] = obj;

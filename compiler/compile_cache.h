@@ -62,6 +62,7 @@ struct CacheStats {
   int64_t unit_fallbacks = 0;  // units that could not be compiled and ran framework kernels alone
   int64_t fallback_calls = 0;  // calls answered with nullptr
   double compile_ms = 0.0;
+  double compile_cpu_ms = 0.0;  // the compiling threads' CPU time (CompiledObject::compile_cpu_ms)
   std::map<std::string, double> compile_ms_per_key;
   std::map<std::string, int64_t> compiles_per_key;
 };

@@ -90,7 +90,19 @@ struct CompiledObject {
   // For each output: computed in the arena and handed out without a buffer
   // (JitSubgraph::shape_only_outputs).
   std::vector<bool> output_shape_only;
-  double compile_ms = 0.0;
+  double compile_ms = 0.0;      // wall time of Lower()
+  double compile_cpu_ms = 0.0;  // the compiling thread's CPU time in it (what holds on a loaded machine)
+  // Where that time went, in order (timing): "cluster" (the cluster's
+  // shapes), "pending" (a unit per op), each lowering step, "var uses",
+  // "emit <unit kind>" (generated code for ew_group, oneDNN primitives for
+  // onednn_*, ...), "trace", "plan" (the buffer plan and the instruction
+  // list).
+  struct Phase {
+    std::string name;
+    double wall_ms = 0.0;
+    double cpu_ms = 0.0;
+  };
+  std::vector<Phase> compile_phases;
   // What each lowering step matched (compiler/lower.h), for lowering.txt.
   std::string lowering;
   // Units that could not be compiled and fell back alone, one line each

@@ -27,6 +27,7 @@ namespace {
 // The pipeline. Every op starts pending; each step claims what it matches.
 Units RunSteps(const Cluster& c, LoweringTrace& t) {
   Units units;
+  t.clock().Begin("pending");
   for (int i = 0; i < c.num_ops(); ++i) units.push_back(std::make_unique<PendingOp>(c, i));
   units = DropDeadOps(c, std::move(units),
                       t.Step(kDeadOpsStep, "first: no pattern should match, or keep a value for, an op whose "
@@ -76,11 +77,18 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
   return units;
 }
 
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Emits every unit's kernels. Returns false after the first unit that cannot
 // be compiled: its ops are then kept out of the step that made it (the
-// caller runs the steps again) and the trace says why.
+// caller runs the steps again) and the trace says why. Each unit's time goes
+// to the phase "emit <kind>" of the trace's clock.
 bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<EmittedKernel>* out) {
+  trace.clock().Begin("var uses");
   const VarUses uses(units);
+  trace.clock().End();
   int current = -1;
   EmitContext ctx(c, [&](const std::string& var) {
     if (c.IsOutput(var)) return true;
@@ -91,9 +99,14 @@ bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<E
   });
   for (current = 0; current < static_cast<int>(units.size()); ++current) {
     const Unit& unit = *units[current];
+    const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ThreadCpuMs();
+    const std::string phase = std::string("emit ") + unit.kind();
     try {
       for (auto& k : unit.Emit(ctx)) out->push_back(std::move(k));
+      trace.clock().Add(phase, MsSince(t0), ThreadCpuMs() - cpu0);
     } catch (const Error& e) {
+      trace.clock().Add(phase, MsSince(t0), ThreadCpuMs() - cpu0);
       bool excluded_any = false;
       for (int op : unit.FallbackOps()) {
         excluded_any = excluded_any || (!unit.step().empty() && !c.Excluded(unit.step(), op));
@@ -114,22 +127,27 @@ bool EmitAll(Cluster& c, const Units& units, LoweringTrace& trace, std::vector<E
 std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph& sg, const ShapeSignature& signature,
                                       const CompileOptions& options, const OpRegistry& registry) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ThreadCpuMs();
   auto obj = std::make_unique<CompiledObject>();
   obj->key = key;
   obj->signature = signature;
   obj->options = options;
   obj->input_names = sg.inputs;
   obj->output_names = sg.outputs;
-  Cluster cluster(sg, signature, options, registry);
   LoweringTrace trace;
+  PhaseClock& clock = trace.clock();
+  clock.Begin("cluster");
+  Cluster cluster(sg, signature, options, registry);
   std::vector<EmittedKernel> kernels;
   Units units;
   for (;;) {
     trace.ClearSteps();
     kernels.clear();
     units = RunSteps(cluster, trace);
+    clock.End();
     if (EmitAll(cluster, units, trace, &kernels)) break;
   }
+  clock.Begin("trace");
   std::vector<std::string> lines;
   for (const auto& u : units) {
     lines.push_back(OpList(cluster, u->ops()) + " -> " + u->kind() + ": " + u->Describe(cluster));
@@ -137,6 +155,7 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
   trace.SetUnits(std::move(lines));
   obj->unit_fallbacks = trace.fallbacks();
   obj->lowering = trace.ToString();
+  clock.Begin("plan");
   // What units read as data from other units (a group's reads of values it
   // computes itself stay in registers).
   std::set<std::string> data_reads;
@@ -146,7 +165,10 @@ std::unique_ptr<CompiledObject> Lower(const std::string& key, const JitSubgraph&
     }
   }
   BuildProgram(cluster, kernels, data_reads, obj.get());
-  obj->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  clock.End();
+  for (const PhaseTime& p : clock.phases()) obj->compile_phases.push_back({p.name, p.wall_ms, p.cpu_ms});
+  obj->compile_ms = MsSince(t0);
+  obj->compile_cpu_ms = ThreadCpuMs() - cpu0;
   return obj;
 }
 

@@ -88,7 +88,7 @@ DEFINE_string(append_backward, "", "Insert the backward ops of this loss variabl
 DEFINE_int32(steps, 1, "Times to run the program");
 
 // kiln bench.
-DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), churn (a training step of --model for each of --bench_churn_sizes batch sizes, with cache sizes and RSS), attention (the JIT's fused attention kernels against the unfused oneDNN ops, forward and backward, at --batch_size, --num_heads, --seq_len, --d_model)");
+DEFINE_string(bench_what, "model", "kiln bench: what to time: model (training steps of --model), matmul (oneDNN f32 matmul), copy (memcpy bandwidth), churn (a training step of --model for each of --bench_churn_sizes batch sizes, with cache sizes and RSS), attention (the JIT's fused attention kernels against the unfused oneDNN ops, forward and backward, at --batch_size, --num_heads, --seq_len, --d_model), compile (one training step of --model with --use_jit: each cluster's compile time and its phases)");
 DEFINE_int32(bench_churn_sizes, 10000, "kiln bench --bench_what churn: batch sizes 1..N, each once in a seeded random order");
 DEFINE_int32(bench_warmup, 5, "kiln bench: untimed steps first (they include JIT compiles)");
 DEFINE_int32(bench_steps, 20, "kiln bench: timed steps");

@@ -84,6 +84,7 @@ JitStats JitRuntime::stats() const {
   s.shadow_checks = checks.shadow_checks;
   s.shadow_failures = std::move(checks.shadow_failures);
   s.compile_ms = c.compile_ms;
+  s.compile_cpu_ms = c.compile_cpu_ms;
   s.compile_ms_per_key = c.compile_ms_per_key;
   s.compiles_per_key = c.compiles_per_key;
   s.launch = launch_.launch_stats();

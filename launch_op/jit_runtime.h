@@ -56,6 +56,7 @@ struct JitStats {
   int64_t shadow_checks = 0;   // launches compared with the framework ops
   std::vector<ShadowFailure> shadow_failures;  // clusters denied by a failed check, in order
   double compile_ms = 0.0;
+  double compile_cpu_ms = 0.0;
   std::map<std::string, double> compile_ms_per_key;
   std::map<std::string, int64_t> compiles_per_key;
   LaunchStats launch;

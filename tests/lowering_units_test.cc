@@ -5,10 +5,12 @@
 // rounds as the framework does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "compiler/lowering/cluster.h"
 #include "compiler/lowering/units/matmul_sgd.h"
 #include "compiler/lowering/units/onednn_matmul.h"
+#include "compiler/lowering/units/unit.h"
 #include "framework/bf16.h"
 #include "framework/op_registry.h"
 #include "tests/lowering_test_util.h"
@@ -166,6 +169,115 @@ TEST(ToBf16KernelTest, RoundsAsTheFrameworkScaledOrNot) {
       }
     }
   }
+}
+
+// Layers of matmul_grad + sgd with elementwise ops between them that read
+// and write the same names (an in-place update, a weight read twice), so
+// that ranges of units touch and miss every kind of var.
+LoweringCase TouchCase() {
+  LoweringCase c;
+  c.name = "units_touch";
+  for (int l = 0; l < 4; ++l) {
+    const std::string s = std::to_string(l), w = "w" + s, dw = "dw" + s, x = "x" + s, dy = "dy" + s;
+    c.ops.push_back(OpBuilder("matmul_grad")
+                        .In("X", {x})
+                        .In("Y", {w})
+                        .In("Out@GRAD", {dy})
+                        .Out("Y@GRAD", {dw})
+                        .Out("X@GRAD", {kEmptyVarName})
+                        .Build());
+    c.ops.push_back(OpBuilder("relu").In("X", {l % 2 || l == 2 ? "w0" : x}).Out("Out", {"r" + s}).Build());
+    c.ops.push_back(OpBuilder("scale").In("X", {"r" + s}).Out("Out", {l == 2 ? "w1" : "t" + s}).Build());
+    c.inputs.push_back({x, {8, 4}});
+    c.inputs.push_back({w, {4, 4}});
+    c.inputs.push_back({dy, {8, 4}});
+    c.outputs.push_back("r" + s);
+  }
+  for (int l = 0; l < 4; ++l) {
+    const std::string s = std::to_string(l);
+    c.ops.push_back(OpBuilder("sgd")
+                        .In("Param", {"w" + s})
+                        .In("Grad", {"dw" + s})
+                        .In("LearningRate", {"lr"})
+                        .Out("ParamOut", {"w" + s})
+                        .Build());
+    c.outputs.push_back("w" + s);
+  }
+  c.inputs.push_back({"lr", {1}});
+  return c;
+}
+
+// The indexed check (VarUses::NothingBetweenTouches, which the weight
+// gradient fold uses) answers as the scan over the units between, for every
+// range, sets of vars drawn from the cluster's and fusions of units in the
+// range, before and after units are taken away.
+TEST(VarUsesTest, NothingBetweenTouchesAnswersAsTheScan) {
+  const LoweringCase lc = TouchCase();
+  const JitSubgraph sg = MakeSubgraph(lc);
+  const jit::Cluster c(sg, SignatureOf(lc), lc.options, OpRegistry::Global());
+  jit::Units units;
+  for (int i = 0; i < c.num_ops(); ++i) units.push_back(std::make_unique<jit::PendingOp>(c, i));
+  std::vector<std::string> names;
+  for (const auto& u : units) {
+    for (const auto* vars : {&u->reads(), &u->writes()}) names.insert(names.end(), vars->begin(), vars->end());
+  }
+  std::mt19937 rng(7);
+  auto some = [&](size_t k) {
+    std::set<std::string> out;
+    for (size_t i = 0; i < k; ++i) out.insert(names[rng() % names.size()]);
+    return out;
+  };
+  jit::VarUses uses(units);
+  int checked = 0, touched = 0;
+  for (int removed = 0; removed < 3; ++removed) {
+    const int n = static_cast<int>(units.size());
+    for (int from = 0; from < n; ++from) {
+      for (int to = from + 1; to < n; ++to) {
+        for (int draw = 0; draw < 6; ++draw) {
+          const std::set<std::string> reads = some(draw % 3 + 1), writes = some(draw % 2 + 1);
+          std::set<int> fused;
+          if (draw >= 3 && to - from > 1) fused.insert(from + 1 + static_cast<int>(rng() % (to - from - 1)));
+          const bool scan = jit::NothingBetweenTouches(units, from, to, reads, writes, fused);
+          EXPECT_EQ(uses.NothingBetweenTouches(from, to, reads, writes, fused), scan)
+              << "units " << from << ".." << to << " after " << removed << " removed";
+          ++checked;
+          touched += scan ? 0 : 1;
+        }
+      }
+    }
+    // Take away a unit, as the fold takes the sgd it merges.
+    const int u = 4 + 3 * removed;
+    uses.Remove(u, *units[u]);
+    units[u].reset();
+  }
+  // Both answers occur, so the comparison means something.
+  EXPECT_GT(touched, 0);
+  EXPECT_LT(touched, checked);
+}
+
+// Every compile records where its time went: the cluster's shapes, each
+// lowering step, the emission of each unit kind and the plan, in that order
+// (the figures themselves are timings: not checked).
+TEST(CompilePhasesTest, EveryStepAndEachUnitKindHasAPhase) {
+  const auto obj = LowerCase(GradAndSgd("units_phases", 16, 8, 4, /*want_dx=*/true));
+  std::vector<std::string> names;
+  for (const auto& p : obj->compile_phases) {
+    names.push_back(p.name);
+    EXPECT_GE(p.wall_ms, 0.0) << p.name;
+    EXPECT_GE(p.cpu_ms, 0.0) << p.name;
+  }
+  auto at = [&](const std::string& name) {
+    return static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  const int n = static_cast<int>(names.size());
+  EXPECT_EQ(at("cluster"), 0);
+  EXPECT_LT(at("weight_grad_fold"), at("elementwise_groups"));
+  EXPECT_LT(at("elementwise_groups"), at("framework_fallback"));
+  EXPECT_LT(at("framework_fallback"), at("emit matmul_sgd"));
+  EXPECT_LT(at("emit matmul_sgd"), at("plan"));
+  EXPECT_LT(at("plan"), n);
+  EXPECT_EQ(at("plan"), n - 1);
+  EXPECT_GE(obj->compile_cpu_ms, 0.0);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "framework/op_registry.h"
 #include "framework/validate.h"
 #include "tools/bench_churn.h"
+#include "tools/bench_compile.h"
 #include "tools/bench_attention.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -165,26 +166,9 @@ int BenchModel() {
   if (batch < 1) ThrowInvalidArgument("--batch_size must be at least 1, got ", batch);
   const Model model = BuildModelFromFlags(BenchDataset());
 
-  // Seeded random inputs: features uniform in [0, 1) (token ids uniform over
-  // the vocabulary for a token model), labels uniform over the classes (the
-  // last dim of the probabilities).
-  std::mt19937_64 rng(FLAGS_seed);
-  Dims fdims = model.sample_dims;
-  fdims.insert(fdims.begin(), batch);
-  Tensor features(DataType::kFP32, fdims);
-  float* f = features.mutable_data<float>();
-  std::uniform_real_distribution<float> uf(0.f, 1.f);
-  std::uniform_int_distribution<int64_t> token(0, std::max<int64_t>(model.token_vocab - 1, 0));
-  for (int64_t i = 0; i < features.numel(); ++i) {
-    f[i] = model.token_vocab > 0 ? static_cast<float>(token(rng)) : uf(rng);
-  }
-  const proto::VarDesc* probs = FindVarDesc(model.train.blocks(0), model.probs);
-  KILN_CHECK(probs != nullptr && probs->dims_size() == 2, "bench: probabilities var has no [batch, classes] dims");
-  const int64_t classes = probs->dims(1);
-  Tensor labels(DataType::kINT64, {batch, 1});
-  int64_t* l = labels.mutable_data<int64_t>();
-  std::uniform_int_distribution<int64_t> ul(0, classes - 1);
-  for (int64_t i = 0; i < batch; ++i) l[i] = ul(rng);
+  const RandomBatch data = MakeRandomBatch(model, batch, FLAGS_seed);
+  const Tensor& features = data.features;
+  const Tensor& labels = data.labels;
 
   const FlopCount flops = CountFlops(model, batch);
   int64_t params = 0;
@@ -326,7 +310,9 @@ int BenchCommand() {
   if (FLAGS_bench_what == "copy") return BenchCopy();
   if (FLAGS_bench_what == "churn") return BenchChurn();
   if (FLAGS_bench_what == "attention") return BenchAttention();
-  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what, "': expected model, matmul, copy, churn or attention");
+  if (FLAGS_bench_what == "compile") return BenchCompile();
+  ThrowInvalidArgument("unknown --bench_what '", FLAGS_bench_what,
+                       "': expected model, matmul, copy, churn, attention or compile");
 }
 
 }  // namespace kiln::tools

@@ -176,7 +176,8 @@ std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<E
     out += "  left out " + ExclusionProgram(e) + e.exclusion.op + ": " + JitExclusionName(e.exclusion.reason) +
            " (" + e.exclusion.detail + ")\n";
   }
-  out += "  cache: " + std::to_string(stats.compiles) + " compiles (" + Ms(stats.compile_ms) + " ms), " +
+  out += "  cache: " + std::to_string(stats.compiles) + " compiles (" + Ms(stats.compile_ms) + " ms, CPU " +
+         Ms(stats.compile_cpu_ms) + " ms), " +
          std::to_string(stats.hits) + " hits, " + std::to_string(stats.evictions) + " evictions, " +
          std::to_string(stats.failures) + " failed, " + std::to_string(stats.unit_fallbacks) +
          " units fell back alone\n";

@@ -1,5 +1,6 @@
 #include "compiler/codegen/ew_runtime_kernel.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace kiln::jit {
@@ -44,26 +45,28 @@ std::vector<std::pair<int, int>> EwRuntimeKernel::InplacePairs() const {
     return true;
   };
   const auto& instrs = kernel_->program().instrs();
+  // One pass over the program: each input's last load, each output's first
+  // store (the program's length when there is none).
+  const int n = static_cast<int>(instrs.size());
+  std::vector<int> last_load(l.inputs.size(), -1), first_store(l.outputs.size(), n);
+  for (int i = 0; i < n; ++i) {
+    const int operand = instrs[i].operand;
+    if (instrs[i].op == EwOp::kLoad && operand >= 0 && operand < static_cast<int>(last_load.size())) {
+      last_load[operand] = i;
+    }
+    if (instrs[i].op == EwOp::kStore && operand >= 0 && operand < static_cast<int>(first_store.size())) {
+      first_store[operand] = std::min(first_store[operand], i);
+    }
+  }
   std::vector<std::pair<int, int>> pairs;
   for (int k = 0; k < static_cast<int>(l.inputs.size()); ++k) {
     if (!full(l.inputs[k])) continue;
-    int last_load = -1;
-    for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
-      if (instrs[i].op == EwOp::kLoad && instrs[i].operand == k) last_load = i;
-    }
     for (int j = 0; j < static_cast<int>(l.outputs.size()); ++j) {
       if (!full(l.outputs[j]) || l.outputs[j].strides != l.inputs[k].strides ||
           l.outputs[j].elem != l.inputs[k].elem) {
         continue;
       }
-      int first_store = static_cast<int>(instrs.size());
-      for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
-        if (instrs[i].op == EwOp::kStore && instrs[i].operand == j) {
-          first_store = i;
-          break;
-        }
-      }
-      if (last_load < first_store) pairs.emplace_back(k, j);
+      if (last_load[k] < first_store[j]) pairs.emplace_back(k, j);
     }
   }
   return pairs;

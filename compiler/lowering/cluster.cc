@@ -1,6 +1,7 @@
 #include "compiler/lowering/cluster.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "framework/op_desc.h"
 #include "framework/validate.h"
@@ -16,8 +17,12 @@ proto::BlockDesc InferConcreteShapes(const JitSubgraph& sg, const ShapeSignature
   // shape inference, op by op.
   proto::BlockDesc block = sg.block;
   block.clear_vars();
+  // The subgraph's declarations by name (the first of a name, as FindVarDesc).
+  std::unordered_map<std::string, const proto::VarDesc*> declared;
+  for (const auto& v : sg.block.vars()) declared.emplace(v.name(), &v);
   for (size_t i = 0; i < sg.inputs.size(); ++i) {
-    const proto::VarDesc* v = FindVarDesc(sg.block, sg.inputs[i]);
+    const auto found = declared.find(sg.inputs[i]);
+    const proto::VarDesc* v = found == declared.end() ? nullptr : found->second;
     proto::VarDesc* nv = block.add_vars();
     if (v != nullptr) *nv = *v;
     nv->set_name(sg.inputs[i]);

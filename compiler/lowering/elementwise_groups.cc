@@ -24,8 +24,10 @@ class Grouper {
   }
 
   // Puts a fragment into the first group it can join, else a new group.
+  // Groups before EarliestPlace(f) cannot take it: the search starts there.
   void Place(int op, const EwFragment& f) {
-    for (int gi : groups_) {
+    for (auto it = std::lower_bound(groups_.begin(), groups_.end(), EarliestPlace(f)); it != groups_.end(); ++it) {
+      const int gi = *it;
       if (!CanJoin(f, gi)) continue;
       static_cast<EwGroupUnit*>(out_[gi].get())->Add(op, f);
       for (const EwAccess& r : f.reads) Raise(&last_reader_, r.var, gi);
@@ -50,6 +52,15 @@ class Grouper {
   int Last(const std::unordered_map<std::string, int>& m, const std::string& var) const {
     auto it = m.find(var);
     return it == m.end() ? -1 : it->second;
+  }
+
+  // The first position CanJoin's ordering checks allow for `f`: no unit
+  // after it writes what f reads, nor reads or writes what f writes.
+  int EarliestPlace(const EwFragment& f) const {
+    int at = 0;
+    for (const EwAccess& r : f.reads) at = std::max(at, Last(last_writer_, r.var));
+    for (const EwAccess& w : f.writes) at = std::max({at, Last(last_reader_, w.var), Last(last_writer_, w.var)});
+    return at;
   }
 
   // Can `f` run at group `gi`'s place? Its inputs must hold the values it

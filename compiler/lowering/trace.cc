@@ -1,8 +1,42 @@
 #include "compiler/lowering/trace.h"
 
+#include <ctime>
+
 namespace kiln::jit {
 
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+void PhaseClock::Begin(std::string name) {
+  End();
+  current_ = std::move(name);
+  start_ = std::chrono::steady_clock::now();
+  start_cpu_ = ThreadCpuMs();
+}
+
+void PhaseClock::End() {
+  if (current_.empty()) return;
+  Add(current_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count(),
+      ThreadCpuMs() - start_cpu_);
+  current_.clear();
+}
+
+void PhaseClock::Add(const std::string& name, double wall_ms, double cpu_ms) {
+  for (PhaseTime& p : phases_) {
+    if (p.name == name) {
+      p.wall_ms += wall_ms;
+      p.cpu_ms += cpu_ms;
+      return;
+    }
+  }
+  phases_.push_back(PhaseTime{name, wall_ms, cpu_ms});
+}
+
 StepTrace& LoweringTrace::Step(std::string name, std::string why) {
+  clock_.Begin(name);
   steps_.push_back(StepTrace{std::move(name), std::move(why), {}});
   return steps_.back();
 }

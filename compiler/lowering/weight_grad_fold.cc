@@ -22,7 +22,7 @@ bool IsPlainSgd(const Cluster& c, int j) {
 }
 
 // The sgd of matmul_grad `i`'s weight gradient, or -1.
-int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_of, int i,
+int MatchAt(const Cluster& c, const Units& units, const VarUses& uses, const std::vector<int>& unit_of, int i,
             MatmulSgdUnit::Operands* o) {
   const std::string x = c.In(i, "X"), w = c.In(i, "Y"), dy = c.In(i, GradVarName("Out"));
   const std::string g = c.Out(i, GradVarName("Y"));
@@ -40,7 +40,7 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
   const std::string lr = c.In(j, "LearningRate");
   // The step moves up to the matmul_grad: nothing in between may touch W or
   // write the operands.
-  if (!NothingBetweenTouches(units, unit_of[i], unit_of[j], {x, dy, lr}, {w})) return -1;
+  if (!uses.NothingBetweenTouches(unit_of[i], unit_of[j], {x, dy, lr}, {w})) return -1;
   *o = MatmulSgdUnit::Operands{x, dy, lr, w, xd, wd, c.Out(i, GradVarName("X"))};
   return j;
 }
@@ -50,12 +50,13 @@ int MatchAt(const Cluster& c, const Units& units, const std::vector<int>& unit_o
 Units FoldWeightGradIntoSgd(const Cluster& c, Units units, StepTrace& trace) {
   if (!c.options().use_onednn || !c.options().fuse_elementwise) return units;
   const std::vector<int> unit_of = UnitOfOps(c, units);
+  VarUses uses(units);  // the sgd units taken below leave it
   std::vector<Units> replace(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     const int i = units[u] ? PendingOpOf(*units[u]) : -1;
     if (i < 0 || c.type(i) != "matmul_grad" || c.Excluded(kStep, i)) continue;
     MatmulSgdUnit::Operands o;
-    const int j = MatchAt(c, units, unit_of, i, &o);
+    const int j = MatchAt(c, units, uses, unit_of, i, &o);
     if (j < 0 || !units[unit_of[j]]) continue;
     trace.Match(OpList(c, {i, j}) + " -> oneDNN matmul W -= lr * X^T dY" +
                 (o.dx.empty() ? "" : "; dX stays a matmul_grad without its weight gradient"));
@@ -65,6 +66,7 @@ Units FoldWeightGradIntoSgd(const Cluster& c, Units units, StepTrace& trace) {
       replace[u].push_back(std::make_unique<OneDnnOpUnit>(kStep, c, i, OneDnnOpUnit::Operands{dx_only, {}}));
     }
     replace[u].push_back(std::make_unique<MatmulSgdUnit>(kStep, std::vector<int>{i, j}, o));
+    uses.Remove(unit_of[j], *units[unit_of[j]]);
     units[unit_of[j]].reset();
   }
   Units out;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Scaling curves of kiln against PyTorch, as SVG plots in docs/benchmarks.md.
 
-    /usr/bin/python3 tools/bench/scaling.py [--threads 1] [--rounds 2] [--tiny] [--no_docs]
+    /usr/bin/python3 tools/bench/scaling.py [--threads 1] [--rounds 2] [--tiny] [--no_docs] [--compile_only]
 
 Three sweeps, every point its own process, the sides of a point alternating
 within each round (a point's figure is the best of its rounds):
@@ -10,7 +10,14 @@ within each round (a point's figure is the best of its rounds):
 - sequence length (transformer block, d_model 256, 4 heads, FFN 1024,
   batch 4, seq 128 to 2048): step time and memory;
 - compile time against cluster size: a chain of 10 to 1000 elementwise ops
-  that the JIT compiles as one cluster (`kiln run --use_jit`).
+  that the JIT compiles as one cluster (`kiln run --use_jit`), and the
+  training clusters of deep MLPs (up to about 1000 ops: matmuls, their
+  gradients, the updates), of the resnet and of the gpt, each compile split
+  into its phases (`kiln bench --bench_what compile`).
+
+--compile_only runs only the compile sweeps and rewrites only their part of
+the section (the step-time and memory part stays as it is in
+docs/benchmarks.md, with its own date and machine).
 
 The sides are kiln with the JIT on and off, PyTorch eager fp32 and PyTorch
 with bf16 autocast (`tools/bench/bench_vs_pytorch.py`'s worker, run as the
@@ -34,6 +41,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_vs_pytorch as bvp  # noqa: E402
 
 SECTION = "## Scaling"
+COMPILE_HEADING = "### Compile time"
+# Where a compile's phases go in the table (CompiledObject::compile_phases).
+PHASE_GROUPS = [("shapes", lambda n: n in ("cluster", "pending")),
+                ("generated code", lambda n: n == "emit ew_group"),
+                ("oneDNN primitives", lambda n: n.startswith("emit onednn") or n == "emit matmul_sgd"),
+                ("other kernels", lambda n: n.startswith("emit ")),
+                ("plan", lambda n: n in ("var uses", "trace", "plan")),
+                ("lowering steps", lambda n: True)]
 MLP_FLAGS = ["--dataset", "fashion-mnist", "--mlp_hidden", "1024,1024"]
 MLP_SPEC = {"input": 784, "hidden": [1024, 1024]}
 COLORS = {"jit": "#1f77b4", "nojit": "#7f7f7f", "jit_bf16": "#17becf", "torch": "#d62728",
@@ -112,17 +127,66 @@ def compile_times(args, sizes):
                                     "--feed", "y=" + tmp + "/y.npy", "--fetch", last, "--out", tmp + "/out",
                                     "--use_jit", "--jit_explain"], capture_output=True, text=True,
                                    env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)), timeout=args.timeout)
-                m = re.search(r"(\d+) compiles \(([0-9.]+) ms\)", r.stdout + r.stderr)
+                m = re.search(r"(\d+) compiles \(([0-9.]+) ms, CPU ([0-9.]+) ms\)", r.stdout + r.stderr)
                 c = re.search(r"jit explain: (\d+) clusters", r.stdout + r.stderr)
                 if r.returncode != 0 or not m:
                     raise RuntimeError("scaling: chain of %d ops: %s%s" % (n, r.stdout, r.stderr))
                 clusters = int(c.group(1)) if c else 0
-                ms = float(m.group(2))
-                if n not in out or ms < out[n]["ms"]:
-                    out[n] = {"ms": ms, "compiles": int(m.group(1)), "clusters": clusters}
-            bvp.log("scaling: chain of %d ops: %.2f ms to compile (%d compiles, %d clusters)"
-                    % (n, out[n]["ms"], out[n]["compiles"], out[n]["clusters"]))
+                ms, cpu_ms = float(m.group(2)), float(m.group(3))
+                if n not in out:
+                    out[n] = {"ms": ms, "cpu_ms": cpu_ms, "compiles": int(m.group(1)), "clusters": clusters}
+                out[n]["ms"], out[n]["cpu_ms"] = min(ms, out[n]["ms"]), min(cpu_ms, out[n]["cpu_ms"])
+            bvp.log("scaling: chain of %d ops: %.2f ms to compile, CPU %.2f ms (%d compiles, %d clusters)"
+                    % (n, out[n]["ms"], out[n]["cpu_ms"], out[n]["compiles"], out[n]["clusters"]))
     return out
+
+
+def model_compiles(args, configs):
+    """{name: [compile]}: `kiln bench --bench_what compile` of each (name, flags), the best of
+    args.rounds + 1 processes by each compile's CPU time (its lowest wall time kept apart)."""
+    out = {}
+    for name, flags in configs:
+        best = None
+        for _ in range(args.rounds + 1):
+            r = subprocess.run([args.kiln, "bench", "--bench_what", "compile", "--use_jit"] + flags,
+                               capture_output=True, text=True, timeout=args.timeout,
+                               env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+            if r.returncode != 0:
+                raise RuntimeError("scaling: compile of %s: %s%s" % (name, r.stdout, r.stderr))
+            got = json.loads(r.stdout.strip().splitlines()[-1])["compiles"]
+            if best is None:
+                best = got
+                continue
+            for b, g in zip(best, got):
+                wall = min(b["compile_ms"], g["compile_ms"])
+                if g["compile_cpu_ms"] < b["compile_cpu_ms"]:
+                    b.update(g)
+                b["compile_ms"] = wall
+        out[name] = best
+        bvp.log("scaling: compile of %s: " % name + ", ".join(
+            "%s %d ops %.2f ms (CPU %.2f ms)" % (c["cluster"], c["ops"], c["compile_ms"], c["compile_cpu_ms"])
+            for c in best))
+    return out
+
+
+def phase_groups(compile_):
+    """CPU ms of a compile by PHASE_GROUPS (each phase in the first group that takes it)."""
+    out = {g: 0.0 for g, _ in PHASE_GROUPS}
+    for name, t in compile_["phases"].items():
+        group = next(g for g, takes in PHASE_GROUPS if takes(name))
+        out[group] += t["cpu_ms"]
+    return out
+
+
+def compile_rows(by_model):
+    rows = []
+    for name, compiles in by_model.items():
+        for c in compiles:
+            g = phase_groups(c)
+            rows.append([name, c["cluster"], str(c["ops"]), "%.2f" % c["compile_ms"], "%.2f" % c["compile_cpu_ms"]] +
+                        ["%.2f" % g[k] for k, _ in PHASE_GROUPS])
+    return bvp.md_table(["program", "cluster", "ops", "compile ms (wall)", "CPU ms"] +
+                        ["%s CPU ms" % k for k, _ in PHASE_GROUPS], rows)
 
 
 def svg_lines(title, xlabel, ylabel, series, xs):
@@ -154,7 +218,7 @@ def svg_lines(title, xlabel, ylabel, series, xs):
     s.append('<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">%s</text>'
              % (top + h // 2, top + h // 2, ylabel))
     for i, (label, color, pts, dashed) in enumerate(series):
-        xy = [(px(x), py(pts[x])) for x in xs if pts.get(x, 0) > 0]
+        xy = [(px(x), py(pts[x])) for x in sorted(pts) if pts[x] > 0]
         if xy:
             s.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>'
                      % (color, ' stroke-dasharray="4 3"' if dashed else "", " ".join("%.1f,%.1f" % p for p in xy)))
@@ -196,6 +260,69 @@ def md_rows(best, sides, xs, xname):
     return bvp.md_table(head, rows)
 
 
+def compile_configs(tiny):
+    """(name, kiln bench flags): deep MLPs of about 70 to 1000 ops in one training cluster, the resnet and the gpt."""
+    if tiny:
+        mlps = [2, 4]
+        return [("mlp %d layers" % n, ["--model", "mlp", "--dataset", "digits", "--mlp_hidden", ",".join(["16"] * n),
+                                        "--batch_size", "4"]) for n in mlps] + [
+            ("resnet", ["--model", "resnet", "--resnet_widths", "8,16", "--resnet_blocks", "1", "--batch_size", "2"]),
+            ("gpt", ["--model", "gpt", "--gpt_layers", "1", "--d_model", "16", "--num_heads", "2", "--seq_len", "8",
+                     "--vocab", "16", "--batch_size", "2"])]
+    return [("mlp %d layers" % n, ["--model", "mlp", "--dataset", "digits", "--mlp_hidden", ",".join(["64"] * n),
+                                    "--batch_size", "64"]) for n in (8, 31, 62, 125)] + [
+        ("resnet batch 32", ["--model", "resnet", "--batch_size", "32"]),
+        ("gpt 4 layers", ["--model", "gpt", "--gpt_layers", "4", "--d_model", "256", "--num_heads", "4", "--seq_len",
+                          "128", "--vocab", "256", "--batch_size", "16"])]
+
+
+def compile_part(args, compile_ms, by_model, chains):
+    """The compile-time part of the section, with its own date and machine."""
+    cpu = bvp.cpu_info()
+    mlp_names = [n for n in by_model if n.startswith("mlp")]
+    # "--mlp_hidden 64,64,64" shown as "--mlp_hidden 64,...(3 entries)".
+    short = lambda m: "%s,...(%d entries)" % (m.group(1), m.group(0).count(",") + 1)  # noqa: E731
+    flags = {n: re.sub(r"\b(\d+)(?:,\1\b){2,}", short, " ".join(f)) for n, f in compile_configs(args.tiny)}
+    return [COMPILE_HEADING, "",
+            "Measured on %s by `/usr/bin/python3 tools/bench/scaling.py --threads %d --rounds %d%s` on %s (%d logical "
+            "CPUs), %d thread(s), kiln %s. Wall times depend on what else the machine runs; the CPU time of the "
+            "compiling thread does not (it is what a compile costs on an idle core).%s"
+            % (datetime.date.today().isoformat(), args.threads, args.rounds, " --compile_only" if args.compile_only
+               else "", cpu["model"], cpu["cpus"], args.threads, bvp.kiln_revision(),
+               " " + args.note if args.note else ""), "",
+            "One cluster made of a chain of N elementwise ops on [64, 256] (scale, tanh, add, sigmoid, mul, relu, "
+            "repeated; `kiln run --use_jit --jit_explain`, the compile time it reports, wall and CPU, each the "
+            "best of %d runs):" % (args.rounds + 1), "", "![compile time against cluster size](scaling_compile.svg)",
+            "", bvp.md_table(["ops", "compile ms (wall)", "CPU ms", "clusters", "compiles"],
+                             [[str(n), "%.2f" % compile_ms[n]["ms"], "%.2f" % compile_ms[n]["cpu_ms"],
+                               str(compile_ms[n]["clusters"]), str(compile_ms[n]["compiles"])] for n in chains]), "",
+            "Training clusters (forward, backward and SGD updates) of deep MLPs (N hidden layers: matmuls with "
+            "bias and relu epilogues, their gradients, weight gradients folded into the updates), of "
+            "the resnet and of the gpt, each compile split into its phases (`kiln bench --bench_what compile "
+            "--use_jit` with the flags below, one training step in a fresh process; best of %d processes by CPU "
+            "time, the wall column the lowest wall time). Phases: shapes (the cluster's shape inference and a unit "
+            "per op), lowering steps (compiler/lower.cc), generated code (the Xbyak elementwise kernels), oneDNN "
+            "primitives (creating them: matmuls, convolutions, the folded weight-gradient updates), other kernels, "
+            "plan (the buffer plan and the instruction list)." % (args.rounds + 1), "",
+            compile_rows(by_model), "",
+            "Flags: " + "; ".join("%s: `%s`" % (n, flags[n]) for n in by_model) + ".", "",
+            "The deep MLPs' clusters grow with the layers: " + ", ".join(
+                "%d ops %.2f ms CPU" % (by_model[n][0]["ops"], by_model[n][0]["compile_cpu_ms"]) for n in mlp_names) +
+            ".", ""]
+
+
+def kept_sweeps(path):
+    """The step-time and memory part of the section as docs/benchmarks.md has it now."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    start = lines.index(SECTION)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    part = lines[start:end]
+    cut = next((i for i, l in enumerate(part) if l == COMPILE_HEADING or l.startswith("Compile time of one cluster")),
+               len(part))
+    return "\n".join(part[:cut]).rstrip("\n") + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kiln", default=os.path.join(bvp.REPO, "build", "tools", "kiln"))
@@ -209,6 +336,9 @@ def main():
                    help="smoke test: small sizes, one round; writes only into an explicit --out_dir")
     p.add_argument("--no_docs", action="store_true")
     p.add_argument("--out_dir", default=None, help="where benchmarks.md and the SVGs go (default docs/)")
+    p.add_argument("--note", default="", help="a sentence about the machine for the compile part (its load)")
+    p.add_argument("--compile_only", action="store_true",
+                   help="only the compile sweeps; the step-time and memory part of the section stays as it is")
     args = p.parse_args()
     batches, seqs, chains = [1, 4, 16, 64, 256, 1024], [128, 256, 512, 1024, 2048], [10, 30, 100, 300, 1000]
     if args.tiny:
@@ -227,9 +357,30 @@ def main():
                ["--dataset", "synthetic", "--seq_len", str(s), "--d_model", str(d), "--num_heads", str(heads),
                 "--ffn_dim", str(ffn)], {"seq_len": s, "d_model": d, "num_heads": heads, "ffn_dim": ffn}))
           for s in seqs]
-    by_batch, by_seq = sweep(args, sides, mlp), sweep(args, sides, tf)
+    if not args.compile_only:
+        by_batch, by_seq = sweep(args, sides, mlp), sweep(args, sides, tf)
     compile_ms = compile_times(args, chains)
+    by_model = model_compiles(args, compile_configs(args.tiny))
     if args.no_docs:
+        return 0
+    mlp_series = {c[0]["ops"]: c[0]["compile_cpu_ms"] for n, c in by_model.items() if n.startswith("mlp")}
+    compile_svg = svg_lines("Compile time (CPU) against cluster size", "ops in the cluster", "CPU ms",
+                            [("elementwise chain", COLORS["jit"], {n: c["cpu_ms"] for n, c in compile_ms.items()},
+                              False),
+                             ("deep MLP training", COLORS["jit_bf16"], mlp_series, False)], chains)
+    json_path = os.path.join(args.out_dir, "scaling.json")
+    if args.compile_only:
+        with open(os.path.join(args.out_dir, "scaling_compile.svg"), "w") as f:
+            f.write(compile_svg)
+        md = os.path.join(args.out_dir, "benchmarks.md")
+        bvp.replace_section(md, kept_sweeps(md) + "\n" + "\n".join(compile_part(args, compile_ms, by_model, chains)),
+                            SECTION)
+        with open(json_path) as f:
+            data = json.load(f)
+        data.update({"compile": compile_ms, "compile_models": by_model})
+        with open(json_path, "w") as f:
+            json.dump(data, f, indent=1)
+        print("wrote %s" % md)
         return 0
     plots = {
         "scaling_batch_time.svg": svg_lines("MLP step time against batch", "batch", "ms per step",
@@ -240,9 +391,7 @@ def main():
                                           "ms per step", time_series(by_seq, sides), seqs),
         "scaling_seq_memory.svg": svg_lines("Transformer memory against sequence length", "sequence length",
                                             "MiB", memory_series(by_seq, sides), seqs),
-        "scaling_compile.svg": svg_lines("Compile time against cluster size", "elementwise ops in the cluster",
-                                         "ms", [("kiln JIT", COLORS["jit"],
-                                                 {n: c["ms"] for n, c in compile_ms.items()}, False)], chains),
+        "scaling_compile.svg": compile_svg,
     }
     for name, svg in plots.items():
         with open(os.path.join(args.out_dir, name), "w") as f:
@@ -259,18 +408,12 @@ def main():
            "![MLP step time against batch](scaling_batch_time.svg) ![MLP memory against batch]"
            "(scaling_batch_memory.svg)", "", md_rows(by_batch, sides, batches, "batch"), "",
            "![transformer step time against sequence length](scaling_seq_time.svg) ![transformer memory against "
-           "sequence length](scaling_seq_memory.svg)", "", md_rows(by_seq, sides, seqs, "seq"), "",
-           "Compile time of one cluster made of a chain of N elementwise ops on [64, 256] (scale, tanh, add, "
-           "sigmoid, mul, relu, repeated; `kiln run --use_jit --jit_explain`, the compile time it reports, best of %d runs):"
-           % (args.rounds + 1), "", "![compile time against cluster size](scaling_compile.svg)", "",
-           bvp.md_table(["ops", "compile ms", "clusters", "compiles"],
-                        [[str(n), "%.2f" % compile_ms[n]["ms"], str(compile_ms[n]["clusters"]),
-                          str(compile_ms[n]["compiles"])] for n in chains]),
-           ""]
+           "sequence length](scaling_seq_memory.svg)", "", md_rows(by_seq, sides, seqs, "seq"), ""] + compile_part(args, compile_ms, by_model, chains)
     bvp.replace_section(os.path.join(args.out_dir, "benchmarks.md"), "\n".join(out), SECTION)
-    with open(os.path.join(args.out_dir, "scaling.json"), "w") as f:
+    with open(json_path, "w") as f:
         json.dump({"batch": {"%d|%s" % k: v for k, v in by_batch.items()},
-                   "seq": {"%d|%s" % k: v for k, v in by_seq.items()}, "compile": compile_ms}, f, indent=1)
+                   "seq": {"%d|%s" % k: v for k, v in by_seq.items()}, "compile": compile_ms,
+                   "compile_models": by_model}, f, indent=1)
     print("wrote %s" % os.path.join(args.out_dir, "benchmarks.md"))
     return 0
 

@@ -115,6 +115,39 @@ VarUses::VarUses(const Units& units) {
   }
 }
 
+void VarUses::Remove(int u, const Unit& unit) {
+  auto forget = [u](std::map<std::string, std::vector<int>>* m, const std::set<std::string>& vars) {
+    for (const auto& v : vars) {
+      auto it = m->find(v);
+      if (it == m->end()) continue;
+      auto& at = it->second;
+      at.erase(std::remove(at.begin(), at.end(), u), at.end());
+    }
+  };
+  forget(&readers_, unit.reads());
+  forget(&writers_, unit.writes());
+}
+
+bool VarUses::NothingBetweenTouches(int from, int to, const std::set<std::string>& reads,
+                                    const std::set<std::string>& writes, const std::set<int>& fused) const {
+  // A position strictly between from and to that is not the fusion's own.
+  auto any_between = [&](const std::vector<int>& at) {
+    for (auto it = std::upper_bound(at.begin(), at.end(), from); it != at.end() && *it < to; ++it) {
+      if (!fused.count(*it)) return true;
+    }
+    return false;
+  };
+  for (const auto* vars : {&reads, &writes}) {
+    for (const auto& v : *vars) {
+      if (any_between(Writers(v))) return false;
+    }
+  }
+  for (const auto& v : writes) {
+    if (any_between(Readers(v))) return false;
+  }
+  return true;
+}
+
 const std::vector<int>& VarUses::Find(const std::map<std::string, std::vector<int>>& m, const std::string& var) {
   static const std::vector<int> kNone;
   auto it = m.find(var);

@@ -147,6 +147,13 @@ class VarUses {
   // Positions of the units that read (write) `var`, ascending; empty when none.
   const std::vector<int>& Readers(const std::string& var) const { return Find(readers_, var); }
   const std::vector<int>& Writers(const std::string& var) const { return Find(writers_, var); }
+  // Forgets the unit at `u` (a step is about to reset it): as if built
+  // without it.
+  void Remove(int u, const Unit& unit);
+  // NothingBetweenTouches (below) over the units indexed, by looking up the
+  // vars instead of scanning the positions between.
+  bool NothingBetweenTouches(int from, int to, const std::set<std::string>& reads, const std::set<std::string>& writes,
+                             const std::set<int>& fused = {}) const;
 
  private:
   static const std::vector<int>& Find(const std::map<std::string, std::vector<int>>& m, const std::string& var);
