@@ -68,7 +68,9 @@ std::string CompiledObject::Listing() const {
         } else if (info.view_of >= 0) {
           os << "view of %" << info.view_of;
         } else if (info.region >= 0) {
-          os << "in dying input %" << info.region << " +" << info.offset << " (" << info.bytes() << " bytes)";
+          const bool in_output = program.plan.buffers[info.region].role == runtime::BufferRole::kOutput;
+          os << (in_output ? "in output %" : "in dying input %") << info.region << " +" << info.offset << " ("
+             << info.bytes() << " bytes" << (in_output ? ", before the output is written)" : ")");
         } else {
           os << "arena +" << info.offset << " (" << info.bytes() << " bytes)";
         }
@@ -79,6 +81,9 @@ std::string CompiledObject::Listing() const {
   os << "# arena " << program.plan.arena_bytes << " bytes planned, " << program.plan.arena_bytes_no_reuse
      << " without reuse";
   if (program.plan.donated_bytes > 0) os << "; " << program.plan.donated_bytes << " bytes of temps in dying inputs";
+  if (program.plan.output_region_bytes > 0) {
+    os << "; " << program.plan.output_region_bytes << " bytes of temps in outputs not written yet";
+  }
   os << "\n";
   return os.str();
 }

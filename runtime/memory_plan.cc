@@ -53,12 +53,30 @@ class Planner {
       if (info.role == BufferRole::kInput && info.donatable && last_[b] >= 0) donor_ids_.push_back(b);
     }
     in_donor_.resize(n_);
+    FindFreshOutputs();
   }
 
+  // With reuse, the largest temps first (ties: the earliest written first): a
+  // first fit in that order leaves fewer holes than in buffer order (a large
+  // temp placed late finds no gap between smaller ones and grows the arena).
+  // A temp written in place over a dying temp waits for that temp's place.
   void PlaceAll(bool reuse) {
+    std::vector<int> order;
     for (int b = 0; b < n_; ++b) {
-      BufferInfo& info = plan_.buffers[b];
+      const BufferInfo& info = plan_.buffers[b];
       if (info.role != BufferRole::kTemp || info.view_of >= 0 || info.dims_only || last_[b] < 0) continue;
+      order.push_back(b);
+    }
+    if (reuse) {
+      std::stable_sort(order.begin(), order.end(), [this](int a, int b) {
+        const size_t sa = AlignUp(plan_.buffers[a].bytes()), sb = AlignUp(plan_.buffers[b].bytes());
+        return sa != sb ? sa > sb : first_[a] < first_[b];
+      });
+    }
+    placed_flag_.assign(n_, false);
+    for (int b : order) {
+      BufferInfo& info = plan_.buffers[b];
+      placed_flag_[b] = true;
       const size_t size = AlignUp(std::max<size_t>(info.bytes(), 1));
       plan_.arena_bytes_no_reuse += size;
       info.region = -1;
@@ -68,11 +86,14 @@ class Planner {
         continue;
       }
       if (PlaceInPlace(b, size) || PlaceInDonor(b, size)) continue;
-      info.offset = *FirstFit(placed_, first_[b], last_[b], size, std::numeric_limits<size_t>::max());
+      const auto fits = FirstFit(placed_, first_[b], last_[b], size, plan_.arena_bytes);
+      if (!fits && PlaceInOutput(b, size)) continue;
+      info.offset = fits ? *fits : *FirstFit(placed_, first_[b], last_[b], size, std::numeric_limits<size_t>::max());
       placed_.push_back({info.offset, size, first_[b], last_[b], b});
       plan_.arena_bytes = std::max(plan_.arena_bytes, info.offset + size);
     }
     std::sort(plan_.donors.begin(), plan_.donors.end());
+    std::sort(plan_.output_regions.begin(), plan_.output_regions.end());
   }
 
   // Views take their root's place (a temp root's region and offset).
@@ -86,13 +107,17 @@ class Planner {
     }
   }
 
-  // When outputs are first written and when each dying input's memory is
-  // last used (its last read or the last use of a temp placed in it).
+  // When outputs are made (before their first write, or before the first
+  // temp placed in them) and when each dying input's memory is last used
+  // (its last read or the last use of a temp placed in it).
   void Schedule() {
     plan_.alloc_before.assign(instructions_.size(), {});
     for (int b = 0; b < n_; ++b) {
       const BufferInfo& info = plan_.buffers[b];
-      if (info.role == BufferRole::kOutput && last_[b] >= 0) plan_.alloc_before[first_[b]].push_back(info.io_index);
+      if (info.role != BufferRole::kOutput || last_[b] < 0) continue;
+      int start = first_[b];
+      for (const Placed& p : in_donor_[b]) start = std::min(start, p.first);
+      plan_.alloc_before[start].push_back(info.io_index);
     }
     plan_.free_after.assign(instructions_.size(), {});
     for (int d : donor_ids_) {
@@ -103,11 +128,18 @@ class Planner {
   }
 
  private:
-  void NoteDonor(int region, size_t size) {
-    plan_.donated_bytes += size;
-    if (std::find(plan_.donors.begin(), plan_.donors.end(), region) == plan_.donors.end()) {
-      plan_.donors.push_back(region);
-    }
+  // A temp of `size` bytes placed in a dying input's or an output's memory.
+  void NoteRegion(int region, size_t size) {
+    const bool output = plan_.buffers[region].role == BufferRole::kOutput;
+    (output ? plan_.output_region_bytes : plan_.donated_bytes) += size;
+    std::vector<int>& regions = output ? plan_.output_regions : plan_.donors;
+    if (std::find(regions.begin(), regions.end(), region) == regions.end()) regions.push_back(region);
+  }
+
+  // Temp b at `offset` in output o's memory ends before o's first write, or
+  // at it when that write goes over b (WrittenOver, at the same offset 0).
+  bool BeforeWrite(int b, int o, size_t offset) const {
+    return last_[b] < first_[o] || (last_[b] == first_[o] && offset == 0 && WrittenOver(first_[o], b, o));
   }
 
   // In place over an input of its first writer that dies there.
@@ -122,6 +154,7 @@ class Planner {
       int region = -1;
       size_t offset = 0;
       if (dinfo.role == BufferRole::kTemp) {
+        if (!placed_flag_[d]) continue;
         region = dinfo.region;
         offset = dinfo.offset;
       } else if (std::find(donor_ids_.begin(), donor_ids_.end(), d) != donor_ids_.end()) {
@@ -129,6 +162,8 @@ class Planner {
       } else {
         continue;
       }
+      // In an output's memory: done before the output is written there.
+      if (region >= 0 && plan_.buffers[region].role == BufferRole::kOutput && !BeforeWrite(b, region, offset)) continue;
       std::vector<Placed>& pool = region >= 0 ? in_donor_[region] : placed_;
       bool clash = false;
       for (const Placed& p : pool) {
@@ -139,11 +174,65 @@ class Planner {
       info.region = region;
       info.offset = offset;
       pool.push_back({offset, size, first_[b], last_[b], b});
-      if (region >= 0) NoteDonor(region, size);
+      if (region >= 0) NoteRegion(region, size);
       if (region < 0) plan_.arena_bytes = std::max(plan_.arena_bytes, offset + size);
       return true;
     }
     return false;
+  }
+
+  // An output not made yet: one whose first use writes it without reading
+  // it (so not an in-place update) after the temp's last use, or at it when
+  // that write may go over the temp (WrittenOver). The output is
+  // then made before the temp's first write instead of the arena growing for
+  // it: a cluster's late outputs (the backward's first gradients in a
+  // whole-step cluster) hold the forward's dead temps. The smallest such
+  // output it fits in.
+  bool PlaceInOutput(int b, size_t size) {
+    BufferInfo& info = plan_.buffers[b];
+    int best = -1;
+    size_t best_offset = 0;
+    for (int o : fresh_outputs_) {
+      if (!BeforeWrite(b, o, 0)) continue;
+      const size_t limit = plan_.buffers[o].bytes();
+      if (best >= 0 && limit >= plan_.buffers[best].bytes()) continue;
+      const auto offset = FirstFit(in_donor_[o], first_[b], last_[b], info.bytes(), limit);
+      if (offset && BeforeWrite(b, o, *offset)) {
+        best = o;
+        best_offset = *offset;
+      }
+    }
+    if (best < 0) return false;
+    info.region = best;
+    info.offset = best_offset;
+    in_donor_[best].push_back({best_offset, size, first_[b], last_[b], b});
+    NoteRegion(best, size);
+    return true;
+  }
+
+  // Instruction i writes output o in place over temp b (Kernel::InplacePairs),
+  // same dtype and size: b may then live in o's memory up to that write.
+  bool WrittenOver(int i, int b, int o) const {
+    const BufferInfo& bi = plan_.buffers[b];
+    const BufferInfo& oi = plan_.buffers[o];
+    if (bi.dtype != oi.dtype || bi.bytes() != oi.bytes()) return false;
+    const Instruction& ins = instructions_[i];
+    for (const auto& [ka, kb] : ins.inplace) {
+      if (ins.args[ka] == b && ins.args[kb] == o) return true;
+    }
+    return false;
+  }
+
+  // Outputs whose first use writes them and reads neither them nor a view of them.
+  void FindFreshOutputs() {
+    for (int o = 0; o < n_; ++o) {
+      const BufferInfo& info = plan_.buffers[o];
+      if (info.role != BufferRole::kOutput || info.view_of >= 0 || last_[o] < 0) continue;
+      const Instruction& ins = instructions_[first_[o]];
+      bool read = false;
+      for (int a = 0; a < ins.num_inputs; ++a) read = read || RootBuffer(plan_, ins.args[a]) == o;
+      if (!read) fresh_outputs_.push_back(o);
+    }
   }
 
   // A dead donatable input: the smallest one it fits in. Only the temp's own
@@ -166,7 +255,7 @@ class Planner {
     info.region = best;
     info.offset = best_offset;
     in_donor_[best].push_back({best_offset, size, first_[b], last_[b], b});
-    NoteDonor(best, size);
+    NoteRegion(best, size);
     return true;
   }
 
@@ -175,8 +264,10 @@ class Planner {
   const int n_;
   std::vector<int> first_, last_;          // by root buffer
   std::vector<int> donor_ids_;             // donatable inputs that some instruction reads
+  std::vector<int> fresh_outputs_;         // outputs that may hold temps before their first write
+  std::vector<bool> placed_flag_;          // temps placed so far, by buffer id
   std::vector<Placed> placed_;             // in the arena
-  std::vector<std::vector<Placed>> in_donor_;  // by donor buffer id
+  std::vector<std::vector<Placed>> in_donor_;  // by donor (or output) buffer id
 };
 
 }  // namespace
@@ -191,6 +282,8 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
   plan->arena_bytes_no_reuse = 0;
   plan->donors.clear();
   plan->donated_bytes = 0;
+  plan->output_regions.clear();
+  plan->output_region_bytes = 0;
   Planner planner(instructions, plan);
   planner.PlaceAll(reuse);
   planner.PlaceViews();

@@ -67,8 +67,10 @@ struct BufferInfo {
   // kInput: the var dies in this cluster (JitSubgraph::donatable_inputs), so
   // after its last read its memory may hold temps when the launch donates it.
   bool donatable = false;
-  // kTemp: -1 for the arena, else the buffer id of the donatable input whose
-  // memory it takes; `offset` is within that region.
+  // kTemp: -1 for the arena, else the buffer id of the donatable input (dead
+  // before the temp is written) or of the output (made before the temp is
+  // written, first written after its last use) whose memory it takes;
+  // `offset` is within that region.
   int region = -1;
   size_t offset = 0;
   // The buffer whose memory this one is, seen with its own dims (a reshape
@@ -91,12 +93,17 @@ struct BufferPlan {
   // in them instead of the arena.
   std::vector<int> donors;
   size_t donated_bytes = 0;
+  // Outputs that hold temps before they are first written (buffer ids), and
+  // the temp bytes placed in them instead of the arena.
+  std::vector<int> output_regions;
+  size_t output_region_bytes = 0;
   // free_after[i]: io indices of donatable inputs whose memory nothing uses
   // after instruction i (their last read, or the last use of a temp placed
   // in them). A launch that owns such an input's buffer frees it there.
   std::vector<std::vector<int>> free_after;
-  // alloc_before[i]: io indices of outputs first written by instruction i,
-  // for a launch that allocates outputs only when they are about to be made.
+  // alloc_before[i]: io indices of outputs first written by instruction i (or
+  // holding a temp that instruction i first writes, output_regions), for a
+  // launch that allocates outputs only when they are about to be used.
   std::vector<std::vector<int>> alloc_before;
 };
 

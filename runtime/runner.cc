@@ -28,12 +28,28 @@ std::vector<BufferView> BindBuffers(const BufferPlan& plan, const std::vector<vo
         KILN_CHECK(info.io_index < static_cast<int>(outputs.size()));
         views[b].data = outputs[info.io_index];
         break;
-      case BufferRole::kTemp:
-        views[b].data = info.dims_only ? nullptr : (info.region >= 0 ? region_base[info.region] : arena) + info.offset;
+      case BufferRole::kTemp: {
+        // A temp in an output made later is bound when the output is made.
+        char* base = info.region >= 0 ? region_base[info.region] : arena;
+        views[b].data = info.dims_only || base == nullptr ? nullptr : base + info.offset;
         break;
+      }
     }
   }
   return views;
+}
+
+// Output b was just made: the temps placed in it (BufferPlan::output_regions)
+// and every view take their memory.
+void BindOutputRegion(const BufferPlan& plan, int b, const std::vector<std::pair<int, int>>& view_roots,
+                      std::vector<BufferView>* views) {
+  for (size_t t = 0; t < plan.buffers.size(); ++t) {
+    const BufferInfo& info = plan.buffers[t];
+    if (info.role == BufferRole::kTemp && info.region == b && info.view_of < 0 && !info.dims_only) {
+      (*views)[t].data = static_cast<char*>((*views)[b].data) + info.offset;
+    }
+  }
+  for (const auto& [v, root] : view_roots) (*views)[v].data = (*views)[root].data;
 }
 
 }  // namespace
@@ -64,6 +80,12 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
       region_base[d] = static_cast<char*>(spills.back()->ptr());
     }
   }
+  for (int o : plan.output_regions) {
+    const size_t i = static_cast<size_t>(plan.buffers[o].io_index);
+    KILN_CHECK(i < outputs.size() && (outputs[i] != nullptr || allocate_output), "output ", i,
+               " holds temps but has no memory and no allocator");
+    region_base[o] = static_cast<char*>(outputs[i]);
+  }
   std::vector<BufferView> views = BindBuffers(plan, inputs, outputs, arena, region_base);
   // Views take their root's memory (set again when a root output is made).
   std::vector<std::pair<int, int>> view_roots;
@@ -85,9 +107,7 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
         const int b = output_buffer[io];
         if (b < 0 || views[b].data != nullptr) continue;
         views[b].data = allocate_output(io);
-        for (const auto& [v, root] : view_roots) {
-          if (root == b) views[v].data = views[b].data;
-        }
+        BindOutputRegion(plan, b, view_roots, &views);
       }
     }
     args.clear();

@@ -81,9 +81,11 @@ void CheckMatmulSgd(const Dims& x_dims, int64_t n, bool keep_old, std::mt19937& 
   const Buf w0 = w;
   Buf w_old = Zeros({k, n});
   auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, onednn::Settings{}, "matmul_sgd_0", keep_old);
+  Buf scaled = Zeros({MatmulSgdScratchOf(x_dims, {k, n}).numel});
   // W as read and W as written are one buffer.
   std::vector<Buf*> args = {&x, &dy, &lr, &w};
   if (keep_old) args.push_back(&w_old);
+  args.push_back(&scaled);
   args.push_back(&w);
   RunKernel(*kernel, args);
   std::vector<double> want(w0.data.begin(), w0.data.end());
@@ -110,8 +112,11 @@ void CheckMatmulSgdBf16(const Dims& x_dims, int64_t n, bool keep_old, std::mt199
   const Buf w0 = w;
   Buf w_old = Zeros({k, n});
   auto kernel = MakeMatmulSgdKernel(x_dims, {k, n}, onednn::Settings{}, "matmul_sgd_0", keep_old, ComputeType::kBF16);
+  // The bf16 scaled operand fits in as many floats as it has elements.
+  Buf scaled = Zeros({MatmulSgdScratchOf(x_dims, {k, n}, ComputeType::kBF16).numel});
   std::vector<Buf*> args = {&x, &dy, &lr, &w};
   if (keep_old) args.push_back(&w_old);
+  args.push_back(&scaled);
   args.push_back(&w);
   RunKernel(*kernel, args);
   const bool scale_x = m * k < m * n;
@@ -150,7 +155,9 @@ void CheckMatmulSgdBf16Dy(const Dims& x_dims, int64_t n, std::mt19937& rng) {
                                     DataType::kBF16);
   EXPECT_NE(kernel->Describe().find("lr * X rounded to bf16"), std::string::npos) << kernel->Describe();
   EXPECT_NE(kernel->Describe().find("dY stored in bf16"), std::string::npos) << kernel->Describe();
-  runtime::BufferView args[] = {{x.data.data()}, {dy16.data()}, {lr.data.data()}, {w.data.data()}, {w.data.data()}};
+  std::vector<float> scaled(MatmulSgdScratchOf(x_dims, {k, n}, ComputeType::kBF16, DataType::kBF16).numel);
+  runtime::BufferView args[] = {{x.data.data()}, {dy16.data()},   {lr.data.data()},
+                                {w.data.data()}, {scaled.data()}, {w.data.data()}};
   kernel->Run(args);
   for (int64_t p = 0; p < k; ++p) {
     for (int64_t j = 0; j < n; ++j) {
@@ -231,8 +238,8 @@ TEST(OneDnnJitKernelsTest, SameKernelTwiceHitsTheGlobalPrimitiveCache) {
                      "+bias +elu +linear(alpha=1)"));
 }
 
-// Scratchpads, reorder buffers and matmul_sgd's lr * dY come from the caching
-// allocator for one run and go back right after: allocations grow during
+// Scratchpads and reorder buffers come from the caching allocator for one run
+// and go back right after (matmul_sgd's lr * dY is an argument, a temp of the plan): allocations grow during
 // Run, and nothing stays live (no buffer kept per kernel or per thread).
 TEST(OneDnnJitKernelsTest, PerRunBuffersComeFromTheCachingAllocator) {
   std::mt19937 rng(16);
@@ -250,9 +257,6 @@ TEST(OneDnnJitKernelsTest, PerRunBuffersComeFromTheCachingAllocator) {
   auto conv = MakeFusedConvKernel(SpecOf(cc), onednn::Settings{}, "conv_0");
   EXPECT_GE(allocations_of(*conv, {&x, &f, &b, &y}), 2) << conv->Describe();  // reordered src and dst at least
 
-  Buf mx = Random({64, 32}, rng), dy = Random({64, 48}, rng), lr{{1}, {0.1f}}, w = Random({32, 48}, rng);
-  auto sgd = MakeMatmulSgdKernel({64, 32}, {32, 48}, onednn::Settings{}, "matmul_sgd_0");
-  EXPECT_GE(allocations_of(*sgd, {&mx, &dy, &lr, &w, &w}), 1);  // lr * dY
 
   // A matmul whose primitive wants a scratchpad takes one per run.
   FusedMatmulSpec m;

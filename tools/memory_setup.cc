@@ -69,6 +69,9 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
          (plan.donated_bytes > 0 ? " + " + FormatBytes(plan.donated_bytes) + " in " +
                                        std::to_string(plan.donors.size()) + " dying inputs"
                                  : std::string()) +
+         (plan.output_region_bytes > 0 ? " + " + FormatBytes(plan.output_region_bytes) + " in " +
+                                             std::to_string(plan.output_regions.size()) + " outputs not written yet"
+                                       : std::string()) +
          ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n";
   }
   const jit::LaunchStats ls = jit::DefaultJit().stats().launch;

@@ -199,8 +199,7 @@ class MatmulSgdKernel final : public runtime::Kernel {
     x_numel_ = x[0] * x[1];
     dy_numel_ = x[0] * w_dims[1];
     w_numel_ = Numel(w_dims);
-    // A bf16 dY is bound as it comes: lr scales X then.
-    scale_x_ = dy_bf16_ || x_numel_ < dy_numel_;
+    scale_x_ = MatmulSgdScalesX(x_dims, w_dims, dy_dtype);
     if (dy_bf16_ && compute != ComputeType::kBF16) ThrowInvalidArgument("oneDNN matmul sgd: a bf16 dY needs bf16 compute");
     // bf16: the scaled operand is made in bf16 directly (bound as it is).
     const bool bf16 = compute == ComputeType::kBF16;
@@ -237,13 +236,12 @@ class MatmulSgdKernel final : public runtime::Kernel {
   }
   void Run(const runtime::BufferView* args) const override {
     // lr scales a copy of the smaller operand (X or dY; in bf16 under bf16
-    // compute), which lives for this execution in the caching allocator.
-    // Scaling and copying run on every thread: serial, a [1024, 1024] dY
-    // cost the 2-thread transformer step 0.35 ms.
+    // compute) into the scaled-operand buffer (MatmulSgdScratch), a temp the
+    // arena plan places like any other. Scaling and copying run on every
+    // thread: serial, a [1024, 1024] dY cost the 2-thread transformer step 0.35 ms.
     const bool scale_x = scale_x_;
     const int64_t n = scale_x ? x_numel_ : dy_numel_;
-    Allocation scaled(static_cast<size_t>(n) * (scale_to_bf16_ ? 2 : sizeof(float)));
-    void* s = scaled.ptr();
+    void* s = args[keep_old_ ? 5 : 4].data;
     if (scale_to_bf16_) {
       const void* in[] = {args[scale_x ? 0 : 1].data, args[2].data};
       void* out[] = {s};
@@ -253,12 +251,13 @@ class MatmulSgdKernel final : public runtime::Kernel {
       ScaleInto(static_cast<float*>(s), static_cast<const float*>(args[scale_x ? 0 : 1].data), lr, n);
     }
     // args[3] is W as read, the last arg W as written: one buffer (in place).
-    // With keep_old, args[4] receives W before the step.
+    // With keep_old, args[4] receives W before the step; the scaled operand
+    // comes next.
     if (keep_old_) CopyFloats(args[4].data, args[3].data, w_numel_);
     ExecArgs exec_args = {
         {DNNL_ARG_SRC, Bind(src_md_, scale_x ? s : args[0].data)},
         {DNNL_ARG_WEIGHTS, Bind(wei_md_, scale_x ? args[1].data : s)},
-        {DNNL_ARG_DST, Bind(dst_md_, args[keep_old_ ? 5 : 4].data)},
+        {DNNL_ARG_DST, Bind(dst_md_, args[keep_old_ ? 6 : 5].data)},
     };
     onednn::ExecuteEntry(*entry_, std::move(exec_args));
   }
@@ -377,6 +376,19 @@ class FusedConvKernel final : public runtime::Kernel {
 };
 
 }  // namespace
+
+bool MatmulSgdScalesX(const Dims& x_dims, const Dims& w_dims, DataType dy_dtype) {
+  // A bf16 dY is bound as it comes: lr scales X then.
+  const int64_t rows = w_dims.empty() || Numel(x_dims) == 0 ? 0 : Numel(x_dims) / x_dims.back();
+  return dy_dtype == DataType::kBF16 || Numel(x_dims) < rows * (w_dims.size() == 2 ? w_dims[1] : 0);
+}
+
+MatmulSgdScratch MatmulSgdScratchOf(const Dims& x_dims, const Dims& w_dims, ComputeType compute, DataType dy_dtype) {
+  const bool scale_x = MatmulSgdScalesX(x_dims, w_dims, dy_dtype);
+  const int64_t rows = x_dims.empty() || x_dims.back() == 0 ? 0 : Numel(x_dims) / x_dims.back();
+  return {scale_x ? Numel(x_dims) : rows * (w_dims.size() == 2 ? w_dims[1] : 0),
+          compute == ComputeType::kBF16 ? DataType::kBF16 : DataType::kFP32};
+}
 
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const onednn::Settings& settings, const std::string& name,

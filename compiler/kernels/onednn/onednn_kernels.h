@@ -67,11 +67,24 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
 // MakeFusedMatmulKernel. With `dy_dtype` kBF16 (bf16 compute) dY comes in
 // bf16 (made by the kernel that computed it) and is bound as it is; lr then
 // scales X.
+// The kernel's arguments: X, dY, lr, W (read); [the old W (keep_old)], the
+// scaled operand (MatmulSgdScratchOf: lr * X or lr * dY, written and read in
+// the run, a temp of the plan), W (written over W as read).
 std::shared_ptr<const runtime::Kernel> MakeMatmulSgdKernel(const Dims& x_dims, const Dims& w_dims,
                                                            const onednn::Settings& settings, const std::string& name,
                                                            bool keep_old = false,
                                                            ComputeType compute = ComputeType::kF32,
                                                            Isa isa = HostIsa(), DataType dy_dtype = DataType::kFP32);
+
+// Whether lr scales X (else dY): the smaller of the two, X when dY is bf16.
+bool MatmulSgdScalesX(const Dims& x_dims, const Dims& w_dims, DataType dy_dtype = DataType::kFP32);
+// The scaled operand's buffer of MakeMatmulSgdKernel: elements and type.
+struct MatmulSgdScratch {
+  int64_t numel = 0;
+  DataType dtype = DataType::kFP32;
+};
+MatmulSgdScratch MatmulSgdScratchOf(const Dims& x_dims, const Dims& w_dims, ComputeType compute = ComputeType::kF32,
+                                    DataType dy_dtype = DataType::kFP32);
 
 // kiln's conv2d (strides, symmetric paddings, dilations with 1 = dense,
 // groups), then elementwise_add of a [O] bias at axis 1 and the activation.

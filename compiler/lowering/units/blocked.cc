@@ -1,6 +1,7 @@
 #include "compiler/lowering/units/blocked.h"
 
 #include <utility>
+#include <vector>
 
 #include "compiler/kernels/blocked_pool.h"
 #include "framework/error.h"
@@ -46,6 +47,15 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
            std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") + ", X and dX in " +
            ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
            (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (first maximum of each window)";
+  }
+  // dX (f32) over X: each 2x2 window's four X values are read before any of
+  // its dX values is written, and windows do not overlap (stride 2, even H and
+  // W), so dX may take the memory of an X that dies here: the blocked X is the
+  // largest activation of a small-channel convolution (padded to 16 lanes).
+  // Not in bf16, where dX is narrower than X.
+  std::vector<std::pair<int, int>> InplacePairs() const override {
+    if (out_ != DataType::kFP32) return {};
+    return {{0, 0}};
   }
   // args: X (kept), Out, dOut, dX (kept)[, dBias].
   void Run(const runtime::BufferView* args) const override {

@@ -27,6 +27,16 @@ std::vector<EmittedKernel> MatmulSgdUnit::Emit(EmitContext& ctx) const {
     k.args.push_back(old_w().Name());
     k.new_vars.push_back(old_w().Desc(ctx.cluster()));
   }
+  // lr times the smaller operand: a temp of the plan, so it takes a dead
+  // buffer's place instead of an allocation of its own during the run.
+  const MatmulSgdScratch scratch =
+      MatmulSgdScratchOf(o_.x_dims, o_.w_dims, ctx.cluster().options().amp_compute, o_.dy.dtype);
+  proto::VarDesc sv;
+  sv.set_name(o_.w + "@LR_SCALED");
+  sv.set_dtype(scratch.dtype == DataType::kBF16 ? proto::BF16 : proto::FP32);
+  sv.add_dims(scratch.numel);
+  k.args.push_back(sv.name());
+  k.new_vars.push_back(sv);
   k.args.push_back(o_.w);
   return {k};
 }
