@@ -189,16 +189,24 @@ class Planner {
   // whole-step cluster) hold the forward's dead temps. The smallest such
   // output it fits in.
   bool PlaceInOutput(int b, size_t size) {
+    return PlaceInSmallest(b, size, fresh_outputs_, [&](int o, size_t offset) { return BeforeWrite(b, o, offset); });
+  }
+
+  // The smallest of `regions` with room for b (first fit by lifetime inside
+  // it) where `allowed(region, offset)` holds; `allowed(region, 0)` first
+  // says whether the region may hold b at all.
+  template <typename Allowed>
+  bool PlaceInSmallest(int b, size_t size, const std::vector<int>& regions, Allowed allowed) {
     BufferInfo& info = plan_.buffers[b];
     int best = -1;
     size_t best_offset = 0;
-    for (int o : fresh_outputs_) {
-      if (!BeforeWrite(b, o, 0)) continue;
-      const size_t limit = plan_.buffers[o].bytes();
+    for (int r : regions) {
+      if (!allowed(r, 0)) continue;
+      const size_t limit = plan_.buffers[r].bytes();
       if (best >= 0 && limit >= plan_.buffers[best].bytes()) continue;
-      const auto offset = FirstFit(in_donor_[o], first_[b], last_[b], info.bytes(), limit);
-      if (offset && BeforeWrite(b, o, *offset)) {
-        best = o;
+      const auto offset = FirstFit(in_donor_[r], first_[b], last_[b], info.bytes(), limit);
+      if (offset && allowed(r, *offset)) {
+        best = r;
         best_offset = *offset;
       }
     }
@@ -238,25 +246,7 @@ class Planner {
   // A dead donatable input: the smallest one it fits in. Only the temp's own
   // bytes must fit; its aligned size keeps the next one aligned.
   bool PlaceInDonor(int b, size_t size) {
-    BufferInfo& info = plan_.buffers[b];
-    int best = -1;
-    size_t best_offset = 0;
-    for (int d : donor_ids_) {
-      if (last_[d] >= first_[b]) continue;
-      const size_t limit = plan_.buffers[d].bytes();
-      if (best >= 0 && limit >= plan_.buffers[best].bytes()) continue;
-      const auto offset = FirstFit(in_donor_[d], first_[b], last_[b], info.bytes(), limit);
-      if (offset) {
-        best = d;
-        best_offset = *offset;
-      }
-    }
-    if (best < 0) return false;
-    info.region = best;
-    info.offset = best_offset;
-    in_donor_[best].push_back({best_offset, size, first_[b], last_[b], b});
-    NoteRegion(best, size);
-    return true;
+    return PlaceInSmallest(b, size, donor_ids_, [&](int d, size_t) { return last_[d] < first_[b]; });
   }
 
   const std::vector<Instruction>& instructions_;

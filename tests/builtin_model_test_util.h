@@ -10,10 +10,31 @@
 #include <set>
 #include <string>
 
+#include "framework/models/models.h"
 #include "framework/trainer.h"
 #include "tests/test_jit.h"
 
 namespace kiln::test {
+
+// A GPT small enough for a test: 2 layers, seq 8, d 16, 2 heads, vocab 16.
+inline GptConfig TinyGpt() {
+  GptConfig c;
+  c.layers = 2;
+  c.seq_len = 8;
+  c.d_model = 16;
+  c.num_heads = 2;
+  c.ffn_dim = 32;
+  c.vocab = 16;
+  return c;
+}
+
+// Adam at lr 0.01, as the GPT tests train.
+inline TrainConfig AdamAt001() {
+  TrainConfig tc;
+  tc.optimizer = OptimizerKind::kAdam;
+  tc.lr = 0.01f;
+  return tc;
+}
 
 // kiln train's default pipeline, storing its subgraphs in `jit`.
 inline PipelineOptions KilnTrainPipeline(TestJit& jit, const std::set<std::string>& keep) {

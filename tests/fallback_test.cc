@@ -109,17 +109,8 @@ TEST(FallbackRegistryTest, FusedAttentionMatchesTheReferenceKernels) {
 // Every cluster of a tiny GPT (its causal attention fused) denied: each
 // launch runs the fallback, nothing compiles, and the losses are JIT off's.
 TEST(FallbackTest, AGptWithEveryClusterDeniedTrainsAsJitOff) {
-  GptConfig c;
-  c.layers = 2;
-  c.seq_len = 8;
-  c.d_model = 16;
-  c.num_heads = 2;
-  c.ffn_dim = 32;
-  c.vocab = 16;
-  TrainConfig tc;
-  tc.optimizer = OptimizerKind::kAdam;
-  tc.lr = 0.01f;
-  const Model m = BuildGpt(c, tc);
+  const GptConfig c = test::TinyGpt();
+  const Model m = BuildGpt(c, test::AdamAt001());
   const Dataset all = MakeSyntheticTokens(160, c.seq_len + 1, c.vocab, /*seed=*/5);
   auto [train, test] = SplitDataset(all, 0.8);
   TrainOptions o;

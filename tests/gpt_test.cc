@@ -16,22 +16,8 @@ namespace {
 
 class GptTest : public ::testing::Test {
  protected:
-  static GptConfig Tiny() {
-    GptConfig c;
-    c.layers = 2;
-    c.seq_len = 8;
-    c.d_model = 16;
-    c.num_heads = 2;
-    c.ffn_dim = 32;
-    c.vocab = 16;
-    return c;
-  }
-  static TrainConfig Adam() {
-    TrainConfig tc;
-    tc.optimizer = OptimizerKind::kAdam;
-    tc.lr = 0.01f;
-    return tc;
-  }
+  static GptConfig Tiny() { return test::TinyGpt(); }
+  static TrainConfig Adam() { return test::AdamAt001(); }
 };
 
 // The GPT: 4 layers, d 256, 4 heads, seq 128, vocab 256, MLP 1024.

@@ -12,20 +12,6 @@
 namespace kiln::tools {
 namespace {
 
-// A Graphviz quoted string.
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '\n') {
-      out += "\\n";
-      continue;
-    }
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
-}
-
 // "a, b, c and 4 more": a tooltip's list of names.
 std::string NameList(const std::vector<std::string>& names) {
   std::string out;
@@ -112,7 +98,6 @@ ClusterLevelGraph BuildClusterLevelGraph(const proto::ProgramDesc& program, cons
 
 std::string ClusterLevelDot(const ClusterLevelGraph& graph, const BuildJitReport& report,
                             const std::vector<std::string>& ids, const std::string& why) {
-  static const char* kFills[] = {"#e8f0fe", "#fde8e8", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e8f7f9"};
   std::string out = "// cluster granularity: " + why + "\ndigraph kiln {\n  rankdir=TB;\n" +
                     (graph.nodes.size() > 100 ? kFastLayout : "") + "  node [fontsize=10];\n";
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
@@ -122,19 +107,19 @@ std::string ClusterLevelDot(const ClusterLevelGraph& graph, const BuildJitReport
       const auto& c = report.clusters[node.cluster];
       const std::string& id = ids[node.cluster];
       // A filled box that links to the cluster's section of index.html.
-      out += name + " [shape=box, style=\"rounded,filled\", color=blue, fillcolor=" + Quote(kFills[node.cluster % 6]) +
-             ", label=" + Quote(id + " jit_launch " + c.key + "\n" + std::to_string(c.ops.size()) + " ops") +
-             ", URL=" + Quote("#" + id) + ", tooltip=" + Quote(id + ": " + std::to_string(c.ops.size()) +
+      out += name + " [shape=box, style=\"rounded,filled\", color=blue, fillcolor=" + DotQuote(ClusterFill(node.cluster)) +
+             ", label=" + DotQuote(id + " jit_launch " + c.key + "\n" + std::to_string(c.ops.size()) + " ops") +
+             ", URL=" + DotQuote("#" + id) + ", tooltip=" + DotQuote(id + ": " + std::to_string(c.ops.size()) +
              " ops; click for its kernels and its own graph") + "];\n";
       continue;
     }
     // An op left out of clusters: dashed, its reason on hover.
-    out += name + " [shape=box, style=dashed, label=" + Quote(node.op_type) + ", tooltip=" +
-           Quote(node.op_label + ": left out" + (node.why.empty() ? "" : ": " + node.why)) + "];\n";
+    out += name + " [shape=box, style=dashed, label=" + DotQuote(node.op_type) + ", tooltip=" +
+           DotQuote(node.op_label + ": left out" + (node.why.empty() ? "" : ": " + node.why)) + "];\n";
   }
   for (const auto& e : graph.edges) {
-    out += "  n" + std::to_string(e.from) + " -> n" + std::to_string(e.to) + " [label=" + Quote(EdgeLabel(e.vars)) +
-           ", tooltip=" + Quote(NameList(e.vars)) + "];\n";
+    out += "  n" + std::to_string(e.from) + " -> n" + std::to_string(e.to) + " [label=" + DotQuote(EdgeLabel(e.vars)) +
+           ", tooltip=" + DotQuote(NameList(e.vars)) + "];\n";
   }
   return out + "}\n";
 }
@@ -158,11 +143,11 @@ std::string ClusterOwnDot(const JitSubgraph& sg, const std::string& id, size_t m
   std::vector<int> node_of_op(sg.block.ops_size());
   for (int i = 0; i < sg.block.ops_size(); ++i) {
     node_of_op[i] = i;
-    out += "  n" + std::to_string(i) + " [label=" + Quote(sg.block.ops(i).type()) +
-           ", tooltip=" + Quote(OpLabel(sg.block.ops(i), i)) + "];\n";
+    out += "  n" + std::to_string(i) + " [label=" + DotQuote(sg.block.ops(i).type()) +
+           ", tooltip=" + DotQuote(OpLabel(sg.block.ops(i), i)) + "];\n";
   }
   for (const auto& e : EdgesBetween(sg.block, node_of_op)) {
-    out += "  n" + std::to_string(e.from) + " -> n" + std::to_string(e.to) + " [tooltip=" + Quote(NameList(e.vars)) +
+    out += "  n" + std::to_string(e.from) + " -> n" + std::to_string(e.to) + " [tooltip=" + DotQuote(NameList(e.vars)) +
            "];\n";
   }
   return out + "}\n";

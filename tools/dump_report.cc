@@ -189,9 +189,11 @@ std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<E
   return out;
 }
 
-namespace {
+const char* ClusterFill(size_t i) {
+  static const char* kFills[] = {"#e8f0fe", "#fde8e8", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e8f7f9"};
+  return kFills[i % 6];
+}
 
-// A Graphviz quoted string.
 std::string DotQuote(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -204,6 +206,9 @@ std::string DotQuote(const std::string& s) {
   }
   return out + "\"";
 }
+
+namespace {
+
 
 // The cluster whose box holds each node: its ops, and the vars only its ops
 // produce and read that are not among its outputs.
@@ -270,9 +275,8 @@ std::string ClusteredDot(const proto::ProgramDesc& program, const BuildJitReport
   }
   for (size_t c = 0; c < boxes.size(); ++c) {
     // A coloured box that links to the cluster's section of index.html.
-    static const char* kFills[] = {"#e8f0fe", "#fde8e8", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e8f7f9"};
     out += "  subgraph cluster_" + ids[c] + " {\n    label=" + DotQuote(ids[c] + " jit_launch " + report.clusters[c].key) +
-           ";\n    style=\"rounded,filled\";\n    color=blue;\n    fillcolor=" + DotQuote(kFills[c % 6]) +
+           ";\n    style=\"rounded,filled\";\n    color=blue;\n    fillcolor=" + DotQuote(ClusterFill(c)) +
            ";\n    URL=" + DotQuote("#" + ids[c]) + ";\n    tooltip=" +
            DotQuote(ids[c] + ": " + std::to_string(report.clusters[c].ops.size()) + " ops; click for its kernels") + ";\n";
     for (ir::NodeId n : boxes[c]) out += "    " + node_line(n);

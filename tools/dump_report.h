@@ -40,6 +40,12 @@ std::string IndexMarkdown(const std::string& preamble, const std::vector<Cluster
 std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<ExcludedOp>& excluded,
                         const jit::JitStats& stats);
 
+// `s` as a Graphviz quoted string (quotes and backslashes escaped, newlines
+// as \n).
+std::string DotQuote(const std::string& s);
+// The fill colour of cluster i's box, the same in every drawing of a dump.
+const char* ClusterFill(size_t i);
+
 // Graphviz of block 0 of `program` (before build_jit_pass) with the ops of
 // cluster i (report.clusters[i], named ids[i]) and the vars used only inside
 // it drawn inside a box "cluster_<id>". Deterministic.
