@@ -74,7 +74,13 @@ void UseTiledBackward(OpInfo& info, Isa isa) {
 
 std::unique_ptr<OpRegistry> MakeFallbackRegistry(const OpRegistry& base, Isa isa) {
   auto registry = std::make_unique<OpRegistry>();
-  for (const std::string& type : base.Types()) registry->Add(base.Get(type));
+  for (const std::string& type : base.Types()) {
+    // A cluster never holds the JIT's own ops, and their kernels hold the
+    // launch op's state, which owns this registry: copying them would make
+    // a cycle of owners that is never freed.
+    if (type == "jit_launch" || type == "jit_kernel") continue;
+    registry->Add(base.Get(type));
+  }
   if (OpInfo* fwd = registry->FindMutable("fused_attention")) UseTiledForward(*fwd, isa);
   if (OpInfo* grad = registry->FindMutable("fused_attention_grad")) UseTiledBackward(*grad, isa);
   return registry;

@@ -32,8 +32,9 @@
 
 namespace kiln::jit {
 
-// A copy of every op `base` holds now, with the fused attention ops (when
-// there) on the tiled kernels for `isa`.
+// A copy of every op `base` holds now but the JIT's own (jit_launch,
+// jit_kernel), with the fused attention ops (when there) on the tiled
+// kernels for `isa`.
 std::unique_ptr<OpRegistry> MakeFallbackRegistry(const OpRegistry& base, Isa isa);
 
 // The cluster's own framework ops over a fresh scope holding `inputs` (in
