@@ -45,6 +45,24 @@ class Kernel {
   // input k's memory (element i of j depends only on element i of k, read
   // before j's element i is written).
   virtual std::vector<std::pair<int, int>> InplacePairs() const { return {}; }
+
+  // ---- Dynamic shapes (a compiled object that serves several shapes) ------
+  // True when Run takes every size from BufferView::dims and nothing else
+  // (a framework op on views): the kernel serves arguments of any dims as it is.
+  virtual bool ReadsDimsAtRunTime() const { return false; }
+  // The same computation for arguments of other dims (`dims[k]` for arg k, in
+  // the instruction's order; dtypes and roles unchanged), sharing what does
+  // not depend on sizes (generated code, the oneDNN primitive of a shape from
+  // the primitive cache). The kernel checks here every assumption about sizes
+  // it was made under (a dim that must be 1, a tile that must divide a dim, a
+  // layout whose shape must not change): nullptr, with the reason in `why`,
+  // is a failed guard, and the cluster is then compiled for the new shape.
+  // The default: a kernel fixed to the dims it was made for.
+  virtual std::shared_ptr<const Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const {
+    (void)dims;
+    if (why != nullptr) *why = name() + " is made for fixed sizes";
+    return nullptr;
+  }
 };
 
 struct Instruction {
