@@ -128,7 +128,8 @@ std::vector<std::string> CompileCache::Keys() const {
 }
 
 std::optional<CompileCache::Future> CompileCache::LookupLocked(const CacheKey& ck, const Future& mine,
-                                                              bool* give_up) {
+                                                              bool* give_up,
+                                                              std::shared_ptr<const CompiledObject>* parent) {
   *give_up = false;
   if (const Future* f = cache_.Find(ck)) {
     ++stats_.hits;
@@ -137,6 +138,11 @@ std::optional<CompileCache::Future> CompileCache::LookupLocked(const CacheKey& c
   if (auto it = in_flight_.find(ck); it != in_flight_.end()) {
     ++stats_.hits;
     return it->second;
+  }
+  if (auto d = DynamicParentLocked(ck)) {
+    *parent = std::move(d);
+    in_flight_.emplace(ck, mine);
+    return std::nullopt;
   }
   auto& seen = signatures_seen_[ck.key];
   // Past the limit the cluster compiles no more, but the signatures it has in
@@ -185,21 +191,23 @@ void CompileCache::ForgetSignature(const CacheKey& ck) {
   in_flight_.erase(ck);
 }
 
-void CompileCache::CheckSignature(const std::string& key, const JitSubgraph& subgraph,
-                                 const ShapeSignature& signature) const {
+std::optional<proto::BlockDesc> CompileCache::CheckSignature(const std::string& key, const JitSubgraph& subgraph,
+                                                             const ShapeSignature& signature) const {
   try {
-    InferConcreteShapes(subgraph, signature);
+    return InferConcreteShapes(subgraph, signature);
   } catch (const Error& e) {
     // An op's shape check (InvalidArgument) is the caller's; anything else
     // is the compiler's, and the compile fails and falls back as before.
-    if (e.code() != ErrorCode::kInvalidArgument) return;
+    if (e.code() != ErrorCode::kInvalidArgument) return std::nullopt;
     ThrowInvalidArgument(e.what(), " [op numbers count the ops of JIT cluster ", ClusterName(key), "]");
   }
 }
 
-std::shared_ptr<const CompiledObject> CompileCache::Build(const CacheKey& ck, const JitSubgraph& subgraph) {
+std::shared_ptr<const CompiledObject> CompileCache::Build(const CacheKey& ck, const JitSubgraph& subgraph,
+                                                          const std::vector<Symbol>& symbols) {
   TraceSpan span("compile", "compile " + ck.key);
   span.Arg("signature", ck.signature.ToString());
+  if (auto obj = BuildDynamic(ck, subgraph, symbols)) return obj;
   LogSink log;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -246,6 +254,7 @@ std::shared_ptr<const CompiledObject> CompileCache::Compile(const std::string& k
   const JitSubgraph* subgraph = nullptr;
   CacheKey ck;
   std::optional<Future> hit;
+  std::shared_ptr<const CompiledObject> parent;  // a dynamic object that may serve the signature
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto sit = subgraphs_.find(key);
@@ -253,7 +262,7 @@ std::shared_ptr<const CompiledObject> CompileCache::Compile(const std::string& k
     subgraph = &sit->second;  // entries are never erased
     ck = CacheKey{key, signature, options_.compile};
     bool give_up = false;
-    hit = LookupLocked(ck, mine, &give_up);
+    hit = LookupLocked(ck, mine, &give_up, &parent);
     if (give_up) {
       ++stats_.fallback_calls;
       return nullptr;
@@ -272,18 +281,35 @@ std::shared_ptr<const CompiledObject> CompileCache::Compile(const std::string& k
   // batch) is the caller's error: raised here, naming the op, before it is
   // counted toward the recompile limit or cached. Threads waiting on it run
   // the framework ops, which raise the same error.
+  std::optional<proto::BlockDesc> block;
   try {
-    CheckSignature(key, *subgraph, signature);
+    block = CheckSignature(key, *subgraph, signature);
   } catch (...) {
     ForgetSignature(ck);
     promise.set_value(nullptr);
     throw;
   }
+  if (parent && block) {
+    if (auto instance = TryInstance(ck, *parent, *block, mine)) {
+      promise.set_value(instance);
+      return instance;
+    }
+  }
+  std::vector<Symbol> symbols;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A signature a dynamic object could not serve compiles specialised,
+    // within the limit like any other.
+    if (parent && static_cast<int>(signatures_seen_[key].size()) >= options_.recompile_limit) {
+      in_flight_.erase(ck);
+      ++stats_.fallback_calls;
+      promise.set_value(nullptr);
+      return nullptr;
+    }
+    if (!parent) symbols = SymbolsLocked(ck, *subgraph);
     CommitLocked(ck, *subgraph, mine);
   }
-  std::shared_ptr<const CompiledObject> result = Build(ck, *subgraph);
+  std::shared_ptr<const CompiledObject> result = Build(ck, *subgraph, symbols);
   // Registered before the waiters wake: a waiter may look the object up by
   // id at once (the executor launch mode's jit_kernel ops do).
   LogSink log;
@@ -351,6 +377,8 @@ void CompileCache::Clear() {
   signatures_seen_.clear();
   last_signature_.clear();
   given_up_.clear();
+  dynamic_.clear();
+  dynamic_failed_.clear();
   by_id_.clear();
   stats_ = CacheStats();
 }

@@ -39,6 +39,10 @@ void LogLine(const LogSink& sink, const std::string& line);
 struct CompileCacheOptions {
   size_t cache_capacity = 256;  // compiled objects kept (LRU)
   int recompile_limit = 8;      // distinct signatures a cluster compiles; past them only cached ones run compiled
+  // Whether a cluster whose input dims change compiles once for every value
+  // of them (compiler/dynamic/lower_dynamic.h); instances of such an object
+  // for new values are not compiles and do not count toward the limit.
+  DynamicPolicy dynamic = DynamicPolicy::kAuto;
   CompileOptions compile;
   // >= 1: every cache miss of a key that already has a compiled signature
   // logs what changed, e.g.
@@ -61,6 +65,11 @@ struct CacheStats {
   int64_t failures = 0;        // compile errors (cluster ran through framework ops)
   int64_t unit_fallbacks = 0;  // units that could not be compiled and ran framework kernels alone
   int64_t fallback_calls = 0;  // calls answered with nullptr
+  int64_t dynamic_compiles = 0;   // of the compiles, those for every value of some dims
+  int64_t dynamic_failures = 0;   // dynamic compiles that could not be made (the shape compiled specialised)
+  int64_t instances = 0;          // objects made from a dynamic one for new values (no compile)
+  int64_t guard_failures = 0;     // new values a dynamic object could not serve (the shape compiled specialised)
+  double instance_ms = 0.0;
   double compile_ms = 0.0;
   double compile_cpu_ms = 0.0;  // the compiling threads' CPU time (CompiledObject::compile_cpu_ms)
   std::map<std::string, double> compile_ms_per_key;
@@ -121,16 +130,38 @@ class CompileCache {
   // in flight (a hit), or nullopt after claiming it in `in_flight_` for this
   // caller to check and fill (a miss); `give_up` set for a miss of a
   // cluster that has reached its recompile limit.
-  std::optional<Future> LookupLocked(const CacheKey& ck, const Future& mine, bool* give_up);
+  // A miss that a dynamic object of the key serves sets `parent` to it
+  // (even past the limit: instances are not compiles).
+  std::optional<Future> LookupLocked(const CacheKey& ck, const Future& mine, bool* give_up,
+                                     std::shared_ptr<const CompiledObject>* parent);
+  // Under mu_: the newest dynamic object of ck's key that serves its
+  // signature (same options, the signature matches), or nullptr.
+  std::shared_ptr<const CompiledObject> DynamicParentLocked(const CacheKey& ck) const;
+  // A compile for every value of `symbols` (compiler/dynamic/lower_dynamic.h)
+  // when there are any; nullptr (logged with --jit_verbose) when it cannot be
+  // made, and the caller compiles specialised.
+  std::shared_ptr<const CompiledObject> BuildDynamic(const CacheKey& ck, const JitSubgraph& subgraph,
+                                                     const std::vector<Symbol>& symbols);
+  // Under mu_, for a miss about to compile: the symbols the policy makes
+  // symbolic for it (none: compile specialised).
+  std::vector<Symbol> SymbolsLocked(const CacheKey& ck, const JitSubgraph& subgraph) const;
+  // The instance of `parent` for ck's signature, cached and registered; nullptr
+  // (logged with --jit_verbose) when a guard fails.
+  std::shared_ptr<const CompiledObject> TryInstance(const CacheKey& ck, const CompiledObject& parent,
+                                                    const proto::BlockDesc& block, const Future& mine);
   // Under mu_, once the claimed signature passed CheckSignature: counts it
   // toward the recompile limit and caches its future (in flight no more).
   void CommitLocked(const CacheKey& ck, const JitSubgraph& subgraph, const Future& mine);
   // Lowers outside the lock; nullptr (and a log line) when it fails.
-  std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph);
+  std::shared_ptr<const CompiledObject> Build(const CacheKey& ck, const JitSubgraph& subgraph,
+                                             const std::vector<Symbol>& symbols);
   // Throws InvalidArgument (shape inference's message, naming the op, and
   // the cluster) when an op of the cluster rejects the shapes of
   // `signature`; other errors of shape inference are left to the compile.
-  void CheckSignature(const std::string& key, const JitSubgraph& subgraph, const ShapeSignature& signature) const;
+  // Returns the block with concrete shapes (empty when inference failed
+  // otherwise).
+  std::optional<proto::BlockDesc> CheckSignature(const std::string& key, const JitSubgraph& subgraph,
+                                                 const ShapeSignature& signature) const;
   // Drops the claim of a signature CheckSignature rejected.
   void ForgetSignature(const CacheKey& ck);
   // Counts the compile and registers the object for FindById; returns the
@@ -153,6 +184,11 @@ class CompileCache {
   std::map<std::string, std::unordered_set<size_t>> signatures_seen_;
   std::map<std::string, ShapeSignature> last_signature_;  // key -> signature of its latest miss (for logs)
   std::set<std::string> given_up_;  // keys past the recompile limit (reported)
+  // key -> its objects compiled for every value of some dims, newest last
+  // (a few per key: one per set of symbols).
+  std::map<std::string, std::vector<std::shared_ptr<const CompiledObject>>> dynamic_;
+  // key -> the symbol positions whose dynamic compile failed (not tried again).
+  std::map<std::string, std::set<std::string>> dynamic_failed_;
   std::unordered_map<uint64_t, std::weak_ptr<const CompiledObject>> by_id_;
   CacheStats stats_;
   uint64_t next_id_ = 1;  // CompiledObject::id, unique in this cache

@@ -34,6 +34,76 @@ size_t CompileOptions::Hash() const {
   return h;
 }
 
+const char* DynamicPolicyName(DynamicPolicy p) {
+  switch (p) {
+    case DynamicPolicy::kOff: return "off";
+    case DynamicPolicy::kAuto: return "auto";
+    case DynamicPolicy::kOn: return "on";
+  }
+  return "?";
+}
+
+DynamicPolicy ParseDynamicPolicy(const std::string& s) {
+  if (s == "off") return DynamicPolicy::kOff;
+  if (s == "auto") return DynamicPolicy::kAuto;
+  if (s == "on") return DynamicPolicy::kOn;
+  ThrowInvalidArgument("--jit_dynamic must be off, auto or on, not '", s, "'");
+}
+
+std::optional<std::vector<int64_t>> DynamicShape::Match(const ShapeSignature& sig) const {
+  if (sig.inputs.size() != symbolic.inputs.size()) return std::nullopt;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    const InputSpec& want = symbolic.inputs[i];
+    const InputSpec& got = sig.inputs[i];
+    if (want.dtype != got.dtype || want.dims.size() != got.dims.size()) return std::nullopt;
+    for (size_t d = 0; d < want.dims.size(); ++d) {
+      if (want.dims[d] >= 0 && want.dims[d] != got.dims[d]) return std::nullopt;
+    }
+  }
+  std::vector<int64_t> values;
+  for (const Symbol& s : symbols) {
+    int64_t v = -1;
+    for (const auto& [in, axis] : s.positions) {
+      const int64_t d = sig.inputs[in].dims[axis];
+      if (v >= 0 && d != v) return std::nullopt;
+      v = d;
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+std::string DynamicShape::SignatureString() const {
+  std::string s = "(";
+  for (size_t i = 0; i < symbolic.inputs.size(); ++i) {
+    std::string dims = "[";
+    for (size_t d = 0; d < symbolic.inputs[i].dims.size(); ++d) {
+      std::string dim = std::to_string(symbolic.inputs[i].dims[d]);
+      for (const Symbol& sym : symbols) {
+        for (const auto& p : sym.positions) {
+          if (p.first == static_cast<int>(i) && p.second == static_cast<int>(d)) dim = sym.name;
+        }
+      }
+      dims += (d ? "," : "") + dim;
+    }
+    s += (i ? ", " : "") + std::string(DataTypeName(symbolic.inputs[i].dtype)) + dims + "]";
+  }
+  return s + ")";
+}
+
+std::string DynamicShape::SymbolsString(const std::vector<std::string>& input_names) const {
+  std::string out;
+  for (const Symbol& sym : symbols) {
+    out += (out.empty() ? "" : "; ") + sym.name + " = ";
+    for (size_t k = 0; k < sym.positions.size(); ++k) {
+      const auto [in, axis] = sym.positions[k];
+      const std::string name = in < static_cast<int>(input_names.size()) ? input_names[in] : "#" + std::to_string(in);
+      out += (k ? ", " : "") + name + " dim " + std::to_string(axis);
+    }
+  }
+  return out;
+}
+
 std::string CompiledObject::Listing() const {
   std::ostringstream os;
   const auto& bufs = program.plan.buffers;
@@ -45,6 +115,16 @@ std::string CompiledObject::Listing() const {
   if (options.amp_compute != ComputeType::kF32) os << " amp_compute=" << ComputeTypeName(options.amp_compute);
   if (options.allow_slow_impls) os << " allow_slow_impls";
   os << "\n";
+  if (dynamic) {
+    os << "# for every " << dynamic->SignatureString() << " (" << dynamic->SymbolsString(input_names) << ")";
+    if (instance_of != 0) {
+      os << "; instance of object " << instance_of << " at ";
+      for (size_t j = 0; j < dynamic->symbols.size() && j < symbol_values.size(); ++j) {
+        os << (j ? ", " : "") << dynamic->symbols[j].name << "=" << symbol_values[j];
+      }
+    }
+    os << "\n";
+  }
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const auto& ins = program.instructions[i];
     os << i << ": " << ins.kernel->name() << " (";
@@ -59,6 +139,10 @@ std::string CompiledObject::Listing() const {
   for (size_t b = 0; b < bufs.size(); ++b) {
     const auto& info = bufs[b];
     os << "%" << b << " " << info.name << " : " << DataTypeName(info.dtype) << DimsToString(info.dims) << " ";
+    if (dynamic && b < dynamic->buffer_dims.size()) {
+      const std::string sym = SymDimsToString(dynamic->buffer_dims[b], dynamic->symbols);
+      if (sym != DimsToString(info.dims)) os << "= " << DataTypeName(info.dtype) << sym << " ";
+    }
     switch (info.role) {
       case runtime::BufferRole::kInput: os << "input " << info.io_index << (info.donatable ? " (dies here)" : ""); break;
       case runtime::BufferRole::kOutput: os << "output " << info.io_index; break;

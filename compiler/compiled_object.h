@@ -7,10 +7,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/codegen/isa.h"
+#include "compiler/dynamic/sym_dim.h"
 #include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 #include "runtime/program.h"
@@ -67,6 +69,34 @@ struct CompileOptions {
   size_t Hash() const;
 };
 
+// How the compile cache treats a cluster whose input dims change
+// (--jit_dynamic): kOff compiles every shape signature on its own; kAuto
+// compiles the first one specialised and, when dims change, compiles once
+// more with the changed dims symbolic (one object for every value of them);
+// kOn makes the dims the program declares -1 symbolic from the first compile.
+enum class DynamicPolicy : uint8_t { kOff, kAuto, kOn };
+const char* DynamicPolicyName(DynamicPolicy p);
+// Throws InvalidArgument naming the flag for a value other than off, auto, on.
+DynamicPolicy ParseDynamicPolicy(const std::string& s);
+
+// What makes a compiled object serve every value of some input dims: its
+// symbols and, for each buffer of its program and each output, the dims as
+// polynomials in them (compiler/dynamic/sym_dim.h). Shared by the object and
+// the instances made from it for concrete shapes (compiler/dynamic/instantiate.h).
+struct DynamicShape {
+  std::vector<Symbol> symbols;
+  // The signature with -1 at every symbol's positions.
+  ShapeSignature symbolic;
+  std::vector<SymDims> buffer_dims;  // program.plan.buffers[b].dims
+  std::vector<SymDims> output_dims;  // output_dims[o]
+  // The symbols' values when `sig` has the symbolic signature's dtypes, ranks
+  // and static dims and each symbol one value at all its positions.
+  std::optional<std::vector<int64_t>> Match(const ShapeSignature& sig) const;
+  // "(f32[N,S,1], i64[N,S,1])" and "S = input ids dim 1, input targets dim 1".
+  std::string SignatureString() const;
+  std::string SymbolsString(const std::vector<std::string>& input_names) const;
+};
+
 // Something a layer above the compiler builds from a compiled object and keeps
 // with it (the executor launch mode's program of jit_kernel ops): it lives
 // and dies with the object, so the cache's bound covers it too.
@@ -90,6 +120,11 @@ struct CompiledObject {
   // For each output: computed in the arena and handed out without a buffer
   // (JitSubgraph::shape_only_outputs).
   std::vector<bool> output_shape_only;
+  // Set when the object serves every value of some input dims: on the
+  // object compiled with them symbolic and on each instance made from it.
+  std::shared_ptr<const DynamicShape> dynamic;
+  uint64_t instance_of = 0;             // an instance: the id of the object it was made from
+  std::vector<int64_t> symbol_values;   // an instance: the values of dynamic->symbols
   double compile_ms = 0.0;      // wall time of Lower()
   double compile_cpu_ms = 0.0;  // the compiling thread's CPU time in it (what holds on a loaded machine)
   // Where that time went, in order (timing): "cluster" (the cluster's

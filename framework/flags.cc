@@ -21,6 +21,7 @@ DEFINE_bool(jit_profile, false, "JIT: time every compiled instruction and print 
 DEFINE_bool(use_jit, false, "JIT: cluster supported ops and run them as compiled code (jit_launch)");
 DEFINE_string(jit_launch_mode, "runtime", "JIT: run compiled clusters through the runtime (runtime) or as jit_kernel ops through the executor (executor)");
 DEFINE_int32(jit_cache_capacity, 256, "JIT: compiled objects kept in the cache (LRU)");
+DEFINE_string(jit_dynamic, "auto", "JIT: off = every shape signature of a cluster compiles on its own; auto = the first compiles specialised, and when input dims change the cluster compiles once more with those dims symbolic, one object for every value of them (a value it cannot serve compiles on its own); on = the dims the program declares -1 are symbolic from the first compile");
 DEFINE_int32(jit_recompile_limit, 8, "JIT: shape signatures a cluster may compile for; past them it compiles no more: a new signature runs through the framework ops, the ones still cached stay compiled");
 DEFINE_string(jit_isa, "", "JIT: instruction set of generated code, avx512 or avx2 (default: the best this CPU has)");
 DEFINE_bool(jit_fuse_elementwise, true, "JIT: compile groups of elementwise ops into one generated kernel");

@@ -30,6 +30,7 @@ DECLARE_bool(jit_profile);
 DECLARE_string(jit_launch_mode);
 DECLARE_int32(jit_cache_capacity);
 DECLARE_int32(jit_recompile_limit);
+DECLARE_string(jit_dynamic);
 DECLARE_string(jit_isa);
 DECLARE_bool(jit_fuse_elementwise);
 DECLARE_bool(jit_reuse_buffers);

@@ -9,6 +9,7 @@ CompileCacheOptions CacheOptionsOf(const JitOptions& o) {
   CompileCacheOptions c;
   c.cache_capacity = o.cache_capacity;
   c.recompile_limit = o.recompile_limit;
+  c.dynamic = o.dynamic;
   c.compile = o.compile;
   c.verbose = o.verbose;
   c.cluster_name = o.cluster_name;
@@ -83,6 +84,11 @@ JitStats JitRuntime::stats() const {
   s.denied_calls = checks.denied_calls;
   s.shadow_checks = checks.shadow_checks;
   s.shadow_failures = std::move(checks.shadow_failures);
+  s.dynamic_compiles = c.dynamic_compiles;
+  s.dynamic_failures = c.dynamic_failures;
+  s.instances = c.instances;
+  s.guard_failures = c.guard_failures;
+  s.instance_ms = c.instance_ms;
   s.compile_ms = c.compile_ms;
   s.compile_cpu_ms = c.compile_cpu_ms;
   s.compile_ms_per_key = c.compile_ms_per_key;

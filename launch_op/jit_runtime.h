@@ -32,6 +32,7 @@ LaunchMode ParseLaunchMode(const std::string& name);
 struct JitOptions {
   size_t cache_capacity = 256;  // compiled objects kept (LRU)
   int recompile_limit = 8;      // distinct signatures a cluster compiles; past them only cached ones run compiled
+  DynamicPolicy dynamic = DynamicPolicy::kAuto;  // CompileCacheOptions::dynamic (--jit_dynamic)
   CompileOptions compile;
   std::set<std::string> deny_clusters;  // LaunchOptions::deny_clusters
   int verbose = 0;                      // CompileCacheOptions::verbose
@@ -55,6 +56,11 @@ struct JitStats {
   int64_t denied_calls = 0;    // of those, calls for a denied cluster (deny_clusters or a failed shadow check)
   int64_t shadow_checks = 0;   // launches compared with the framework ops
   std::vector<ShadowFailure> shadow_failures;  // clusters denied by a failed check, in order
+  int64_t dynamic_compiles = 0;  // CacheStats' dynamic shape counts
+  int64_t dynamic_failures = 0;
+  int64_t instances = 0;
+  int64_t guard_failures = 0;
+  double instance_ms = 0.0;
   double compile_ms = 0.0;
   double compile_cpu_ms = 0.0;
   std::map<std::string, double> compile_ms_per_key;

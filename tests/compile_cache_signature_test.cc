@@ -32,6 +32,9 @@ jit::ShapeSignature Sig(const std::vector<Dims>& dims) {
 jit::CompileCacheOptions Options(int recompile_limit = 8) {
   jit::CompileCacheOptions o;
   o.recompile_limit = recompile_limit;
+  // Every signature compiles on its own here: these tests are about the cache
+  // of specialised compiles (tests/dynamic_shapes_test.cc has the dynamic ones).
+  o.dynamic = jit::DynamicPolicy::kOff;
   o.compile = test::LoweringCase::DefaultOptions();
   o.cluster_name = [](const std::string&) { return std::string("c4"); };
   return o;

@@ -34,6 +34,9 @@ jit::CompileCacheOptions Options(size_t capacity = 256, int recompile_limit = 8)
   jit::CompileCacheOptions o;
   o.cache_capacity = capacity;
   o.recompile_limit = recompile_limit;
+  // Every signature compiles on its own here: these tests are about the cache
+  // of specialised compiles (tests/dynamic_shapes_test.cc has the dynamic ones).
+  o.dynamic = jit::DynamicPolicy::kOff;
   o.compile = test::LoweringCase::DefaultOptions();
   return o;
 }

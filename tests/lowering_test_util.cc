@@ -123,19 +123,34 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
   }
   std::unique_ptr<Scope> reference = RunOps(c.ops, inputs, /*use_onednn=*/false);
   auto obj = LowerCase(c);
+  const std::vector<Tensor> outs = RunCompiled(*obj, inputs);
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const std::string& name = obj->output_names[o];
+    const auto own = c.output_atol.find(name);
+    EXPECT_EQ(outs[o].dtype(), reference->GetVar(name)->Get().dtype()) << c.name << " output " << name;
+    EXPECT_EQ(CompareTensors(outs[o], reference->GetVar(name)->Get(), own != c.output_atol.end() ? own->second : atol,
+                             rtol),
+              "")
+        << c.name << " output " << name << "\n" << obj->Listing();
+  }
+  return obj;
+}
+
+std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const std::map<std::string, Tensor>& inputs) {
   std::vector<Tensor> bound, outs;
   std::vector<void*> in_ptrs, out_ptrs;
-  for (const auto& name : obj->input_names) {
+  bound.reserve(obj.input_names.size());
+  for (const auto& name : obj.input_names) {
     bound.emplace_back();
     bound.back().CopyFrom(inputs.at(name));
     in_ptrs.push_back(bound.back().raw_data());
   }
-  for (size_t o = 0; o < obj->output_names.size(); ++o) {
+  for (size_t o = 0; o < obj.output_names.size(); ++o) {
     Tensor t;
-    if (obj->output_alias[o] >= 0) {
-      t.CopyFrom(bound[obj->output_alias[o]]);
+    if (obj.output_alias[o] >= 0) {
+      t.CopyFrom(bound[obj.output_alias[o]]);
     } else {
-      t = Tensor(obj->output_dtypes[o], obj->output_dims[o]);
+      t = Tensor(obj.output_dtypes[o], obj.output_dims[o]);
       // An element the program does not write shows: NaN, or 0xab bytes.
       if (t.dtype() == DataType::kFP32) {
         float* p = t.mutable_data<float>();
@@ -147,17 +162,8 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
     out_ptrs.push_back(t.raw_data());
     outs.push_back(std::move(t));
   }
-  runtime::Runner::Run(obj->program, in_ptrs, out_ptrs);
-  for (size_t o = 0; o < outs.size(); ++o) {
-    const std::string& name = obj->output_names[o];
-    const auto own = c.output_atol.find(name);
-    EXPECT_EQ(outs[o].dtype(), reference->GetVar(name)->Get().dtype()) << c.name << " output " << name;
-    EXPECT_EQ(CompareTensors(outs[o], reference->GetVar(name)->Get(), own != c.output_atol.end() ? own->second : atol,
-                             rtol),
-              "")
-        << c.name << " output " << name << "\n" << obj->Listing();
-  }
-  return obj;
+  runtime::Runner::Run(obj.program, in_ptrs, out_ptrs);
+  return outs;
 }
 
 LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& act, Dims input, Dims filter,

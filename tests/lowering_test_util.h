@@ -60,6 +60,11 @@ void CheckLoweringGolden(const LoweringCase& c);
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol = 1e-5,
                                                            double rtol = 1e-5, unsigned seed = 1);
 
+// Runs the compiled program on copies of `inputs` (by var name), bound as
+// jit_launch binds them; returns its outputs (elements it does not write are
+// NaN or 0xab bytes).
+std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const std::map<std::string, Tensor>& inputs);
+
 // conv2d of x `input` and f `filter` (square stride and padding, groups),
 // then, when asked, elementwise_add of a [O] bias b at axis 1 and the
 // activation `act` ("" for none): the conv epilogue's pattern.

@@ -43,11 +43,13 @@ LAYERS = [
     ("compiler/kernels/attention", ["compiler/kernels/attention/"], ["compiler/codegen"]),
     ("compiler/kernels", ["compiler/kernels/"], ["compiler/codegen"]),
     # What a compile produces: the lowering steps build it.
-    ("compiler/compiled_object", ["compiler/compiled_object."], ["compiler/codegen"]),
+    # Symbolic dims: polynomials in the symbols, fitted from values.
+    ("compiler/sym_dim", ["compiler/dynamic/sym_dim."], ["framework"]),
+    ("compiler/compiled_object", ["compiler/compiled_object."], ["compiler/codegen", "compiler/sym_dim"]),
     ("compiler/lowering", ["compiler/lowering/"],
      ["compiler/kernels/onednn", "compiler/kernels/attention", "compiler/kernels", "compiler/compiled_object"]),
     # Lower() and the cache in front of it.
-    ("compiler/driver", ["compiler/lower.", "compiler/compile_cache."], ["compiler/lowering"]),
+    ("compiler/driver", ["compiler/lower.", "compiler/compile_cache.", "compiler/dynamic/"], ["compiler/lowering"]),
     ("compiler/dump", ["compiler/dump/"], ["compiler/driver"]),
     ("launch_op", ["launch_op/"], ["compiler/driver"]),
 ]

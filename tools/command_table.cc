@@ -21,7 +21,7 @@ const std::map<std::string, Flags>& GroupFlags() {
        {"use_jit", "jit_launch_mode", "jit_isa", "jit_fuse_elementwise", "jit_reuse_buffers", "fuse_attention",
         "fuse_decompositions",
         "jit_allow_ops", "jit_deny_ops", "jit_deny_clusters", "jit_min_cluster_size", "jit_cache_capacity",
-        "jit_recompile_limit", "jit_explain", "jit_verbose", "jit_dump_dir", "jit_profile", "jit_shadow_every",
+        "jit_recompile_limit", "jit_dynamic", "jit_explain", "jit_verbose", "jit_dump_dir", "jit_profile", "jit_shadow_every",
         "jit_shadow_rtol", "jit_shadow_atol"}},
       {"kernels", {"use_onednn", "check_nan_inf", "deterministic", "amp"}},
       {"memory",

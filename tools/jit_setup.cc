@@ -126,6 +126,7 @@ void ConfigureJitFromFlags() {
   if (FLAGS_jit_recompile_limit < 1) ThrowInvalidArgument("--jit_recompile_limit must be at least 1");
   o.cache_capacity = static_cast<size_t>(FLAGS_jit_cache_capacity);
   o.recompile_limit = FLAGS_jit_recompile_limit;
+  o.dynamic = jit::ParseDynamicPolicy(FLAGS_jit_dynamic);
   if (FLAGS_jit_isa.empty()) {
     o.compile.isa = HostIsa();
   } else if (FLAGS_jit_isa == "avx512" || FLAGS_jit_isa == "avx2") {

@@ -124,6 +124,9 @@ nlohmann::ordered_json JitJson() {
   const jit::JitStats s = jit::DefaultJit().stats();
   nlohmann::ordered_json j;
   j["compiles"] = s.compiles;
+  j["dynamic_compiles"] = s.dynamic_compiles;
+  j["instances"] = s.instances;
+  j["guard_failures"] = s.guard_failures;
   j["cache_hits"] = s.hits;
   j["evictions"] = s.evictions;
   j["launches"] = s.launch.launches;
@@ -247,6 +250,12 @@ void PrintJitSummary() {
               static_cast<long long>(js.unit_fallbacks), static_cast<long long>(ls.launches),
               static_cast<long long>(ls.donated), static_cast<long long>(ls.copy_protected),
               static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
+  if (js.dynamic_compiles > 0 || js.dynamic_failures > 0) {
+    std::printf("jit dynamic shapes: %lld of the compiles serve every value of their symbolic dims (%lld instances "
+                "made for new values, %.1f ms), %lld could not be made, %lld new values compiled on their own\n",
+                static_cast<long long>(js.dynamic_compiles), static_cast<long long>(js.instances), js.instance_ms,
+                static_cast<long long>(js.dynamic_failures), static_cast<long long>(js.guard_failures));
+  }
   if (js.shadow_checks > 0 || !js.shadow_failures.empty()) {
     std::string denied;
     for (const jit::ShadowFailure& f : js.shadow_failures) denied += (denied.empty() ? "" : ", ") + ClusterName(f.key);

@@ -255,6 +255,11 @@ void BindExecutor(py::module_& m) {
     d["fallback_calls"] = s.fallback_calls;
     d["denied_calls"] = s.denied_calls;
     d["compile_ms"] = s.compile_ms;
+    d["dynamic_compiles"] = s.dynamic_compiles;
+    d["dynamic_failures"] = s.dynamic_failures;
+    d["instances"] = s.instances;
+    d["guard_failures"] = s.guard_failures;
+    d["compiles_per_cluster"] = s.compiles_per_key;
     d["launches"] = s.launch.launches;
     d["framework_fallbacks"] = s.launch.framework_fallbacks;
     return d;
