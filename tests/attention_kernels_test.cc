@@ -37,10 +37,10 @@ struct RefRun {
 
 RefRun Reference(const Case& c, std::mt19937& rng) {
   RefRun r;
-  r.in = {{"q", RandomTensor(c.With(c.sq, c.d), DataType::kFP32, rng, -2, 2)},
-          {"k", RandomTensor(c.With(c.sk, c.d), DataType::kFP32, rng, -2, 2)},
-          {"v", RandomTensor(c.With(c.sk, c.dv), DataType::kFP32, rng)},
-          {"do", RandomTensor(c.With(c.sq, c.dv), DataType::kFP32, rng)}};
+  r.in = {{"q", RandomTensor(c.Q(), DataType::kFP32, rng, -2, 2)},
+          {"k", RandomTensor(c.K(), DataType::kFP32, rng, -2, 2)},
+          {"v", RandomTensor(c.V(), DataType::kFP32, rng)},
+          {"do", RandomTensor(c.Out(), DataType::kFP32, rng)}};
   r.ref = test::RunOps(test::AttentionOps(c.Scale(), c.causal), r.in, /*use_onednn=*/false);
   return r;
 }

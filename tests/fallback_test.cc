@@ -57,10 +57,10 @@ TEST(FallbackRegistryTest, FusedAttentionMatchesTheReferenceKernels) {
   };
   std::mt19937 rng(20261127);
   for (const Case& c : cases) {
-    std::map<std::string, Tensor> in = {{"q", RandomTensor(c.With(c.sq, c.d), DataType::kFP32, rng)},
-                                        {"k", RandomTensor(c.With(c.sk, c.d), DataType::kFP32, rng)},
-                                        {"v", RandomTensor(c.With(c.sk, c.dv), DataType::kFP32, rng)},
-                                        {"do", RandomTensor(c.With(c.sq, c.dv), DataType::kFP32, rng)}};
+    std::map<std::string, Tensor> in = {{"q", RandomTensor(c.Q(), DataType::kFP32, rng)},
+                                        {"k", RandomTensor(c.K(), DataType::kFP32, rng)},
+                                        {"v", RandomTensor(c.V(), DataType::kFP32, rng)},
+                                        {"do", RandomTensor(c.Out(), DataType::kFP32, rng)}};
     // All gradients; dV alone; dQ and dK; none flowing in (all zero).
     const std::vector<std::vector<bool>> wanted = {
         {true, true, true, true}, {false, false, true, true}, {true, true, false, true}, {true, true, true, false}};

@@ -18,8 +18,8 @@ LoweringCase Attention(const std::string& name, Dims q, int64_t sk, int64_t dv, 
   LoweringCase c;
   c.name = name;
   c.ops = AttentionOps(/*scale=*/0.3f, causal, with_dout, {"dq", kEmptyVarName, "dv"});
-  c.inputs = {{"q", q}, {"k", a.With(sk, a.d)}, {"v", a.With(sk, dv)}};
-  if (with_dout) c.inputs.push_back({"do", a.With(a.sq, dv)});
+  c.inputs = {{"q", a.Q()}, {"k", a.K()}, {"v", a.V()}};
+  if (with_dout) c.inputs.push_back({"do", a.Out()});
   c.outputs = {"o", "dq", "dv"};
   return c;
 }
