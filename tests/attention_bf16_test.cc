@@ -18,18 +18,12 @@
 #include <vector>
 
 #include "compiler/kernels/attention/attention_kernels.h"
+#include "tests/attention_case.h"
 
 namespace kiln::jit {
 namespace {
 
-struct Case {
-  int64_t heads, sq, sk, d, dv;
-  bool causal;
-  std::string Name() const {
-    return std::to_string(heads) + " heads, sq " + std::to_string(sq) + " sk " + std::to_string(sk) + " d " +
-           std::to_string(d) + " dv " + std::to_string(dv) + (causal ? " causal" : "");
-  }
-};
+using Case = test::AttentionCase;
 
 float RoundToBf16(float x) {
   uint32_t u;
@@ -52,8 +46,8 @@ struct Inputs {
 };
 
 Inputs MakeInputs(const Case& c, std::mt19937& rng, bool round = true) {
-  return {Random(c.heads * c.sq * c.d, rng, -2, 2, round), Random(c.heads * c.sk * c.d, rng, -2, 2, round),
-          Random(c.heads * c.sk * c.dv, rng, -1, 1, round), Random(c.heads * c.sq * c.dv, rng, -1, 1, round)};
+  return {Random(c.Heads() * c.sq * c.d, rng, -2, 2, round), Random(c.Heads() * c.sk * c.d, rng, -2, 2, round),
+          Random(c.Heads() * c.sk * c.dv, rng, -1, 1, round), Random(c.Heads() * c.sq * c.dv, rng, -1, 1, round)};
 }
 
 // Exact attention in double, and for each output element the sum T of the
@@ -65,7 +59,7 @@ struct Exact {
 
 Exact Attention(const Case& c, const Inputs& in, float scale) {
   Exact e;
-  const int64_t H = c.heads, SQ = c.sq, SK = c.sk, D = c.d, DV = c.dv;
+  const int64_t H = c.Heads(), SQ = c.sq, SK = c.sk, D = c.d, DV = c.dv;
   e.out.assign(H * SQ * DV, 0), e.t_out = e.out, e.lse.assign(H * SQ, 0);
   e.dq.assign(H * SQ * D, 0), e.t_dq = e.dq, e.dk.assign(H * SK * D, 0), e.t_dk = e.dk;
   e.dv.assign(H * SK * DV, 0), e.t_dv = e.dv;
@@ -130,7 +124,7 @@ struct Path {
 
 AttentionParams Params(const Case& c, const Path& path) {
   AttentionParams p;
-  p.shape = {c.heads, c.sq, c.sk, c.d, c.dv};
+  p.shape = {c.Heads(), c.sq, c.sk, c.d, c.dv};
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   p.causal = c.causal;
   p.isa = path.isa;
@@ -143,7 +137,7 @@ AttentionParams Params(const Case& c, const Path& path) {
 // that only the backward's own rounding counts), else from the forward's.
 Outputs RunKernels(const Case& c, const Inputs& in, const Path& isa, const Exact* exact = nullptr) {
   Outputs r;
-  r.out.assign(c.heads * c.sq * c.dv, NAN), r.lse.assign(c.heads * c.sq, NAN);
+  r.out.assign(c.Heads() * c.sq * c.dv, NAN), r.lse.assign(c.Heads() * c.sq, NAN);
   const AttentionParams p = Params(c, isa);
   FusedAttentionForward(p, in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data());
   r.dq.assign(in.q.size(), NAN), r.dk.assign(in.k.size(), NAN), r.dv.assign(in.v.size(), NAN);
@@ -211,7 +205,7 @@ TEST(AttentionBf16Test, WithinTheRoundingBoundAtOddSizesAndTails) {
   for (int64_t s : {1, 2, 7, 17, 64, 65, 130}) {
     for (bool causal : {false, true}) {
       for (int64_t d : {1, 7, 16, 33, 64}) {
-        const Case c{2, s, causal ? s : s + 3, d, d == 7 ? 9 : d, causal};
+        const Case c{{2}, s, causal ? s : s + 3, d, d == 7 ? 9 : d, causal};
         const Inputs in = MakeInputs(c, rng);
         for (const Path& isa : Paths()) Check(c, in, isa);
       }
@@ -223,7 +217,7 @@ TEST(AttentionBf16Test, WithinTheRoundingBoundAtOddSizesAndTails) {
 // error is above f32 accumulation: bf16 did run).
 TEST(AttentionBf16Test, LongRowsUseTheBoundAndShowTheRounding) {
   std::mt19937 rng(12);
-  for (const Case& c : {Case{1, 301, 301, 64, 64, true}, Case{3, 67, 259, 31, 17, false}}) {
+  for (const Case& c : {Case{{1}, 301, 301, 64, 64, true}, Case{{3}, 67, 259, 31, 17, false}}) {
     const Inputs in = MakeInputs(c, rng);
     for (const Path& isa : Paths()) {
       const double worst = Check(c, in, isa);
@@ -238,7 +232,7 @@ TEST(AttentionBf16Test, LongRowsUseTheBoundAndShowTheRounding) {
 // numbers), and the two paths agree with each other.
 TEST(AttentionBf16Test, RoundsItsInputsAndThePathsAgree) {
   std::mt19937 rng(13);
-  const Case c{3, 45, 77, 24, 40, true};
+  const Case c{{3}, 45, 77, 24, 40, true};
   const Inputs raw = MakeInputs(c, rng, /*round=*/false);
   Inputs rounded = raw;
   for (auto* v : {&rounded.q, &rounded.k, &rounded.v, &rounded.dout}) {
@@ -264,7 +258,7 @@ TEST(AttentionBf16Test, RoundsItsInputsAndThePathsAgree) {
 }
 
 TEST(AttentionBf16Test, NoKeysGivesZeroOutAndMinusInfinityLse) {
-  const Case c{2, 3, 0, 4, 4, false};
+  const Case c{{2}, 3, 0, 4, 4, false};
   std::vector<float> q(2 * 3 * 4, 1.f), out(2 * 3 * 4, NAN), lse(2 * 3, NAN);
   for (const Path& isa : Paths()) {
     FusedAttentionForward(Params(c, isa), q.data(), nullptr, nullptr, out.data(), lse.data());

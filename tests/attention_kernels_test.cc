@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "compiler/kernels/attention/attention_kernels.h"
-#include "framework/op_desc.h"
+#include "tests/attention_case.h"
 #include "tests/op_test_util.h"
 
 namespace kiln::jit {
@@ -20,14 +20,7 @@ namespace {
 using test::CompareTensors;
 using test::RandomTensor;
 
-struct Case {
-  int64_t heads, sq, sk, d, dv;
-  bool causal;
-  std::string Name() const {
-    return std::to_string(heads) + " heads, sq " + std::to_string(sq) + " sk " + std::to_string(sk) + " d " +
-           std::to_string(d) + " dv " + std::to_string(dv) + (causal ? " causal" : "");
-  }
-};
+using Case = test::AttentionCase;
 
 std::vector<Isa> Isas() {
   std::vector<Isa> out;
@@ -43,42 +36,19 @@ struct RefRun {
 };
 
 RefRun Reference(const Case& c, std::mt19937& rng) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   RefRun r;
-  r.in = {{"q", RandomTensor({c.heads, c.sq, c.d}, DataType::kFP32, rng, -2, 2)},
-          {"k", RandomTensor({c.heads, c.sk, c.d}, DataType::kFP32, rng, -2, 2)},
-          {"v", RandomTensor({c.heads, c.sk, c.dv}, DataType::kFP32, rng)},
-          {"do", RandomTensor({c.heads, c.sq, c.dv}, DataType::kFP32, rng)}};
-  const proto::OpDesc fwd = OpBuilder("fused_attention")
-                                .In("Q", {"q"})
-                                .In("K", {"k"})
-                                .In("V", {"v"})
-                                .Out("Out", {"o"})
-                                .Out("LSE", {"lse"})
-                                .Attr("scale", scale)
-                                .Attr("causal", c.causal)
-                                .Build();
-  proto::OpDesc grad = fwd;
-  grad.set_type("fused_attention_grad");
-  grad.clear_inputs();
-  grad.clear_outputs();
-  SetInput(&grad, "Q", {"q"});
-  SetInput(&grad, "K", {"k"});
-  SetInput(&grad, "V", {"v"});
-  SetInput(&grad, "Out", {"o"});
-  SetInput(&grad, "LSE", {"lse"});
-  SetInput(&grad, "Out@GRAD", {"do"});
-  SetOutput(&grad, "Q@GRAD", {"dq"});
-  SetOutput(&grad, "K@GRAD", {"dk"});
-  SetOutput(&grad, "V@GRAD", {"dv"});
-  r.ref = test::RunOps({fwd, grad}, r.in, /*use_onednn=*/false);
+  r.in = {{"q", RandomTensor(c.Q(), DataType::kFP32, rng, -2, 2)},
+          {"k", RandomTensor(c.K(), DataType::kFP32, rng, -2, 2)},
+          {"v", RandomTensor(c.V(), DataType::kFP32, rng)},
+          {"do", RandomTensor(c.Out(), DataType::kFP32, rng)}};
+  r.ref = test::RunOps(test::AttentionOps(c.Scale(), c.causal), r.in, /*use_onednn=*/false);
   return r;
 }
 
 AttentionParams Params(const Case& c, Isa isa) {
   AttentionParams p;
-  p.shape = {c.heads, c.sq, c.sk, c.d, c.dv};
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  p.shape = {c.Heads(), c.sq, c.sk, c.d, c.dv};
+  p.scale = c.Scale();
   p.causal = c.causal;
   p.isa = isa;
   return p;
@@ -122,7 +92,7 @@ TEST(AttentionKernelsTest, MatchReferenceAcrossVectorWidthsAndTiles) {
   for (int64_t s : {1, 7, 8, 9, 15, 16, 17, 64, 65, 130}) {
     for (bool causal : {false, true}) {
       for (int64_t d : {1, 7, 16, 17, 64}) {
-        const Case c{2, s, causal ? s : s + 3, d, d == 7 ? 9 : d, causal};
+        const Case c{{2}, s, causal ? s : s + 3, d, d == 7 ? 9 : d, causal};
         const RefRun r = Reference(c, rng);
         for (Isa isa : Isas()) Check(c, r, isa);
       }
@@ -132,7 +102,8 @@ TEST(AttentionKernelsTest, MatchReferenceAcrossVectorWidthsAndTiles) {
 
 TEST(AttentionKernelsTest, LongRowsAndManyHeads) {
   std::mt19937 rng(2);
-  for (const Case& c : {Case{1, 300, 300, 64, 64, true}, Case{5, 33, 260, 32, 16, false}, Case{12, 70, 70, 8, 8, true}}) {
+  for (const Case& c :
+       {Case{{1}, 300, 300, 64, 64, true}, Case{{5}, 33, 260, 32, 16, false}, Case{{12}, 70, 70, 8, 8, true}}) {
     const RefRun r = Reference(c, rng);
     for (Isa isa : Isas()) Check(c, r, isa);
   }
@@ -142,7 +113,7 @@ TEST(AttentionKernelsTest, LongRowsAndManyHeads) {
 // accumulate straight into the outputs).
 TEST(AttentionKernelsTest, EverySubsetOfGradients) {
   std::mt19937 rng(3);
-  for (const Case& c : {Case{3, 21, 21, 5, 6, true}, Case{2, 150, 150, 16, 16, false}}) {
+  for (const Case& c : {Case{{3}, 21, 21, 5, 6, true}, Case{{2}, 150, 150, 16, 16, false}}) {
     const RefRun r = Reference(c, rng);
     for (int mask = 0; mask < 8; ++mask) {
       for (Isa isa : Isas()) Check(c, r, isa, {(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0});
@@ -151,7 +122,7 @@ TEST(AttentionKernelsTest, EverySubsetOfGradients) {
 }
 
 TEST(AttentionKernelsTest, NoKeysGivesZeroOutAndMinusInfinityLse) {
-  const Case c{2, 3, 0, 4, 4, false};
+  const Case c{{2}, 3, 0, 4, 4, false};
   std::vector<float> q(2 * 3 * 4, 1.f), out(2 * 3 * 4, NAN), lse(2 * 3, NAN);
   for (Isa isa : Isas()) {
     FusedAttentionForward(Params(c, isa), q.data(), nullptr, nullptr, out.data(), lse.data());

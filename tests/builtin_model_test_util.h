@@ -28,7 +28,7 @@ inline GptConfig TinyGpt() {
   return c;
 }
 
-// Adam at lr 0.01, as the GPT tests train.
+// Adam at lr 0.01, as the GPT and ResNet tests train.
 inline TrainConfig AdamAt001() {
   TrainConfig tc;
   tc.optimizer = OptimizerKind::kAdam;

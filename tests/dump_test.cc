@@ -3,8 +3,8 @@
 // regenerate with KILN_UPDATE_GOLDEN=1 and review the diff.
 #include <gtest/gtest.h>
 
+#include "framework/file_util.h"
 #include "tests/cli_util.h"
-#include <sys/stat.h>
 
 #include <array>
 #include <chrono>
@@ -18,23 +18,12 @@
 
 namespace {
 
+using kiln::ReadFile;
 using Result = kiln::test::CliResult;
 
 Result Kiln(const std::string& args) { return kiln::test::RunKiln(KILN_BINARY, args); }
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-bool HostHasAvx512() { return Read("/proc/cpuinfo").find(" avx512f") != std::string::npos; }
+bool HostHasAvx512() { return ReadFile("/proc/cpuinfo").find(" avx512f") != std::string::npos; }
 
 std::vector<std::string> SplitCells(const std::string& line) {
   std::vector<std::string> cells;
@@ -90,7 +79,7 @@ void CheckGolden(const std::string& name, const std::string& actual) {
     std::ofstream(path) << actual;
     return;
   }
-  EXPECT_EQ(Read(path), actual) << "golden " << path << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and review";
+  EXPECT_EQ(ReadFile(path), actual) << "golden " << path << " differs; regenerate with KILN_UPDATE_GOLDEN=1 and review";
 }
 
 class DumpTest : public ::testing::Test {
@@ -107,26 +96,26 @@ TEST_F(DumpTest, MlpGoldenAndDeterministic) {
   const std::string args = "dump --model mlp --optimizer sgd --batch_size 32 --out ";
   const Result r = Kiln(args + dir_ + "/a");
   ASSERT_EQ(r.code, 0) << r.output;
-  CheckGolden("mlp_index.md", MaskTimings(Read(dir_ + "/a/index.md")));
+  CheckGolden("mlp_index.md", MaskTimings(ReadFile(dir_ + "/a/index.md")));
   // The whole training step is one cluster (the loss ops run their
   // framework kernels inside it).
-  CheckGolden("mlp_c0_subgraph.txt", Read(dir_ + "/a/cluster_c0/subgraph.txt"));
-  CheckGolden("mlp_c0_kernels.txt", Read(dir_ + "/a/cluster_c0/kernels.txt"));
-  CheckGolden("mlp_c0_aliases.txt", Read(dir_ + "/a/cluster_c0/aliases.txt"));
-  CheckGolden("mlp_c0_lowering.txt", Read(dir_ + "/a/cluster_c0/lowering.txt"));
+  CheckGolden("mlp_c0_subgraph.txt", ReadFile(dir_ + "/a/cluster_c0/subgraph.txt"));
+  CheckGolden("mlp_c0_kernels.txt", ReadFile(dir_ + "/a/cluster_c0/kernels.txt"));
+  CheckGolden("mlp_c0_aliases.txt", ReadFile(dir_ + "/a/cluster_c0/aliases.txt"));
+  CheckGolden("mlp_c0_lowering.txt", ReadFile(dir_ + "/a/cluster_c0/lowering.txt"));
   for (const char* f : {"program.before.pbtxt", "program.after.pbtxt", "program.dot", "cluster_c0/ew_2.asm"}) {
-    EXPECT_TRUE(Exists(dir_ + "/a/" + f)) << f;
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/" + f)) << f;
   }
-  EXPECT_FALSE(Exists(dir_ + "/a/cluster_c1"));
-  EXPECT_NE(Read(dir_ + "/a/program.dot").find("subgraph cluster_c0 {"), std::string::npos);
-  EXPECT_NE(Read(dir_ + "/a/program.after.pbtxt").find("jit_launch"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/cluster_c1"));
+  EXPECT_NE(ReadFile(dir_ + "/a/program.dot").find("subgraph cluster_c0 {"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/a/program.after.pbtxt").find("jit_launch"), std::string::npos);
 
   // A second run writes the same files, timings aside.
   const Result r2 = Kiln(args + dir_ + "/b");
   ASSERT_EQ(r2.code, 0) << r2.output;
-  EXPECT_EQ(MaskTimings(Read(dir_ + "/a/index.md")), MaskTimings(Read(dir_ + "/b/index.md")));
+  EXPECT_EQ(MaskTimings(ReadFile(dir_ + "/a/index.md")), MaskTimings(ReadFile(dir_ + "/b/index.md")));
   // index.html embeds index.md's tables: the same but for their timings.
-  EXPECT_EQ(MaskTimings(Read(dir_ + "/a/index.html")), MaskTimings(Read(dir_ + "/b/index.html")));
+  EXPECT_EQ(MaskTimings(ReadFile(dir_ + "/a/index.html")), MaskTimings(ReadFile(dir_ + "/b/index.html")));
   EXPECT_EQ(std::system(("diff -r -x index.md -x index.html " + dir_ + "/a " + dir_ + "/b >/dev/null").c_str()), 0);
 }
 
@@ -136,7 +125,7 @@ TEST_F(DumpTest, MlpGoldenAndDeterministic) {
 TEST_F(DumpTest, AdamwDecayIsInsideTheGeneratedUpdateKernel) {
   const Result r = Kiln("dump --model mlp --optimizer adamw --batch_size 32 --out " + dir_ + "/w");
   ASSERT_EQ(r.code, 0) << r.output;
-  const std::string kernels = Read(dir_ + "/w/cluster_c0/kernels.txt");
+  const std::string kernels = ReadFile(dir_ + "/w/cluster_c0/kernels.txt");
   std::stringstream in(kernels);
   std::string line, section;
   int fused = 0, decayed = 0;
@@ -172,7 +161,7 @@ TEST_F(DumpTest, AdamwDecayIsInsideTheGeneratedUpdateKernel) {
 TEST_F(DumpTest, GlobalNormClipScaleIsInsideTheGeneratedUpdateKernels) {
   const Result r = Kiln("dump --model mlp --grad_clip_norm 1 --batch_size 32 --out " + dir_ + "/c");
   ASSERT_EQ(r.code, 0) << r.output;
-  const std::string kernels = Read(dir_ + "/c/cluster_c0/kernels.txt");
+  const std::string kernels = ReadFile(dir_ + "/c/cluster_c0/kernels.txt");
   std::stringstream in(kernels);
   std::string line, section;
   int norms = 0, fused = 0, scaled = 0;
@@ -212,8 +201,8 @@ TEST_F(DumpTest, GlobalNormClipScaleIsInsideTheGeneratedUpdateKernels) {
 TEST_F(DumpTest, LrScheduleRunsInsideTheCluster) {
   const Result r = Kiln("dump --model mlp --batch_size 32 --lr_schedule cosine:T_max=10 --out " + dir_ + "/s");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(Read(dir_ + "/s/index.md").find("None: every op is in a cluster."), std::string::npos);
-  const std::string kernels = Read(dir_ + "/s/cluster_c0/kernels.txt");
+  EXPECT_NE(ReadFile(dir_ + "/s/index.md").find("None: every op is in a cluster."), std::string::npos);
+  const std::string kernels = ReadFile(dir_ + "/s/cluster_c0/kernels.txt");
   EXPECT_NE(kernels.find("0: lr_schedule (%1:learning_rate.step -> %0:learning_rate, %1:learning_rate.step)  # "
                          "framework kernel (reference) lr_schedule"),
             std::string::npos)
@@ -223,7 +212,7 @@ TEST_F(DumpTest, LrScheduleRunsInsideTheCluster) {
     ++folds;
   }
   EXPECT_EQ(folds, 2u) << kernels;  // fc0.w, fc1.w
-  const std::string aliases = Read(dir_ + "/s/cluster_c0/aliases.txt");
+  const std::string aliases = ReadFile(dir_ + "/s/cluster_c0/aliases.txt");
   EXPECT_NE(aliases.find("instruction 0 (lr_schedule) reads and writes %1:learning_rate.step in place"),
             std::string::npos)
       << aliases;
@@ -235,21 +224,21 @@ TEST_F(DumpTest, LrScheduleRunsInsideTheCluster) {
 TEST_F(DumpTest, TransformerAttentionIsFusedAcrossClusters) {
   Result r = Kiln("dump --model transformer --batch_size 4 --out " + dir_ + "/t");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(Read(dir_ + "/t/cluster_c0/kernels.txt").find("kiln tiled attention forward, 16 heads, 16 queries x 16 "
+  EXPECT_NE(ReadFile(dir_ + "/t/cluster_c0/kernels.txt").find("kiln tiled attention forward, 16 heads, 16 queries x 16 "
                                                          "keys, head dims 8/8"),
             std::string::npos);
-  const std::string c1 = Read(dir_ + "/t/cluster_c1/kernels.txt");
+  const std::string c1 = ReadFile(dir_ + "/t/cluster_c1/kernels.txt");
   EXPECT_NE(c1.find(":matmul_4.lse, "), std::string::npos) << c1;
   EXPECT_NE(c1.find("kiln tiled attention backward"), std::string::npos) << c1;
-  const std::string c0 = Read(dir_ + "/t/cluster_c0/subgraph.txt");
+  const std::string c0 = ReadFile(dir_ + "/t/cluster_c0/subgraph.txt");
   EXPECT_NE(c0.find(" = fused_attention[causal=false"), std::string::npos) << c0;
   EXPECT_EQ(c0.find(" = softmax("), std::string::npos) << c0;
 
   r = Kiln("dump --model transformer --batch_size 4 --fuse_attention=false --out " + dir_ + "/u");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(Read(dir_ + "/u/cluster_c0/kernels.txt").find("attention"), std::string::npos);
-  EXPECT_NE(Read(dir_ + "/u/cluster_c0/subgraph.txt").find(" = softmax("), std::string::npos);
-  EXPECT_NE(Read(dir_ + "/u/index.md").find("pass pipeline: decomposition_fusion_pass, recompute_pass, build_jit_pass"), std::string::npos);
+  EXPECT_EQ(ReadFile(dir_ + "/u/cluster_c0/kernels.txt").find("attention"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/u/cluster_c0/subgraph.txt").find(" = softmax("), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/u/index.md").find("pass pipeline: decomposition_fusion_pass, recompute_pass, build_jit_pass"), std::string::npos);
 }
 
 // The ResNet (213 ops, 579 ops and vars) is over the drawing limit: its
@@ -262,18 +251,18 @@ TEST_F(DumpTest, ResnetFinishesDrawnAtClusterGranularity) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_LT(seconds, 120.0) << "a few seconds on an idle machine";
-  const std::string dot = Read(dir_ + "/r/program.dot");
+  const std::string dot = ReadFile(dir_ + "/r/program.dot");
   EXPECT_EQ(dot.rfind("// cluster granularity: the program has 579 ops and vars, over the drawing limit of 300", 0), 0u)
       << dot;
   EXPECT_NE(dot.find("URL=\"#c0\""), std::string::npos) << dot;
   EXPECT_EQ(dot.find("shape=ellipse"), std::string::npos) << "no var nodes at cluster granularity";
-  EXPECT_NE(Read(dir_ + "/r/cluster_c0/graph.dot").find("its ops alone"), std::string::npos);
-  const std::string html = Read(dir_ + "/r/index.html");
+  EXPECT_NE(ReadFile(dir_ + "/r/cluster_c0/graph.dot").find("its ops alone"), std::string::npos);
+  const std::string html = ReadFile(dir_ + "/r/index.html");
   EXPECT_NE(html.find("Drawn at cluster granularity"), std::string::npos);
   // Each graph is in the page, or the page says why not.
-  const bool drawn = Exists(dir_ + "/r/program.svg");
+  const bool drawn = std::filesystem::exists(dir_ + "/r/program.svg");
   EXPECT_EQ(drawn, html.find("The program graph is not drawn") == std::string::npos);
-  EXPECT_EQ(Exists(dir_ + "/r/cluster_c0/graph.svg"), html.find("Not drawn: ") == std::string::npos);
+  EXPECT_EQ(std::filesystem::exists(dir_ + "/r/cluster_c0/graph.svg"), html.find("Not drawn: ") == std::string::npos);
   // Whole files only: each ends as its format ends, none is a temporary.
   const std::vector<std::pair<std::string, std::string>> endings = {
       {".svg", "</svg>\n"}, {".html", "</html>\n"}, {".dot", "}\n"}, {".md", "\n"},
@@ -283,7 +272,7 @@ TEST_F(DumpTest, ResnetFinishesDrawnAtClusterGranularity) {
     if (!entry.is_regular_file()) continue;
     ++files;
     const std::string path = entry.path().string();
-    const std::string text = Read(path);
+    const std::string text = ReadFile(path);
     bool known = false;
     for (const auto& [ext, end] : endings) {
       if (entry.path().extension() != ext) continue;
@@ -300,7 +289,7 @@ TEST_F(DumpTest, DisassemblyShowsTheVectorCode) {
   if (HostHasAvx512()) {
     const Result r = Kiln("dump --program " + program + " --batch_size 8 --jit_isa avx512 --out " + dir_ + "/z");
     ASSERT_EQ(r.code, 0) << r.output;
-    const std::string asm_text = Read(dir_ + "/z/cluster_c0/ew_0.asm");
+    const std::string asm_text = ReadFile(dir_ + "/z/cluster_c0/ew_0.asm");
     EXPECT_NE(asm_text.find("; kernel ew_0"), std::string::npos) << asm_text;
     EXPECT_NE(asm_text.find("; fuses: elementwise_add, relu"), std::string::npos) << asm_text;
     EXPECT_NE(asm_text.find("vaddps zmm"), std::string::npos) << asm_text;
@@ -309,10 +298,10 @@ TEST_F(DumpTest, DisassemblyShowsTheVectorCode) {
   }
   const Result r = Kiln("dump --program " + program + " --batch_size 8 --jit_isa avx2 --out " + dir_ + "/y");
   ASSERT_EQ(r.code, 0) << r.output;
-  const std::string asm_text = Read(dir_ + "/y/cluster_c0/ew_0.asm");
+  const std::string asm_text = ReadFile(dir_ + "/y/cluster_c0/ew_0.asm");
   EXPECT_NE(asm_text.find("vaddps ymm"), std::string::npos) << asm_text;
   EXPECT_EQ(asm_text.find("zmm"), std::string::npos) << asm_text;
-  EXPECT_NE(Read(dir_ + "/y/index.md").find("| elementwise_add, relu |"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/y/index.md").find("| elementwise_add, relu |"), std::string::npos);
 }
 
 TEST_F(DumpTest, ExplainWhyNamesCycleAndDenyList) {
@@ -322,7 +311,7 @@ TEST_F(DumpTest, ExplainWhyNamesCycleAndDenyList) {
   Result r = Kiln("dump --program " + golden + "diamond_cycle.pbtxt --jit_deny_ops softmax_with_cross_entropy --out " +
                   dir_ + "/cycle");
   ASSERT_EQ(r.code, 0) << r.output;
-  std::string index = Read(dir_ + "/cycle/index.md");
+  std::string index = ReadFile(dir_ + "/cycle/index.md");
   EXPECT_NE(index.find("| op #3 'elementwise_add' | elementwise_add | cycle | merging op #2 'exp' with op #3 "
                        "'elementwise_add' would create a cycle through op #1 'softmax_with_cross_entropy' |"),
             std::string::npos)
@@ -333,7 +322,7 @@ TEST_F(DumpTest, ExplainWhyNamesCycleAndDenyList) {
 
   r = Kiln("dump --program " + golden + "deny_list.pbtxt --jit_deny_ops exp --out " + dir_ + "/deny");
   ASSERT_EQ(r.code, 0) << r.output;
-  index = Read(dir_ + "/deny/index.md");
+  index = ReadFile(dir_ + "/deny/index.md");
   EXPECT_NE(index.find("| op #1 'exp' | exp | denied | type is in deny_ops |"), std::string::npos) << index;
   EXPECT_NE(index.find("| op #0 'relu' | relu | too_small |"), std::string::npos) << index;
   // The short form on stdout says the same.
@@ -357,9 +346,9 @@ TEST_F(DumpTest, TrainDumpsEachCompileExplainsAndLogsRecompiles) {
   while (std::fscanf(ls, "%511s", name) == 1) {
     ++folders;
     forward += std::string(name).rfind("cluster_c1_", 0) == 0;
-    EXPECT_TRUE(Exists(dir_ + "/jd/" + name + "/subgraph.txt")) << name;
-    EXPECT_TRUE(Exists(dir_ + "/jd/" + name + "/kernels.txt")) << name;
-    EXPECT_TRUE(Exists(dir_ + "/jd/" + name + "/aliases.txt")) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/subgraph.txt")) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/kernels.txt")) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/aliases.txt")) << name;
   }
   ::pclose(ls);
   EXPECT_EQ(folders, 3);
@@ -379,7 +368,7 @@ TEST_F(DumpTest, BadArgumentsFail) {
   r = Kiln("dump --model nope --out " + dir_ + "/x");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("unknown model 'nope'"), std::string::npos) << r.output;
-  EXPECT_FALSE(Exists(dir_ + "/x/index.md"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x/index.md"));
   r = Kiln("dump --program " + dir_ + "/missing.pbtxt --out " + dir_ + "/x");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("missing.pbtxt"), std::string::npos) << r.output;

@@ -9,26 +9,15 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
+#include "framework/file_util.h"
 #include "framework/program_io.h"
 
 namespace kiln::tools {
 namespace {
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 DumpSource AddRelu() {
   DumpSource src;
@@ -54,16 +43,16 @@ TEST(DumpWriterTest, SlowGraphvizIsStoppedAndTheDumpIsWhole) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
   EXPECT_EQ(r.clusters, 1u);
   for (const char* f : {"index.md", "program.before.pbtxt", "program.after.pbtxt", "cluster_c0/subgraph.txt"}) {
-    EXPECT_TRUE(Exists(dir + "/" + f)) << f;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + f)) << f;
   }
-  EXPECT_EQ(Read(dir + "/program.dot").rfind("// cluster granularity: the program has 6 ops and vars, over the "
+  EXPECT_EQ(ReadFile(dir + "/program.dot").rfind("// cluster granularity: the program has 6 ops and vars, over the "
                                              "drawing limit of 0",
                                              0),
             0u);
-  EXPECT_NE(Read(dir + "/cluster_c0/graph.dot").find("its ops alone"), std::string::npos);
-  EXPECT_FALSE(Exists(dir + "/program.svg"));
-  EXPECT_FALSE(Exists(dir + "/cluster_c0/graph.svg"));
-  const std::string html = Read(dir + "/index.html");
+  EXPECT_NE(ReadFile(dir + "/cluster_c0/graph.dot").find("its ops alone"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/program.svg"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cluster_c0/graph.svg"));
+  const std::string html = ReadFile(dir + "/index.html");
   EXPECT_NE(html.find("The program graph is not drawn: Graphviz (`" + slow + "`) did not finish within the 0.5 s"),
             std::string::npos)
       << html;
@@ -78,12 +67,12 @@ TEST(DumpWriterTest, SmallProgramIsDrawnOpByOp) {
   DumpSource src = AddRelu();
   src.graphs.seconds = 120;
   WriteDump(src, dir);
-  EXPECT_EQ(Read(dir + "/program.dot").rfind("digraph kiln {", 0), 0u);
-  EXPECT_EQ(Read(dir + "/cluster_c0/graph.dot").rfind("// cluster c0 op by op\n", 0), 0u);
-  const std::string svg = Read(dir + "/cluster_c0/graph.svg");
+  EXPECT_EQ(ReadFile(dir + "/program.dot").rfind("digraph kiln {", 0), 0u);
+  EXPECT_EQ(ReadFile(dir + "/cluster_c0/graph.dot").rfind("// cluster c0 op by op\n", 0), 0u);
+  const std::string svg = ReadFile(dir + "/cluster_c0/graph.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(Read(dir + "/index.html").find(svg), std::string::npos) << "the cluster's section shows its graph";
-  EXPECT_TRUE(Exists(dir + "/program.svg"));
+  EXPECT_NE(ReadFile(dir + "/index.html").find(svg), std::string::npos) << "the cluster's section shows its graph";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/program.svg"));
 }
 
 }  // namespace

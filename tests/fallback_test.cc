@@ -18,6 +18,7 @@
 
 #include "framework/data/synthetic_tasks.h"
 #include "framework/op_desc.h"
+#include "tests/attention_case.h"
 #include "tests/builtin_model_test_util.h"
 #include "tests/op_test_util.h"
 
@@ -28,41 +29,7 @@ using test::CompareTensors;
 using test::RandomTensor;
 using test::RunOps;
 
-struct Case {
-  Dims batch;  // the dims before the last two
-  int64_t sq, sk, d, dv;
-  bool causal;
-  Dims With(int64_t a, int64_t b) const {
-    Dims r = batch;
-    r.push_back(a);
-    r.push_back(b);
-    return r;
-  }
-  std::string Name() const {
-    return "sq " + std::to_string(sq) + " sk " + std::to_string(sk) + " d " + std::to_string(d) + " dv " +
-           std::to_string(dv) + (causal ? " causal" : "");
-  }
-};
-
-std::vector<proto::OpDesc> ForwardAndGrad(const Case& c, bool dq, bool dk, bool dv, bool dout) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  OpBuilder g("fused_attention_grad");
-  g.In("Q", {"q"}).In("K", {"k"}).In("V", {"v"}).In("Out", {"o"}).In("LSE", {"lse"});
-  if (dout) g.In("Out@GRAD", {"do"});
-  if (dq) g.Out("Q@GRAD", {"dq"});
-  if (dk) g.Out("K@GRAD", {"dk"});
-  if (dv) g.Out("V@GRAD", {"dv"});
-  return {OpBuilder("fused_attention")
-              .In("Q", {"q"})
-              .In("K", {"k"})
-              .In("V", {"v"})
-              .Out("Out", {"o"})
-              .Out("LSE", {"lse"})
-              .Attr("scale", scale)
-              .Attr("causal", c.causal)
-              .Build(),
-          g.Attr("scale", scale).Attr("causal", c.causal).Build()};
-}
+using Case = test::AttentionCase;
 
 TEST(FallbackRegistryTest, HoldsEveryOpOfItsBase) {
   OpRegistry base;
@@ -90,15 +57,16 @@ TEST(FallbackRegistryTest, FusedAttentionMatchesTheReferenceKernels) {
   };
   std::mt19937 rng(20261127);
   for (const Case& c : cases) {
-    std::map<std::string, Tensor> in = {{"q", RandomTensor(c.With(c.sq, c.d), DataType::kFP32, rng)},
-                                        {"k", RandomTensor(c.With(c.sk, c.d), DataType::kFP32, rng)},
-                                        {"v", RandomTensor(c.With(c.sk, c.dv), DataType::kFP32, rng)},
-                                        {"do", RandomTensor(c.With(c.sq, c.dv), DataType::kFP32, rng)}};
+    std::map<std::string, Tensor> in = {{"q", RandomTensor(c.Q(), DataType::kFP32, rng)},
+                                        {"k", RandomTensor(c.K(), DataType::kFP32, rng)},
+                                        {"v", RandomTensor(c.V(), DataType::kFP32, rng)},
+                                        {"do", RandomTensor(c.Out(), DataType::kFP32, rng)}};
     // All gradients; dV alone; dQ and dK; none flowing in (all zero).
     const std::vector<std::vector<bool>> wanted = {
         {true, true, true, true}, {false, false, true, true}, {true, true, false, true}, {true, true, true, false}};
     for (const std::vector<bool>& w : wanted) {
-      const std::vector<proto::OpDesc> ops = ForwardAndGrad(c, w[0], w[1], w[2], w[3]);
+      const std::vector<proto::OpDesc> ops =
+          test::AttentionOps(c.Scale(), c.causal, w[3], {w[0] ? "dq" : "", w[1] ? "dk" : "", w[2] ? "dv" : ""});
       const auto want = RunOps(ops, in, /*use_onednn=*/false);
       const auto got = RunOps(ops, in, /*use_onednn=*/false, {}, *fallback);
       std::vector<std::string> outs = {"o", "lse"};

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "framework/op_desc.h"
+#include "tests/attention_case.h"
 #include "tests/op_test_util.h"
 
 namespace kiln {
@@ -25,39 +26,13 @@ using test::RandomTensor;
 using test::RunOps;
 using test::ValueAt;
 
-struct Case {
-  int64_t batch, heads, sq, sk, d, dv;
-  bool causal;
-  Dims q() const { return {batch, heads, sq, d}; }
-  Dims k() const { return {batch, heads, sk, d}; }
-  Dims v() const { return {batch, heads, sk, dv}; }
-  Dims out() const { return {batch, heads, sq, dv}; }
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }
-  std::string Name() const {
-    return "sq " + std::to_string(sq) + " sk " + std::to_string(sk) + " d " + std::to_string(d) + " dv " +
-           std::to_string(dv) + (causal ? " causal" : "");
-  }
-};
+using Case = test::AttentionCase;
 
-proto::OpDesc Fused(const Case& c) {
-  return OpBuilder("fused_attention")
-      .In("Q", {"q"})
-      .In("K", {"k"})
-      .In("V", {"v"})
-      .Out("Out", {"o"})
-      .Out("LSE", {"lse"})
-      .Attr("scale", c.scale())
-      .Attr("causal", c.causal)
-      .Build();
-}
+proto::OpDesc Fused(const Case& c) { return test::AttentionForwardOp(c.Scale(), c.causal); }
 
 proto::OpDesc FusedGrad(const Case& c, bool dq = true, bool dk = true, bool dv = true) {
-  OpBuilder b("fused_attention_grad");
-  b.In("Q", {"q"}).In("K", {"k"}).In("V", {"v"}).In("Out", {"o"}).In("LSE", {"lse"}).In("Out@GRAD", {"do"});
-  if (dq) b.Out("Q@GRAD", {"dq"});
-  if (dk) b.Out("K@GRAD", {"dk"});
-  if (dv) b.Out("V@GRAD", {"dv"});
-  return b.Attr("scale", c.scale()).Attr("causal", c.causal).Build();
+  return test::AttentionGradOp(c.Scale(), c.causal, /*with_dout=*/true,
+                               {dq ? "dq" : "", dk ? "dk" : "", dv ? "dv" : ""});
 }
 
 // The pattern attention_fusion_pass replaces, forward and backward.
@@ -65,7 +40,7 @@ std::vector<proto::OpDesc> Unfused(const Case& c) {
   const std::string sm = c.causal ? "fused_softmax_mask_upper_triangle" : "softmax";
   return {
       OpBuilder("matmul").In("X", {"q"}).In("Y", {"k"}).Out("Out", {"s"}).Attr("transpose_Y", true).Attr("alpha",
-                                                                                                          c.scale())
+                                                                                                          c.Scale())
           .Build(),
       OpBuilder(sm).In("X", {"s"}).Out("Out", {"p"}).Build(),
       OpBuilder("matmul").In("X", {"p"}).In("Y", {"v"}).Out("Out", {"o"}).Build(),
@@ -84,16 +59,16 @@ std::vector<proto::OpDesc> Unfused(const Case& c) {
           .Out("X@GRAD", {"dq"})
           .Out("Y@GRAD", {"dk"})
           .Attr("transpose_Y", true)
-          .Attr("alpha", c.scale())
+          .Attr("alpha", c.Scale())
           .Build(),
   };
 }
 
 std::map<std::string, Tensor> Inputs(const Case& c, DataType dtype, std::mt19937& rng) {
-  return {{"q", RandomTensor(c.q(), dtype, rng, -2, 2)},
-          {"k", RandomTensor(c.k(), dtype, rng, -2, 2)},
-          {"v", RandomTensor(c.v(), dtype, rng)},
-          {"do", RandomTensor(c.out(), dtype, rng)}};
+  return {{"q", RandomTensor(c.Q(), dtype, rng, -2, 2)},
+          {"k", RandomTensor(c.K(), dtype, rng, -2, 2)},
+          {"v", RandomTensor(c.V(), dtype, rng)},
+          {"do", RandomTensor(c.Out(), dtype, rng)}};
 }
 
 // Each row's log(sum(exp(s))) over the keys it sees, from the unfused scores.
@@ -115,7 +90,7 @@ std::vector<Case> OddCases() {
     for (bool causal : {false, true}) {
       for (auto [d, dv] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {16, 16}, {64, 64}}) {
         if (s == 100 && d == 1) continue;  // the long rows of a one-dim head say little more
-        cases.push_back({2, 3, s, causal ? s : s + 4, d, dv, causal});
+        cases.push_back({{2, 3}, s, causal ? s : s + 4, d, dv, causal});
       }
     }
   }
@@ -135,7 +110,7 @@ TEST(FusedAttentionOpTest, MatchesTheUnfusedOpsForwardAndBackward) {
             << c.Name() << " " << DataTypeName(dtype) << " " << v;
       }
       const Tensor& lse = fused->GetVar("lse")->Get();
-      EXPECT_EQ(lse.dims(), (Dims{c.batch, c.heads, c.sq})) << c.Name();
+      EXPECT_EQ(lse.dims(), c.Lse()) << c.Name();
       const std::vector<double> want = RowLse(unfused->GetVar("s")->Get(), c);
       for (int64_t i = 0; i < lse.numel(); ++i) {
         ASSERT_NEAR(ValueAt(lse, i), want[i], tol * (1 + std::fabs(want[i]))) << c.Name() << " row " << i;
@@ -146,8 +121,9 @@ TEST(FusedAttentionOpTest, MatchesTheUnfusedOpsForwardAndBackward) {
 
 TEST(FusedAttentionOpTest, GradMatchesFiniteDifferences) {
   std::mt19937 rng(2);
-  for (const Case& c : {Case{1, 2, 7, 9, 3, 4, false}, Case{2, 1, 7, 7, 5, 2, true}, Case{1, 1, 33, 33, 2, 3, true},
-                        Case{1, 1, 20, 17, 4, 4, false}, Case{1, 1, 1, 1, 3, 2, true}}) {
+  for (const Case& c : {Case{{1, 2}, 7, 9, 3, 4, false}, Case{{2, 1}, 7, 7, 5, 2, true},
+                        Case{{1, 1}, 33, 33, 2, 3, true}, Case{{1, 1}, 20, 17, 4, 4, false},
+                        Case{{1, 1}, 1, 1, 3, 2, true}}) {
     const auto in = Inputs(c, DataType::kFP64, rng);
     EXPECT_EQ(test::CheckGrad(Fused(c), {{"q", in.at("q")}, {"k", in.at("k")}, {"v", in.at("v")}}, {"q", "k", "v"},
                               {"o"}),
@@ -160,7 +136,7 @@ TEST(FusedAttentionOpTest, GradMatchesFiniteDifferences) {
 // key tile whose scores are all far below the running maximum adds nothing.
 TEST(FusedAttentionOpTest, LargeScoresStayFinite) {
   std::mt19937 rng(3);
-  const Case c{1, 2, 40, 40, 4, 4, false};
+  const Case c{{1, 2}, 40, 40, 4, 4, false};
   auto in = Inputs(c, DataType::kFP32, rng);
   float* q = in["q"].mutable_data<float>();
   for (int64_t i = 0; i < in["q"].numel(); ++i) q[i] *= 40;
@@ -173,7 +149,7 @@ TEST(FusedAttentionOpTest, LargeScoresStayFinite) {
 
 TEST(FusedAttentionOpTest, GradientsNotWantedOrNotFlowingIn) {
   std::mt19937 rng(4);
-  const Case c{1, 2, 9, 9, 3, 3, true};
+  const Case c{{1, 2}, 9, 9, 3, 3, true};
   const auto in = Inputs(c, DataType::kFP64, rng);
   const auto all = RunOps({Fused(c), FusedGrad(c)}, in, false);
   const auto only_dv = RunOps({Fused(c), FusedGrad(c, false, false, true)}, in, false);
@@ -193,7 +169,7 @@ TEST(FusedAttentionOpTest, GradientsNotWantedOrNotFlowingIn) {
 
 TEST(FusedAttentionOpTest, RankTwoIsOneHead) {
   std::mt19937 rng(5);
-  const Case four{1, 1, 11, 11, 6, 6, true};
+  const Case four{{1, 1}, 11, 11, 6, 6, true};
   const auto in4 = Inputs(four, DataType::kFP64, rng);
   std::map<std::string, Tensor> in2;
   for (const auto& [name, t] : in4) {
@@ -212,7 +188,7 @@ TEST(FusedAttentionOpTest, RankTwoIsOneHead) {
 
 TEST(FusedAttentionOpTest, BadInputIsNamed) {
   std::mt19937 rng(6);
-  const Case c{1, 2, 5, 6, 3, 3, false};
+  const Case c{{1, 2}, 5, 6, 3, 3, false};
   auto run = [&](const Case& cs, std::map<std::string, Tensor> in) {
     return ErrorOf([&] { RunOps({Fused(cs)}, in, false); });
   };
@@ -233,7 +209,7 @@ TEST(FusedAttentionOpTest, BadInputIsNamed) {
   EXPECT_EQ(run(c, in),
             "op #0 'fused_attention': inputs Q, K, V: expected one rank, got Q [1,2,5,3], K [1,2,6,3], V [2,6,3]");
   in = Inputs(c, DataType::kFP32, rng);
-  in["v"] = RandomTensor(c.v(), DataType::kFP64, rng);
+  in["v"] = RandomTensor(c.V(), DataType::kFP64, rng);
   EXPECT_EQ(run(c, in), "op #0 'fused_attention': input V: expected dtype f32 (as Q), got f64");
   Case causal = c;
   causal.causal = true;
@@ -245,7 +221,7 @@ TEST(FusedAttentionOpTest, BadInputIsNamed) {
   // The grad checks what it reads from the forward.
   in = Inputs(c, DataType::kFP32, rng);
   in["lse"] = RandomTensor({1, 2, 6}, DataType::kFP32, rng);
-  in["o"] = RandomTensor(c.out(), DataType::kFP32, rng);
+  in["o"] = RandomTensor(c.Out(), DataType::kFP32, rng);
   EXPECT_EQ(ErrorOf([&] { RunOps({FusedGrad(c)}, in, false); }),
             "op #0 'fused_attention_grad': input LSE: expected dims [1,2,5], got [1,2,6]");
 }

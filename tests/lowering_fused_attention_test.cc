@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/kernels/attention/attention_kernels.h"
+#include "tests/attention_case.h"
 #include "tests/lowering_test_util.h"
 
 namespace kiln::test {
@@ -13,31 +14,12 @@ namespace {
 
 // Forward and backward in one cluster: LSE stays inside as a temp.
 LoweringCase Attention(const std::string& name, Dims q, int64_t sk, int64_t dv, bool causal, bool with_dout = true) {
+  const AttentionCase a{Dims(q.begin(), q.end() - 2), q[q.size() - 2], sk, q.back(), dv, causal};
   LoweringCase c;
   c.name = name;
-  const float scale = 0.3f;
-  Dims k = q, v = q, out = q;
-  k[k.size() - 2] = sk;
-  v[v.size() - 2] = sk;
-  v.back() = dv;
-  out.back() = dv;
-  c.ops.push_back(OpBuilder("fused_attention")
-                      .In("Q", {"q"})
-                      .In("K", {"k"})
-                      .In("V", {"v"})
-                      .Out("Out", {"o"})
-                      .Out("LSE", {"lse"})
-                      .Attr("scale", scale)
-                      .Attr("causal", causal)
-                      .Build());
-  OpBuilder g("fused_attention_grad");
-  g.In("Q", {"q"}).In("K", {"k"}).In("V", {"v"}).In("Out", {"o"}).In("LSE", {"lse"});
-  if (with_dout) g.In("Out@GRAD", {"do"});
-  c.ops.push_back(
-      g.Out("Q@GRAD", {"dq"}).Out("K@GRAD", {kEmptyVarName}).Out("V@GRAD", {"dv"}).Attr("scale", scale).Attr(
-          "causal", causal).Build());
-  c.inputs = {{"q", q}, {"k", k}, {"v", v}};
-  if (with_dout) c.inputs.push_back({"do", out});
+  c.ops = AttentionOps(/*scale=*/0.3f, causal, with_dout, {"dq", kEmptyVarName, "dv"});
+  c.inputs = {{"q", a.Q()}, {"k", a.K()}, {"v", a.V()}};
+  if (with_dout) c.inputs.push_back({"do", a.Out()});
   c.outputs = {"o", "dq", "dv"};
   return c;
 }

@@ -20,12 +20,6 @@ class ResnetTest : public ::testing::Test {
     c.blocks = 1;
     return c;
   }
-  static TrainConfig Adam() {
-    TrainConfig tc;
-    tc.optimizer = OptimizerKind::kAdam;
-    tc.lr = 0.01f;
-    return tc;
-  }
   static int64_t Params(const Model& m) {
     int64_t n = 0;
     for (const std::string& p : m.params) n += Numel(VarDims(*FindVarDesc(m.train.blocks(0), p)));
@@ -38,7 +32,7 @@ class ResnetTest : public ::testing::Test {
 // scale and bias per conv, fc 256 -> 10. The PyTorch twin
 // (tools/bench/torch_peer.py) has the same count.
 TEST_F(ResnetTest, DefaultIsResnet18ShapedWithItsParameterCount) {
-  const Model m = BuildResnet(ResnetConfig{}, Adam());
+  const Model m = BuildResnet(ResnetConfig{}, test::AdamAt001());
   EXPECT_EQ(m.sample_dims, (Dims{3, 32, 32}));
   int64_t expect = 3 * 32 * 9 + 2 * 32;  // stem
   int64_t in = 32;
@@ -66,7 +60,7 @@ TEST_F(ResnetTest, DefaultIsResnet18ShapedWithItsParameterCount) {
 TEST_F(ResnetTest, JitOnMatchesJitOffAndTheLossFalls) {
   const Dataset all = MakeSyntheticImages(320, 3, 8, 8, 10, /*seed=*/3);
   auto [train, test] = SplitDataset(all, 0.8);
-  const Model m = BuildResnet(Tiny(), Adam());
+  const Model m = BuildResnet(Tiny(), test::AdamAt001());
   const test::OffAndOn r = test::ExpectJitMatchesJitOff(m, train, test, /*batch=*/16, /*steps=*/20);
   // Mean of the last 10 losses against the first 10.
   EXPECT_LT(r.off.final_loss, 0.9f * r.off.first_loss);

@@ -96,51 +96,16 @@ def allowed_layers():
     return out
 
 
+def layered_folders():
+    return {p.split("/")[0] for _, prefixes, _ in LAYERS for p in prefixes}
+
+
 def project_folders():
-    tops = {p.split("/")[0] for _, prefixes, _ in LAYERS for p in prefixes}
-    return tops | {f.rstrip("/") for f in FREE}
+    return layered_folders() | {f.rstrip("/") for f in FREE}
 
 
-def check(root, counts=None):
-    """The list of error lines for the tree at root; counts gets the files and includes checked."""
-    allowed = allowed_layers()
-    tops = project_folders()
-    layered_tops = {p.split("/")[0] for _, prefixes, _ in LAYERS for p in prefixes}
-    exceptions = {(f, i) for f, i, _ in EXCEPTIONS}
-    errors = []
-    for top in sorted(layered_tops):
-        for dirpath, dirnames, names in os.walk(os.path.join(root, top)):
-            dirnames.sort()
-            for n in sorted(names):
-                if not n.endswith(SOURCE_EXTENSIONS):
-                    continue
-                path = os.path.relpath(os.path.join(dirpath, n), root).replace(os.sep, "/")
-                layer = layer_of(path)
-                if layer is None:
-                    errors.append(f"{path}: in no layer of tools/check_layers.py's LAYERS")
-                    continue
-                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-                    text = f.read()
-                if counts is not None:
-                    counts[0] += 1
-                for m in INCLUDE.finditer(text):
-                    inc = m.group(1)
-                    if inc.split("/")[0] not in tops or (path, inc) in exceptions:
-                        continue
-                    if counts is not None:
-                        counts[1] += 1
-                    line = text.count("\n", 0, m.start()) + 1
-                    target = layer_of(inc)
-                    if target is None:
-                        errors.append(f"{path}:{line}: includes \"{inc}\", which no layer may include")
-                    elif target not in allowed[layer]:
-                        errors.append(f"{path}:{line}: {layer} includes \"{inc}\" of {target}, above it")
-    return errors + check_edge_only(root, sorted(tops))
-
-
-def check_edge_only(root, tops):
-    """Error lines for the includes of EDGE_ONLY headers from files their table does not name."""
-    errors = []
+def source_files(root, tops):
+    """(path from root, text) of each source file below the folders tops, in a fixed order."""
     for top in tops:
         for dirpath, dirnames, names in os.walk(os.path.join(root, top)):
             dirnames.sort()
@@ -149,12 +114,49 @@ def check_edge_only(root, tops):
                     continue
                 path = os.path.relpath(os.path.join(dirpath, n), root).replace(os.sep, "/")
                 with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-                    text = f.read()
-                for m in INCLUDE.finditer(text):
-                    for header, users, why in EDGE_ONLY:
-                        if m.group(1) == header and not any(path.startswith(u) for u in users):
-                            line = text.count("\n", 0, m.start()) + 1
-                            errors.append(f"{path}:{line}: includes \"{header}\": {why}")
+                    yield path, f.read()
+
+
+def includes(text):
+    """(included path, line) of each `#include "..."` of text."""
+    for m in INCLUDE.finditer(text):
+        yield m.group(1), text.count("\n", 0, m.start()) + 1
+
+
+def check(root, counts=None):
+    """The list of error lines for the tree at root; counts gets the files and includes checked."""
+    allowed = allowed_layers()
+    tops = project_folders()
+    exceptions = {(f, i) for f, i, _ in EXCEPTIONS}
+    errors = []
+    for path, text in source_files(root, sorted(layered_folders())):
+        layer = layer_of(path)
+        if layer is None:
+            errors.append(f"{path}: in no layer of tools/check_layers.py's LAYERS")
+            continue
+        if counts is not None:
+            counts[0] += 1
+        for inc, line in includes(text):
+            if inc.split("/")[0] not in tops or (path, inc) in exceptions:
+                continue
+            if counts is not None:
+                counts[1] += 1
+            target = layer_of(inc)
+            if target is None:
+                errors.append(f"{path}:{line}: includes \"{inc}\", which no layer may include")
+            elif target not in allowed[layer]:
+                errors.append(f"{path}:{line}: {layer} includes \"{inc}\" of {target}, above it")
+    return errors + check_edge_only(root, sorted(tops))
+
+
+def check_edge_only(root, tops):
+    """Error lines for the includes of EDGE_ONLY headers from files their table does not name."""
+    errors = []
+    for path, text in source_files(root, tops):
+        for inc, line in includes(text):
+            for header, users, why in EDGE_ONLY:
+                if inc == header and not any(path.startswith(u) for u in users):
+                    errors.append(f"{path}:{line}: includes \"{header}\": {why}")
     return errors
 
 

@@ -100,6 +100,23 @@ bool MatchNormAndGrad(const Cluster& c, const Units& units, const VarUses& uses,
   return true;
 }
 
+// The relu_grad that alone writes `dx`, read by unit `reader` alone, from
+// `out` (its relu's Out) and an f32 gradient of `out`: sets *u, *op and
+// *dout as it matches; false otherwise.
+bool MatchReluGrad(const Cluster& c, const Units& units, const VarUses& uses, const std::string& dx,
+                   const std::string& out, int reader, int* u, int* op, std::string* dout) {
+  const std::vector<int>& writers = uses.Writers(dx);
+  if (writers.size() != 1) return false;
+  *u = writers.front();
+  *op = PendingOfType(c, units, *u, "relu_grad");
+  if (*op < 0 || OnlyReader(c, uses, dx, *u) != reader || c.In(*op, "Out") != out ||
+      c.Out(*op, GradVarName("X")) != dx) {
+    return false;
+  }
+  *dout = c.In(*op, GradVarName("Out"));
+  return !dout->empty() && c.IsF32(*dout);
+}
+
 // The relu on z alone and its gradient writing dz for the batch norm's
 // gradient alone; false (no fusion) otherwise.
 bool MatchRelu(const Cluster& c, const Units& units, const VarUses& uses, Chain* m) {
@@ -108,18 +125,9 @@ bool MatchRelu(const Cluster& c, const Units& units, const VarUses& uses, Chain*
   if (m->relu < 0 || c.In(m->relu, "X") != m->z) return false;
   m->r = c.Out(m->relu, "Out");
   if (m->r.empty() || uses.Writers(m->r) != std::vector<int>{m->relu_u}) return false;
-  const std::vector<int>& dz_writers = uses.Writers(m->dz);
-  if (dz_writers.size() != 1) return false;
-  m->relug_u = dz_writers.front();
-  m->relug = PendingOfType(c, units, m->relug_u, "relu_grad");
-  if (m->relug < 0 || OnlyReader(c, uses, m->dz, m->relug_u) != m->bng_u || c.In(m->relug, "Out") != m->r ||
-      c.Out(m->relug, GradVarName("X")) != m->dz) {
-    return false;
-  }
-  m->dr = c.In(m->relug, GradVarName("Out"));
   // relu runs with the batch norm (moved up), relu_grad with its gradient
   // (moved down).
-  return !m->dr.empty() && c.IsF32(m->dr) &&
+  return MatchReluGrad(c, units, uses, m->dz, m->r, m->bng_u, &m->relug_u, &m->relug, &m->dr) &&
          NothingBetweenTouches(units, m->bn_u, m->relu_u, {m->z}, {m->r}, {m->bn_u, m->relu_u}) &&
          NothingBetweenTouches(units, m->relug_u, m->bng_u, {m->dr}, {m->dz}, {m->relug_u, m->bng_u});
 }
@@ -157,18 +165,9 @@ bool MatchResidual(const Cluster& c, const Units& units, const VarUses& uses, co
   }
   r->ds = c.Out(g, GradVarName(z_is_x ? "Y" : "X"));
   r->dsum = c.In(g, GradVarName("Out"));
-  const std::vector<int>& dsum_writers = uses.Writers(r->dsum);
-  if (dsum_writers.size() != 1) return false;
-  r->relug_u = dsum_writers.front();
-  r->relug = PendingOfType(c, units, r->relug_u, "relu_grad");
-  if (r->relug < 0 || OnlyReader(c, uses, r->dsum, r->relug_u) != r->addg_u || c.In(r->relug, "Out") != r->out ||
-      c.Out(r->relug, GradVarName("X")) != r->dsum) {
-    return false;
-  }
-  r->dout = c.In(r->relug, GradVarName("Out"));
   // relu runs with the sum (moved up), relu_grad with the sum's gradient
   // (moved down).
-  return !r->dout.empty() && c.IsF32(r->dout) &&
+  return MatchReluGrad(c, units, uses, r->dsum, r->out, r->addg_u, &r->relug_u, &r->relug, &r->dout) &&
          NothingBetweenTouches(units, r->add_u, r->relu_u, {r->sum}, {r->out}, {r->add_u, r->relu_u}) &&
          NothingBetweenTouches(units, r->relug_u, r->addg_u, {r->out, r->dout}, {r->dsum}, {r->relug_u, r->addg_u});
 }
