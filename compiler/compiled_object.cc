@@ -96,6 +96,10 @@ std::string DynamicShape::SymbolsString(const std::vector<std::string>& input_na
   for (const Symbol& sym : symbols) {
     out += (out.empty() ? "" : "; ") + sym.name + " = ";
     for (size_t k = 0; k < sym.positions.size(); ++k) {
+      if (k == 3) {  // one line however many inputs a cluster has
+        out += " and " + std::to_string(sym.positions.size() - k) + " more";
+        break;
+      }
       const auto [in, axis] = sym.positions[k];
       const std::string name = in < static_cast<int>(input_names.size()) ? input_names[in] : "#" + std::to_string(in);
       out += (k ? ", " : "") + name + " dim " + std::to_string(axis);
