@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "compiler/dynamic/lower_dynamic.h"
 #include "compiler/lower.h"
 #include "compiler/lowering/cluster.h"
 #include "framework/hash.h"
@@ -207,16 +208,20 @@ std::shared_ptr<const CompiledObject> CompileCache::Build(const CacheKey& ck, co
                                                           const std::vector<Symbol>& symbols) {
   TraceSpan span("compile", "compile " + ck.key);
   span.Arg("signature", ck.signature.ToString());
-  if (auto obj = BuildDynamic(ck, subgraph, symbols)) return obj;
   LogSink log;
   {
     std::lock_guard<std::mutex> lock(mu_);
     log = options_.log;
   }
   try {
-    std::unique_ptr<CompiledObject> obj = Lower(ck.key, subgraph, ck.signature, ck.options);
+    std::string why;
+    std::shared_ptr<CompiledObject> obj = symbols.empty()
+                                              ? Lower(ck.key, subgraph, ck.signature, ck.options)
+                                              : LowerDynamic(ck.key, subgraph, ck.signature, symbols, ck.options,
+                                                             OpRegistry::Global(), &why);
     std::lock_guard<std::mutex> lock(mu_);
     obj->id = next_id_++;
+    if (!symbols.empty()) NoteDynamicLocked(ck, subgraph, symbols, obj, why);
     return obj;
   } catch (const Error& e) {
     LogLine(log, "kiln jit: cluster " + ck.key + " cannot be compiled for " + ck.signature.ToString() + ": " +

@@ -137,11 +137,12 @@ class CompileCache {
   // Under mu_: the newest dynamic object of ck's key that serves its
   // signature (same options, the signature matches), or nullptr.
   std::shared_ptr<const CompiledObject> DynamicParentLocked(const CacheKey& ck) const;
-  // A compile for every value of `symbols` (compiler/dynamic/lower_dynamic.h)
-  // when there are any; nullptr (logged with --jit_verbose) when it cannot be
-  // made, and the caller compiles specialised.
-  std::shared_ptr<const CompiledObject> BuildDynamic(const CacheKey& ck, const JitSubgraph& subgraph,
-                                                     const std::vector<Symbol>& symbols);
+  // Under mu_, after a compile asked for every value of `symbols`
+  // (compiler/dynamic/lower_dynamic.h): keeps `obj` as the key's dynamic
+  // object, or (when it came out specialised, for the reason `why`)
+  // remembers not to try those symbols again; counts and logs either.
+  void NoteDynamicLocked(const CacheKey& ck, const JitSubgraph& subgraph, const std::vector<Symbol>& symbols,
+                         const std::shared_ptr<const CompiledObject>& obj, const std::string& why);
   // Under mu_, for a miss about to compile: the symbols the policy makes
   // symbolic for it (none: compile specialised).
   std::vector<Symbol> SymbolsLocked(const CacheKey& ck, const JitSubgraph& subgraph) const;

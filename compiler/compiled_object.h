@@ -92,8 +92,10 @@ struct DynamicShape {
   // The symbols' values when `sig` has the symbolic signature's dtypes, ranks
   // and static dims and each symbol one value at all its positions.
   std::optional<std::vector<int64_t>> Match(const ShapeSignature& sig) const;
-  // "(f32[64,S,1], i64[64,S,1])" and "S = input ids dim 1, input targets dim 1" (the
-  // first three positions of each symbol, then how many more).
+  // "(f32[64,S,1], i64[64,S,1])".
+  std::string SignatureString() const;
+  // "S = ids dim 1, targets dim 1" (the first three positions of each
+  // symbol, then how many more).
   std::string SymbolsString(const std::vector<std::string>& input_names) const;
 };
 

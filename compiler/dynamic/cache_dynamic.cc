@@ -71,37 +71,27 @@ std::shared_ptr<const CompiledObject> CompileCache::TryInstance(const CacheKey& 
   return shared;
 }
 
-std::shared_ptr<const CompiledObject> CompileCache::BuildDynamic(const CacheKey& ck, const JitSubgraph& subgraph,
-                                                                 const std::vector<Symbol>& symbols) {
-  if (symbols.empty()) return nullptr;
-  std::shared_ptr<CompiledObject> obj;
-  std::string why;
-  try {
-    obj = LowerDynamic(ck.key, subgraph, ck.signature, symbols, ck.options);
-  } catch (const Error& e) {
-    why = e.what();
-  }
-  std::lock_guard<std::mutex> lock(mu_);
+void CompileCache::NoteDynamicLocked(const CacheKey& ck, const JitSubgraph& subgraph,
+                                     const std::vector<Symbol>& symbols,
+                                     const std::shared_ptr<const CompiledObject>& obj, const std::string& why) {
   const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
-  DynamicShape probe;
-  probe.symbols = symbols;
-  if (!obj) {
+  if (!obj->dynamic) {
     ++stats_.dynamic_failures;
     dynamic_failed_[ck.key].insert(SymbolPositionsKey(symbols));
     if (options_.verbose >= 1) {
+      DynamicShape asked;
+      asked.symbols = symbols;
       LogLine(options_.log, "kiln jit: cluster " + name + " stays specialised for " +
-                                probe.SymbolsString(subgraph.inputs) + ": " + why);
+                                asked.SymbolsString(subgraph.inputs) + ": " + why);
     }
-    return nullptr;
+    return;
   }
-  obj->id = next_id_++;
   ++stats_.dynamic_compiles;
   dynamic_[ck.key].push_back(obj);
   if (options_.verbose >= 1) {
     LogLine(options_.log, "kiln jit: cluster " + name + " compiles once for " + obj->dynamic->SignatureString() +
                               " (" + obj->dynamic->SymbolsString(subgraph.inputs) + ")");
   }
-  return obj;
 }
 
 }  // namespace kiln::jit

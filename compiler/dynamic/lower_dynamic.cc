@@ -185,9 +185,13 @@ std::vector<Symbol> SymbolsForDeclared(const JitSubgraph& subgraph, const ShapeS
   return symbols;
 }
 
-std::unique_ptr<CompiledObject> LowerDynamic(const std::string& key, const JitSubgraph& subgraph,
-                                             const ShapeSignature& signature, const std::vector<Symbol>& symbols,
-                                             const CompileOptions& options, const OpRegistry& registry) {
+namespace {
+
+// Makes `base` (the lowering at `signature`) the object for every value of
+// `symbols`, or throws the reason it cannot be.
+void MakeDynamic(CompiledObject* base, const std::string& key, const JitSubgraph& subgraph,
+                 const ShapeSignature& signature, const std::vector<Symbol>& symbols, const CompileOptions& options,
+                 const OpRegistry& registry) {
   if (symbols.empty() || symbols.size() > static_cast<size_t>(kMaxSymbols)) {
     ThrowUnimplemented("a dynamic compile takes 1 to ", kMaxSymbols, " symbols, not ", symbols.size());
   }
@@ -198,9 +202,8 @@ std::unique_ptr<CompiledObject> LowerDynamic(const std::string& key, const JitSu
     if (v < 1) ThrowUnimplemented("symbol ", s.name, " is ", v, " here; a dynamic compile starts from a size >= 1");
     values.push_back({v, 2 * v, 3 * v});
   }
-  std::unique_ptr<CompiledObject> base = Lower(key, subgraph, signature, options, registry);
   std::vector<std::unique_ptr<CompiledObject>> probes;
-  std::vector<const CompiledObject*> grid{base.get()};
+  std::vector<const CompiledObject*> grid{base};
   double probe_ms = 0.0, probe_cpu_ms = 0.0;
   auto lower_at = [&](const std::vector<int64_t>& point) {
     const std::string where = PointString(symbols, point);
@@ -246,6 +249,21 @@ std::unique_ptr<CompiledObject> LowerDynamic(const std::string& key, const JitSu
   base->compile_phases.push_back({"probe lowerings", probe_ms, probe_cpu_ms});
   base->compile_ms += probe_ms;
   base->compile_cpu_ms += probe_cpu_ms;
+}
+
+}  // namespace
+
+std::unique_ptr<CompiledObject> LowerDynamic(const std::string& key, const JitSubgraph& subgraph,
+                                             const ShapeSignature& signature, const std::vector<Symbol>& symbols,
+                                             const CompileOptions& options, const OpRegistry& registry,
+                                             std::string* why) {
+  std::unique_ptr<CompiledObject> base = Lower(key, subgraph, signature, options, registry);
+  try {
+    MakeDynamic(base.get(), key, subgraph, signature, symbols, options, registry);
+  } catch (const Error& e) {
+    base->dynamic = nullptr;
+    if (why != nullptr) *why = e.what();
+  }
   return base;
 }
 

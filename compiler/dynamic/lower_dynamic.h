@@ -13,8 +13,9 @@
 //
 // Anything that does not hold (a step that fires at one size and not at
 // another, a dim that is not a polynomial, a kernel fixed to its sizes)
-// throws kiln::Error with the reason, and the caller compiles the shape
-// specialised instead.
+// leaves the object specialised: LowerDynamic returns the lowering at the
+// launch's shapes without `dynamic`, and the reason in `why`. An error of
+// that lowering itself propagates, as Lower's does.
 #pragma once
 
 #include <memory>
@@ -41,7 +42,7 @@ std::vector<Symbol> SymbolsForDeclared(const JitSubgraph& subgraph, const ShapeS
 
 std::unique_ptr<CompiledObject> LowerDynamic(const std::string& key, const JitSubgraph& subgraph,
                                              const ShapeSignature& signature, const std::vector<Symbol>& symbols,
-                                             const CompileOptions& options,
-                                             const OpRegistry& registry = OpRegistry::Global());
+                                             const CompileOptions& options, const OpRegistry& registry,
+                                             std::string* why);
 
 }  // namespace kiln::jit
