@@ -115,6 +115,14 @@ void CheckLoweringGolden(const LoweringCase& c) {
 
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol, double rtol,
                                                            unsigned seed) {
+  auto obj = LowerCase(c);
+  CheckProgramNumerics(c, *obj, obj->program, atol, rtol, seed);
+  return obj;
+}
+
+void CheckProgramNumerics(const LoweringCase& c, const jit::CompiledObject& program_of, const runtime::Program& program,
+                          double atol, double rtol, unsigned seed) {
+  const jit::CompiledObject* obj = &program_of;
   std::mt19937 rng(seed);
   std::map<std::string, Tensor> inputs;
   for (const auto& [name, dims] : c.inputs) {
@@ -122,7 +130,6 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
     inputs[name] = given != c.given.end() ? given->second : RandomTensor(dims, InputDtype(c, name), rng, -2.0, 2.0);
   }
   std::unique_ptr<Scope> reference = RunOps(c.ops, inputs, /*use_onednn=*/false);
-  auto obj = LowerCase(c);
   std::vector<Tensor> bound, outs;
   std::vector<void*> in_ptrs, out_ptrs;
   for (const auto& name : obj->input_names) {
@@ -147,7 +154,7 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
     out_ptrs.push_back(t.raw_data());
     outs.push_back(std::move(t));
   }
-  runtime::Runner::Run(obj->program, in_ptrs, out_ptrs);
+  runtime::Runner::Run(program, in_ptrs, out_ptrs);
   for (size_t o = 0; o < outs.size(); ++o) {
     const std::string& name = obj->output_names[o];
     const auto own = c.output_atol.find(name);
@@ -157,7 +164,6 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
               "")
         << c.name << " output " << name << "\n" << obj->Listing();
   }
-  return obj;
 }
 
 LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& act, Dims input, Dims filter,

@@ -59,6 +59,10 @@ void CheckLoweringGolden(const LoweringCase& c);
 // Returns the compiled object.
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol = 1e-5,
                                                            double rtol = 1e-5, unsigned seed = 1);
+// The same for `program` standing in for obj.program (obj the case's
+// compiled object: its inputs, outputs and their dims).
+void CheckProgramNumerics(const LoweringCase& c, const jit::CompiledObject& obj, const runtime::Program& program,
+                          double atol = 1e-5, double rtol = 1e-5, unsigned seed = 1);
 
 // conv2d of x `input` and f `filter` (square stride and padding, groups),
 // then, when asked, elementwise_add of a [O] bias b at axis 1 and the

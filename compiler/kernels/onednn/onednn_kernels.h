@@ -124,6 +124,11 @@ std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& c
 std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings,
                                                            const std::string& name);
 
+// [N, C, H, W] of an activation with C channels whose buffer, kept in
+// `layout`, has the dims `stored` (the inverse of ActStoredDims); empty when
+// `stored` is no such buffer. For the Resize of kernels on kept activations.
+Dims KeptLogicalDims(ActLayout layout, const Dims& stored, int64_t c);
+
 // The bf16 conversion the lowering makes: x[0, n) rounded to bf16 (times a
 // scale read at run time, a [1] second input, when `scaled`), as one kernel
 // generated for `isa` (compiler/codegen/ew_codegen.h), created. The matmul
