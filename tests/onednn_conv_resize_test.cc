@@ -11,6 +11,7 @@
 
 #include "compiler/kernels/onednn/batch_norm_kernels.h"
 #include "compiler/kernels/onednn/onednn_kernels.h"
+#include "tests/bf16_util.h"
 #include "tests/resize_test_util.h"
 
 namespace kiln::jit {
@@ -68,6 +69,30 @@ TEST(ConvResizeTest, ResizedGradientsMatchFreshKernels) {
         EXPECT_EQ(ResizedMatchesFresh(*kernel, *fresh, a, {}, 1e-4), "") << DimsToString(in) << " "
                                                                          << ActLayoutName(layout);
       }
+    }
+  }
+}
+
+TEST(ConvResizeTest, Bf16ConvolutionsAndGradientsOfABf16DyResize) {
+  KILN_SKIP_WITHOUT_BF16();
+  std::mt19937 rng(34);
+  for (ActLayout layout : {ActLayout::kNChw16c, ActLayout::kNhwc}) {
+    FusedConvSpec made = Conv({2, 16, 8, 8}, layout, true);
+    made.compute = ComputeType::kBF16;
+    auto fwd = MakeFusedConvKernel(made, onednn::Settings{}, "conv_0");
+    auto grad = MakeConvGradKernel(made, true, true, onednn::Settings{}, "cg_0", DataType::kBF16);
+    for (const Dims& in : kInputs) {
+      FusedConvSpec s = made;
+      s.input_dims = in;
+      const Dims out = ActStoredDims(layout, OutOf(in));
+      std::vector<Arg> a = {RandomArg(in, DataType::kFP32, rng), RandomArg({16, 16, 3, 3}, DataType::kFP32, rng),
+                            RandomArg({16}, DataType::kFP32, rng), ZeroArg(out)};
+      EXPECT_EQ(ResizedMatchesFresh(*fwd, *MakeFusedConvKernel(s, onednn::Settings{}, "conv_0"), a), "")
+          << DimsToString(in) << " " << ActLayoutName(layout);
+      std::vector<Arg> g = {RandomArg(in, DataType::kFP32, rng), RandomArg({16, 16, 3, 3}, DataType::kFP32, rng),
+                            RandomArg(out, DataType::kBF16, rng), ZeroArg(in), ZeroArg({16, 16, 3, 3}), ZeroArg({16})};
+      auto fresh = MakeConvGradKernel(s, true, true, onednn::Settings{}, "cg_0", DataType::kBF16);
+      EXPECT_EQ(ResizedMatchesFresh(*grad, *fresh, g, {}, 1e-4), "") << DimsToString(in) << " " << ActLayoutName(layout);
     }
   }
 }
