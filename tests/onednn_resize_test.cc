@@ -14,6 +14,7 @@
 #include <random>
 
 #include "compiler/kernels/gemv_kernels.h"
+#include "compiler/kernels/onednn/batch_norm_kernels.h"
 #include "compiler/kernels/onednn/onednn_kernels.h"
 #include "compiler/kernels/onednn/op_kernel.h"
 #include "framework/op_desc.h"
@@ -262,6 +263,14 @@ TEST(MatmulResizeTest, ReportsTheCostOfAResize) {
   auto conv = MakeFusedConvKernel(c, onednn::Settings{}, "conv_0");
   ReportResizeCost("conv 3x3 16->32", *conv, [](int64_t i) {
     return std::vector<Dims>{{1 + i, 16, 30, 30}, {32, 16, 3, 3}, {32}, {1 + i, 32, 30, 30}};
+  });
+  BatchNormSpec b;
+  b.x_dims = {2, 32, 14, 14};
+  b.layout = ActLayout::kNChw16c;
+  auto bn = MakeBatchNormKernel(b, onednn::Settings{}, "bn_0");
+  ReportResizeCost("batch norm 32 channels nChw16c", *bn, [](int64_t i) {
+    const Dims c = {32}, x = {1 + i, 2, 30, 30, 16};
+    return std::vector<Dims>{x, c, c, c, c, {1 + i, 32, 30, 30}, c, c, c, c};
   });
 }
 

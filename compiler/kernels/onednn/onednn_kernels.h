@@ -9,6 +9,14 @@
 // the bound buffers with onednn::ExecuteEntry: scratchpads and reorder
 // buffers come from the caching allocator for that one execution.
 //
+// Resize (runtime::Kernel, for a compiled object serving several shapes)
+// makes the kernel again for the new dims, its primitives taken from the
+// same cache: created once per shape, then a lookup. What a kernel was made
+// under must stay (a matmul's K, weight and bias; a convolution's channels,
+// filter and layouts; a batch norm's channels): other dims are refused with
+// the reason. compiler/kernels/README.md has the figures, and why not
+// oneDNN's run-time dims.
+//
 // Every maker takes the settings of the compile (CompileOptions::
 // OneDnnSettings()): with `deterministic` the primitives are created for one
 // OpenMP thread, under keys of their own, and run on one. What a kernel
