@@ -8,6 +8,7 @@
 
 #include "compiler/kernels/onednn/onednn_kernels.h"
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 
 namespace kiln::test {
 namespace {
@@ -205,6 +206,20 @@ TEST(BlockedBatchNormTest, DoesNotFireWhenTheConvOutputLeavesOrHasAnotherReader)
       ConvBnChain("blocked_batch_norm_is_test", {2, 3, 6, 5}, {13, 3, 3, 3}, 1, 1, true, /*is_test=*/true);
   const auto obj3 = LowerCase(test_mode);
   EXPECT_FALSE(StepMatched(*obj3, "blocked_batch_norm")) << obj3->lowering;
+}
+
+// Dynamic shapes: the chains' kernels (convolutions, batch norms, the
+// residual sum) compiled for one batch and image size, resized to others.
+TEST(BlockedBatchNormTest, KernelsResizeToOtherBatchesAndImageSizes) {
+  const Dims f = {6, 3, 3, 3};
+  std::vector<LoweringCase> bn, residual;
+  for (const Dims& x : std::vector<Dims>{{1, 3, 5, 5}, {4, 3, 7, 9}}) {
+    bn.push_back(ConvBnChain("bn_resize_" + DimsToString(x), x, f, 1, 1, true));
+    residual.push_back(ResidualChain("residual_resize_" + DimsToString(x), x, f, false));
+  }
+  CheckResizedPrograms(ConvBnChain("bn_resize", {2, 3, 6, 6}, f, 1, 1, true), bn, {"conv", "batch_norm"}, 2e-4, 2e-4);
+  CheckResizedPrograms(ResidualChain("residual_resize", {2, 3, 6, 6}, f, false), residual,
+                       {"conv", "batch_norm", "residual"}, 2e-4, 2e-4);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "framework/bf16.h"
 #include "tests/bf16_util.h"
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 
 namespace kiln::test {
 namespace {
@@ -189,6 +190,18 @@ TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
       }
     }
   }
+}
+
+// Dynamic shapes: the chain's kernels compiled for one batch and image size,
+// resized to others (batch 1, odd widths), as the compiled program would.
+TEST(BlockedLayoutTest, KernelsResizeToOtherBatchesAndImageSizes) {
+  const Dims f = {6, 2, 3, 3};
+  std::vector<LoweringCase> others;
+  for (const Dims& x : std::vector<Dims>{{1, 2, 10, 8}, {5, 2, 6, 14}, {2, 2, 2, 2}}) {
+    others.push_back(ConvPoolChain("blocked_resize_" + DimsToString(x), x, f, true));
+  }
+  CheckResizedPrograms(ConvPoolChain("blocked_resize", {3, 2, 10, 8}, f, true), others, {"conv", "maxpool"}, 1e-4,
+                       1e-5);
 }
 
 }  // namespace

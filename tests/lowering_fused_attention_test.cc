@@ -8,6 +8,7 @@
 #include "compiler/kernels/attention/attention_kernels.h"
 #include "tests/attention_case.h"
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 
 namespace kiln::test {
 namespace {
@@ -60,6 +61,19 @@ TEST(FusedAttentionLoweringTest, GradWithoutOutGradIsNotFired) {
   const auto obj = CheckLoweringNumerics(c);
   // The forward still lowers; the grad runs its reference kernel (zeros).
   EXPECT_NE(obj->lowering.find("#1 fused_attention_grad -> framework_op"), std::string::npos) << obj->lowering;
+}
+
+// Dynamic shapes: forward and backward compiled for one batch and sequence
+// length, resized to others (1, tails of the tiles, beyond one tile).
+TEST(FusedAttentionLoweringTest, KernelsResizeToOtherBatchesAndSequenceLengths) {
+  for (bool causal : {false, true}) {
+    std::vector<LoweringCase> others;
+    for (const auto& [b, s] : std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {2, 17}, {1, 144}, {3, 1}, {1, 192}}) {
+      others.push_back(Attention("attention_resize", {b, 2, s, 8}, s, 4, causal));
+    }
+    CheckResizedPrograms(Attention("attention_resize", {2, 2, 64, 8}, 64, 4, causal), others, {"attention"}, 1e-5,
+                         1e-4);
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 
 namespace kiln::test {
 namespace {
@@ -56,6 +57,20 @@ TEST(MatmulEpilogueTest, DoesNotFireWhenTheIntermediateIsNeededOrTheBiasIsMadeIn
   made.inputs = {{"b0", {7}}, {"x", {6, 5}}, {"w", {5, 7}}};
   obj = CheckLoweringNumerics(made);
   EXPECT_FALSE(StepMatched(*obj, "matmul_epilogue")) << obj->lowering;
+}
+
+// Dynamic shapes: the fused matmul compiled for 6 rows, resized to others
+// (1 row, where a fresh compile would take the batch-1 gemv, is a oneDNN
+// matmul of one row).
+TEST(MatmulEpilogueTest, FusedMatmulResizesToOtherRows) {
+  for (const char* act : {"relu", "gelu"}) {
+    std::vector<LoweringCase> others;
+    for (int64_t m : {1, 17, 144}) {
+      others.push_back(MatmulBiasAct(std::string("resize_") + act, act));
+      others.back().inputs[0] = {"x", {m, 5}};
+    }
+    CheckResizedPrograms(MatmulBiasAct(std::string("resize_") + act, act), others, {"matmul"});
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 
 namespace kiln::test {
 namespace {
@@ -42,6 +43,23 @@ TEST(MaxPoolGradTest, DoesNotFireForThreeByThree) {
   CheckLoweringGolden(c);
   const auto obj = CheckLoweringNumerics(c);
   EXPECT_FALSE(StepMatched(*obj, "max_pool_grad")) << obj->lowering;
+}
+
+// Dynamic shapes: the gradient kernel (and pool2d, a framework kernel that
+// reads its dims at run time) serve other batches, channels and planes with
+// H and W even; an odd plane is refused.
+TEST(MaxPoolGradTest, KernelResizesToOtherEvenPlanes) {
+  CheckResizedPrograms(PoolAndGrad("max_pool_grad_resize", 2, {2, 3, 4, 6}),
+                       {PoolAndGrad("max_pool_grad_resize", 2, {1, 3, 8, 2}),
+                        PoolAndGrad("max_pool_grad_resize", 2, {5, 7, 2, 10})},
+                       {"maxpool_grad"});
+  const auto obj = LowerCase(PoolAndGrad("max_pool_grad_resize", 2, {2, 3, 4, 6}));
+  for (const auto& ins : obj->program.instructions) {
+    if (ins.kernel->name() != "maxpool_grad_0") continue;
+    std::string why;
+    EXPECT_EQ(ins.kernel->Resize({{2, 3, 5, 6}, {2, 3, 2, 3}, {2, 3, 2, 3}, {2, 3, 5, 6}}, &why), nullptr);
+    EXPECT_EQ(why, "maxpool_grad_0: X must be [N, C, H, W] with H and W even and no zero dim, got [2,3,5,6]");
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 
 namespace kiln::test {
 namespace {
@@ -29,6 +30,20 @@ TEST(SgdBeforeDxTest, DoesNotFireWhenXLeavesTheCluster) {
   CheckLoweringGolden(c);
   const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-4);
   EXPECT_FALSE(StepMatched(*obj, "sgd_before_dx")) << obj->lowering;
+}
+
+// Dynamic shapes: the step (keeping the old W) and dX compiled for 64 rows,
+// resized to others.
+TEST(SgdBeforeDxTest, KernelsResizeToOtherRows) {
+  auto rows = [](int64_t m) {
+    LoweringCase c = DyingX("sgd_before_dx_resize");
+    c.inputs[0] = {"x0", {m, 8}};
+    for (auto& [name, dims] : c.inputs) {
+      if (dims.size() == 2 && dims[0] == 64) dims[0] = m;
+    }
+    return c;
+  };
+  CheckResizedPrograms(rows(64), {rows(17), rows(144)}, {"matmul_sgd"}, 1e-5, 1e-4);
 }
 
 }  // namespace

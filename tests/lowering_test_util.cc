@@ -115,6 +115,13 @@ void CheckLoweringGolden(const LoweringCase& c) {
 
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol, double rtol,
                                                            unsigned seed) {
+  auto obj = LowerCase(c);
+  CheckProgramNumerics(c, *obj, obj->program, atol, rtol, seed);
+  return obj;
+}
+
+void CheckProgramNumerics(const LoweringCase& c, const jit::CompiledObject& obj, const runtime::Program& program,
+                          double atol, double rtol, unsigned seed) {
   std::mt19937 rng(seed);
   std::map<std::string, Tensor> inputs;
   for (const auto& [name, dims] : c.inputs) {
@@ -122,21 +129,24 @@ std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c
     inputs[name] = given != c.given.end() ? given->second : RandomTensor(dims, InputDtype(c, name), rng, -2.0, 2.0);
   }
   std::unique_ptr<Scope> reference = RunOps(c.ops, inputs, /*use_onednn=*/false);
-  auto obj = LowerCase(c);
-  const std::vector<Tensor> outs = RunCompiled(*obj, inputs);
+  const std::vector<Tensor> outs = RunCompiled(obj, program, inputs);
   for (size_t o = 0; o < outs.size(); ++o) {
-    const std::string& name = obj->output_names[o];
+    const std::string& name = obj.output_names[o];
     const auto own = c.output_atol.find(name);
     EXPECT_EQ(outs[o].dtype(), reference->GetVar(name)->Get().dtype()) << c.name << " output " << name;
     EXPECT_EQ(CompareTensors(outs[o], reference->GetVar(name)->Get(), own != c.output_atol.end() ? own->second : atol,
                              rtol),
               "")
-        << c.name << " output " << name << "\n" << obj->Listing();
+        << c.name << " output " << name << "\n" << obj.Listing();
   }
-  return obj;
 }
 
 std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const std::map<std::string, Tensor>& inputs) {
+  return RunCompiled(obj, obj.program, inputs);
+}
+
+std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const runtime::Program& program,
+                                const std::map<std::string, Tensor>& inputs) {
   std::vector<Tensor> bound, outs;
   std::vector<void*> in_ptrs, out_ptrs;
   bound.reserve(obj.input_names.size());
@@ -162,7 +172,7 @@ std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const std::map<s
     out_ptrs.push_back(t.raw_data());
     outs.push_back(std::move(t));
   }
-  runtime::Runner::Run(obj.program, in_ptrs, out_ptrs);
+  runtime::Runner::Run(program, in_ptrs, out_ptrs);
   return outs;
 }
 

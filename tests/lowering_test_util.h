@@ -59,11 +59,18 @@ void CheckLoweringGolden(const LoweringCase& c);
 // Returns the compiled object.
 std::unique_ptr<jit::CompiledObject> CheckLoweringNumerics(const LoweringCase& c, double atol = 1e-5,
                                                            double rtol = 1e-5, unsigned seed = 1);
+// The same for `program` standing in for obj.program (obj the case's
+// compiled object: its inputs, outputs and their dims).
+void CheckProgramNumerics(const LoweringCase& c, const jit::CompiledObject& obj, const runtime::Program& program,
+                          double atol = 1e-5, double rtol = 1e-5, unsigned seed = 1);
 
 // Runs the compiled program on copies of `inputs` (by var name), bound as
 // jit_launch binds them; returns its outputs (elements it does not write are
 // NaN or 0xab bytes).
 std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const std::map<std::string, Tensor>& inputs);
+// The same with `program` standing in for obj.program.
+std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const runtime::Program& program,
+                                const std::map<std::string, Tensor>& inputs);
 
 // conv2d of x `input` and f `filter` (square stride and padding, groups),
 // then, when asked, elementwise_add of a [O] bias b at axis 1 and the

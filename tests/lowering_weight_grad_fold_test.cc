@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/lowering_test_util.h"
+#include "tests/program_resize_util.h"
 #include "tests/op_test_util.h"
 
 namespace kiln::test {
@@ -67,6 +68,15 @@ TEST(WeightGradFoldTest, DoesNotFireForSgdWithGradClip) {
     const auto obj = CheckLoweringNumerics(c, 1e-5, 1e-4);
     EXPECT_FALSE(StepMatched(*obj, "weight_grad_fold")) << obj->lowering;
     EXPECT_EQ(obj->Listing().find("W -= lr * X^T dY"), std::string::npos) << obj->Listing();
+  }
+}
+
+// Dynamic shapes: the step and dX compiled for 6 rows, resized to others.
+TEST(WeightGradFoldTest, KernelsResizeToOtherRows) {
+  for (bool want_dx : {false, true}) {
+    std::vector<LoweringCase> others;
+    for (int64_t m : {17, 144, 3}) others.push_back(GradAndSgd("fold_resize", m, 5, 7, want_dx));
+    CheckResizedPrograms(GradAndSgd("fold_resize", 6, 5, 7, want_dx), others, {"matmul_sgd"}, 1e-5, 1e-4);
   }
 }
 

@@ -1,57 +1,12 @@
 #include "compiler/lowering/fused_attention.h"
 
+#include "compiler/kernels/attention/attention_runtime_kernel.h"
 #include "framework/op_desc.h"
 
 namespace kiln::jit {
 namespace {
 
 constexpr const char* kStep = kFusedAttentionStep;
-
-// Without the ISA: lowering.txt (and its goldens) reads the same on any CPU;
-// the kernel's own description names it.
-std::string Describe(const AttentionParams& p, bool backward) {
-  const AttentionShape& s = p.shape;
-  return StrCat("kiln tiled attention ", backward ? "backward" : "forward", p.causal ? " (causal)" : "",
-                p.compute == ComputeType::kBF16 ? " in bf16 (f32 accumulation)" : "", ", ", s.heads, " heads, ", s.sq,
-                " queries x ", s.sk, " keys, head dims ", s.d, "/", s.dv);
-}
-
-class AttentionKernel final : public runtime::Kernel {
- public:
-  AttentionKernel(std::string name, AttentionParams params, std::vector<bool> grads)
-      : name_(std::move(name)), params_(params), grads_(std::move(grads)) {}
-  const std::string& name() const override { return name_; }
-  std::string Describe() const override {
-    const bool bf16 = params_.compute == ComputeType::kBF16;
-    return jit::Describe(params_, !grads_.empty()) + ", " + IsaName(params_.isa) +
-           (bf16 ? std::string(" with ") + Bf16ProductsName(ResolveBf16Products(params_.bf16_products, params_.isa))
-                 : "");
-  }
-  std::vector<std::string> fused_ops() const override {
-    return {grads_.empty() ? "fused_attention" : "fused_attention_grad"};
-  }
-  void Run(const runtime::BufferView* args) const override {
-    auto in = [args](int i) { return static_cast<const float*>(args[i].data); };
-    if (grads_.empty()) {
-      FusedAttentionForward(params_, in(0), in(1), in(2), static_cast<float*>(args[3].data),
-                            static_cast<float*>(args[4].data));
-      return;
-    }
-    AttentionGradArgs a;
-    a.q = in(0), a.k = in(1), a.v = in(2), a.out = in(3), a.lse = in(4), a.dout = in(5);
-    float** outs[3] = {&a.dq, &a.dk, &a.dv};
-    int next = 6;
-    for (int g = 0; g < 3; ++g) {
-      if (grads_[g]) *outs[g] = static_cast<float*>(args[next++].data);
-    }
-    FusedAttentionBackward(params_, a);
-  }
-
- private:
-  std::string name_;
-  AttentionParams params_;
-  std::vector<bool> grads_;
-};
 
 // The kernel's parameters for op `i`, from Q's, K's and V's dims.
 AttentionParams ParamsOf(const Cluster& c, int i) {
@@ -127,14 +82,13 @@ FusedAttentionUnit::FusedAttentionUnit(const std::string& step, int op, Operands
       o_(std::move(operands)),
       params_(params) {}
 
-std::string FusedAttentionUnit::Describe(const Cluster&) const { return jit::Describe(params_, o_.backward()); }
+std::string FusedAttentionUnit::Describe(const Cluster&) const { return DescribeAttention(params_, o_.backward()); }
 
 std::vector<EmittedKernel> FusedAttentionUnit::Emit(EmitContext& ctx) const {
   std::vector<bool> grads;
   if (o_.backward()) grads = {!o_.dq.empty(), !o_.dk.empty(), !o_.dv.empty()};
   EmittedKernel k;
-  k.kernel = std::make_shared<AttentionKernel>(ctx.KernelName(o_.backward() ? "attention_grad" : "attention"),
-                                               params_, grads);
+  k.kernel = MakeAttentionKernel(ctx.KernelName(o_.backward() ? "attention_grad" : "attention"), params_, grads);
   k.args = Inputs(o_);
   k.num_inputs = static_cast<int>(k.args.size());
   for (std::string& v : Outputs(o_)) k.args.push_back(std::move(v));

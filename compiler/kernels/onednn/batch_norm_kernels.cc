@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "compiler/kernels/onednn/onednn_kernel_util.h"
 #include "dnnl.hpp"
 #include "framework/error.h"
 #include "framework/onednn/batch_norm_handler.h"
@@ -74,6 +75,36 @@ std::optional<Reorder> PlainReorder(const BatchNormSpec& spec, const dnnl::memor
   return Reorder{pd, dnnl::reorder(pd)};
 }
 
+// Resize's guard: the new X (argument 0, in the kept layout) with the
+// channels the kernel was made for (N, H and W may change); then every
+// argument's dims for that X. The spec of the new X in `resized`; "" when
+// the dims pass, else what is wrong.
+std::string BatchNormDimsMismatch(const BatchNormSpec& spec, const std::vector<Dims>& dims, bool backward,
+                                  bool want_dscale, bool want_dbias, BatchNormSpec* resized) {
+  const int64_t c = spec.x_dims[1];
+  const Dims x = dims.empty() ? Dims{} : KeptLogicalDims(spec.layout, dims[0], c);
+  if (x.empty() || Numel(x) <= 0) {
+    return StrCat("X must be an [N, ", c, ", H, W] activation stored in ", ActLayoutName(spec.layout),
+                  " without a zero dim, got ", dims.empty() ? std::string("none") : DimsToString(dims[0]));
+  }
+  *resized = spec;
+  resized->x_dims = x;
+  const Dims stored = ActStoredDims(spec.layout, x), y = ActStoredDims(spec.y_layout, x), channel = {c};
+  const Dims mask = {BatchNormReluMaskBytes(*resized)};
+  std::vector<Dims> want;
+  if (backward) {
+    want = {stored, channel, channel, channel, y};
+    if (spec.fuse_relu) want.push_back(mask);
+    want.push_back(stored);
+    if (want_dscale) want.push_back(channel);
+    if (want_dbias) want.push_back(channel);
+  } else {
+    want = {stored, channel, channel, channel, channel, y, channel, channel, channel, channel};
+    if (spec.fuse_relu) want.push_back(mask);
+  }
+  return onednn_kernels::ArgDimsMismatch(dims, want);
+}
+
 std::string ReorderText(const BatchNormSpec& spec, const char* arg, bool out) {
   if (spec.y_layout != ActLayout::kPlain) return std::string(", ") + arg + " kept";
   return std::string("; reorders ") + arg + (out ? " to nchw" : " from nchw");
@@ -82,7 +113,7 @@ std::string ReorderText(const BatchNormSpec& spec, const char* arg, bool out) {
 class BatchNormKernel final : public runtime::Kernel {
  public:
   BatchNormKernel(const BatchNormSpec& spec, const onednn::Settings& settings, std::string name)
-      : name_(std::move(name)), spec_(spec) {
+      : name_(std::move(name)), spec_(spec), settings_(settings) {
     auto h = HandlerOf(spec, settings);
     h->AcquireForwardPrimitive();
     entry_ = Entry(*h, spec);
@@ -93,6 +124,14 @@ class BatchNormKernel final : public runtime::Kernel {
   std::string Describe() const override {
     return "oneDNN batch norm forward (" + entry_->impl + "), X in " + ActLayoutName(spec_.layout) +
            (spec_.fuse_relu ? ", relu fused (its mask kept for the backward)" : "") + ReorderText(spec_, "dst", true);
+  }
+  // X of a new N, H, W: the primitive of those dims from the global cache.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    BatchNormSpec spec;
+    const std::string bad = BatchNormDimsMismatch(spec_, dims, false, false, false, &spec);
+    if (!bad.empty()) return onednn_kernels::Refuse(name_, bad, why);
+    return onednn_kernels::Remake(name_, [&] { return std::make_shared<BatchNormKernel>(spec, settings_, name_); },
+                                  why);
   }
   // args: X, Scale, Bias, Mean, Variance -> Y, MeanOut, VarianceOut,
   // SavedMean, SavedVariance[, mask].
@@ -140,6 +179,7 @@ class BatchNormKernel final : public runtime::Kernel {
 
   std::string name_;
   BatchNormSpec spec_;
+  onednn::Settings settings_;
   std::shared_ptr<const PrimitiveEntry> entry_;
   dnnl::memory::desc data_md_;
   std::optional<Reorder> reorder_;
@@ -149,7 +189,7 @@ class BatchNormGradKernel final : public runtime::Kernel {
  public:
   BatchNormGradKernel(const BatchNormSpec& spec, bool want_dscale, bool want_dbias, const onednn::Settings& settings,
                       std::string name)
-      : name_(std::move(name)), spec_(spec), want_dscale_(want_dscale), want_dbias_(want_dbias) {
+      : name_(std::move(name)), spec_(spec), settings_(settings), want_dscale_(want_dscale), want_dbias_(want_dbias) {
     auto h = HandlerOf(spec, settings);
     h->AcquireBackwardPrimitive();
     entry_ = Entry(*h, spec);
@@ -161,6 +201,15 @@ class BatchNormGradKernel final : public runtime::Kernel {
     return "oneDNN batch norm backward (" + entry_->impl + "), X and dX in " + ActLayoutName(spec_.layout) +
            (spec_.fuse_relu ? ", relu's gradient from the forward's mask" : "") +
            ReorderText(spec_, "diff_dst", false);
+  }
+  // X of a new N, H, W: the primitive of those dims from the global cache.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    BatchNormSpec spec;
+    const std::string bad = BatchNormDimsMismatch(spec_, dims, true, want_dscale_, want_dbias_, &spec);
+    if (!bad.empty()) return onednn_kernels::Refuse(name_, bad, why);
+    return onednn_kernels::Remake(name_, [&] {
+      return std::make_shared<BatchNormGradKernel>(spec, want_dscale_, want_dbias_, settings_, name_);
+    }, why);
   }
   // args: X, Scale, SavedMean, SavedVariance, dY[, mask] -> dX[, dScale][, dBias].
   void Run(const runtime::BufferView* args) const override {
@@ -207,6 +256,7 @@ class BatchNormGradKernel final : public runtime::Kernel {
  private:
   std::string name_;
   BatchNormSpec spec_;
+  onednn::Settings settings_;
   bool want_dscale_ = false, want_dbias_ = false;
   std::shared_ptr<const PrimitiveEntry> entry_;
   dnnl::memory::desc data_md_;

@@ -9,6 +9,9 @@
 // SavedMean is the batch mean, SavedVariance 1/sqrt(var + epsilon) of the
 // biased batch variance, and the running statistics are updated in place
 // with the unbiased one, as the framework's oneDNN kernel does.
+//
+// Resize: the kernel made again for an X of new N, H, W (the primitive from
+// the cache), the channels and layouts kept; other dims are refused.
 #pragma once
 
 #include <cstdint>

@@ -7,120 +7,14 @@
 #include <vector>
 
 #include "compiler/codegen/ew_codegen.h"
-#include "dnnl.hpp"
-#include "framework/error.h"
-#include "framework/onednn/handlers.h"
+#include "compiler/kernels/onednn/onednn_kernel_util.h"
 
 namespace kiln::jit {
 namespace {
 
+using namespace onednn_kernels;  // NOLINT: the helpers of the oneDNN kernels
 using onednn::ExecArgs;
 using onednn::PrimitiveEntry;
-
-onednn::FusedOps Fusion(bool bias, MatmulActivation activation) {
-  onednn::FusedOps fused;
-  fused.bias = bias;
-  switch (activation) {
-    case MatmulActivation::kNone: break;
-    case MatmulActivation::kRelu:
-      // relu that keeps NaN: oneDNN's eltwise_relu (and clip, and a binary
-      // max) turn NaN into 0; elu with alpha 0 is x > 0 ? x : 0 * (exp(x) - 1),
-      // NaN for NaN and -0 for x <= 0, and the linear 1*y + 0 makes that +0.
-      // About 2-3% slower than eltwise_relu on a 256x1024x1024 matmul.
-      fused.post_ops.push_back(onednn::PostOp::Eltwise(dnnl::algorithm::eltwise_elu, 0.0f, 0.0f));
-      fused.post_ops.push_back(onednn::PostOp::Eltwise(dnnl::algorithm::eltwise_linear, 1.0f, 0.0f));
-      break;
-    case MatmulActivation::kGelu:
-      fused.post_ops.push_back(onednn::PostOp::Eltwise(dnnl::algorithm::eltwise_gelu_erf));
-      break;
-    case MatmulActivation::kGeluTanh:
-      fused.post_ops.push_back(onednn::PostOp::Eltwise(dnnl::algorithm::eltwise_gelu_tanh));
-      break;
-  }
-  return fused;
-}
-
-// " in bf16 (f32 accumulation)" for bf16 compute: part of a Describe() line.
-std::string ComputeSuffix(ComputeType compute) {
-  return compute == ComputeType::kBF16 ? " in bf16 (f32 accumulation)" : "";
-}
-
-// " + bias + relu post-op": the tail of a Describe() line.
-std::string FusionSuffix(bool bias, MatmulActivation activation) {
-  std::string s = bias ? " + bias" : "";
-  if (activation == MatmulActivation::kRelu) s += " + relu post-op";
-  if (activation == MatmulActivation::kGelu) s += " + gelu_erf post-op";
-  if (activation == MatmulActivation::kGeluTanh) s += " + gelu_tanh post-op";
-  return s;
-}
-
-// The entry `h` acquired last (its key `key`). Compiled code takes the
-// implementation oneDNN has even when the framework would call it slow (the
-// dump names it; Acquire*Primitive returned false for it); only a missing
-// one is an error.
-std::shared_ptr<const PrimitiveEntry> AcquiredEntry(const onednn::OneDnnHandler& h, const onednn::PrimitiveKey& key,
-                                                    const std::string& what) {
-  std::shared_ptr<const PrimitiveEntry> entry = h.acquired_entry();
-  if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what, " (", key.ToString(), ")");
-  return entry;
-}
-
-// The forward entry of `h` from the global cache.
-std::shared_ptr<const PrimitiveEntry> AcquireEntry(onednn::OneDnnHandler& h, const std::string& what) {
-  h.AcquireForwardPrimitive();
-  return AcquiredEntry(h, h.forward_key(), what);
-}
-
-dnnl::memory Bind(const dnnl::memory::desc& md, void* data) {
-  return dnnl::memory(md, onednn::OneDnnHandler::Engine(), data);
-}
-
-const char* ArgName(int arg) {
-  switch (arg) {
-    case DNNL_ARG_SRC: return "src";
-    case DNNL_ARG_WEIGHTS: return "weights";
-    case DNNL_ARG_DST: return "dst";
-    case DNNL_ARG_DIFF_SRC: return "diff_src";
-    case DNNL_ARG_DIFF_WEIGHTS: return "diff_weights";
-    case DNNL_ARG_DIFF_DST: return "diff_dst";
-    default: return "another argument";
-  }
-}
-
-// A cached entry with, for each kernel argument in order, the oneDNN argument
-// it binds and the descriptor of its buffer (plain, or a kept layout).
-class BoundEntry {
- public:
-  BoundEntry(std::shared_ptr<const PrimitiveEntry> entry, const std::vector<int>& dnnl_args)
-      : entry_(std::move(entry)) {
-    for (int arg : dnnl_args) args_.emplace_back(arg, onednn::UserDesc(*entry_, arg));
-  }
-  const std::string& impl() const { return entry_->impl; }
-  // "; reorders src, weights": the arguments the entry moves between the
-  // bound buffer's layout and its primitive's ("" when none).
-  std::string ReorderText() const {
-    std::string s;
-    for (const auto& r : entry_->reorders) s += std::string(s.empty() ? "; reorders " : ", ") + ArgName(r.arg);
-    return s;
-  }
-  void Run(const runtime::BufferView* bound) const {
-    ExecArgs args;
-    for (size_t i = 0; i < args_.size(); ++i) args[args_[i].first] = Bind(args_[i].second, bound[i].data);
-    onednn::ExecuteEntry(*entry_, std::move(args));
-  }
-
- private:
-  std::shared_ptr<const PrimitiveEntry> entry_;
-  std::vector<std::pair<int, dnnl::memory::desc>> args_;
-};
-
-// Src, weights[, bias], dst: a forward's kernel arguments.
-std::vector<int> ForwardArgs(const PrimitiveEntry& entry, bool bias) {
-  std::vector<int> args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS};
-  if (bias) args.push_back(entry.bias_arg);
-  args.push_back(DNNL_ARG_DST);
-  return args;
-}
 
 // [..., K] -> [M, K] with M the product of the leading dims.
 Dims FoldRows(const Dims& dims, const char* what) {
@@ -148,10 +42,35 @@ BoundEntry MakeFusedMatmul(const FusedMatmulSpec& spec, const onednn::Settings& 
   return BoundEntry(entry, ForwardArgs(*entry, spec.bias));
 }
 
+// N of a matmul spec: W's columns (rows when transposed).
+int64_t MatmulN(const FusedMatmulSpec& spec) { return spec.w_dims[spec.transpose_w ? 0 : 1]; }
+
+// Resize's guard of a matmul: X [..., K] with the K it was made for (any
+// leading dims: they fold into M), W and the bias as they were (a parameter's
+// dims), Out M x N (its last dim N). "" when `dims` pass.
+std::string MatmulDimsMismatch(const FusedMatmulSpec& spec, const std::vector<Dims>& dims) {
+  const int64_t k = spec.x_dims.back(), n = MatmulN(spec);
+  std::vector<Dims> want = {{}, spec.w_dims};
+  if (spec.bias) want.push_back({n});
+  want.push_back({});
+  std::string bad = ArgDimsMismatch(dims, want);
+  if (!bad.empty()) return dims.size() != want.size() ? bad : bad + " (the weight and bias keep their dims)";
+  const Dims& x = dims[0];
+  if (x.empty() || x.back() != k || Numel(x) <= 0) {
+    return StrCat("X must be [..., ", k, "] (the K it was made for) without a zero dim, got ", DimsToString(x));
+  }
+  const Dims& out = dims.back();
+  if (out.empty() || out.back() != n || Numel(out) != Numel(x) / k * n) {
+    return StrCat("Out must hold the ", Numel(x) / k, " x ", n, " product of X ", DimsToString(x), ", got ",
+                  DimsToString(out));
+  }
+  return "";
+}
+
 class FusedMatmulKernel final : public runtime::Kernel {
  public:
   FusedMatmulKernel(const FusedMatmulSpec& spec, const onednn::Settings& settings, std::string name)
-      : name_(std::move(name)), spec_(spec), bound_(MakeFusedMatmul(spec, settings)) {}
+      : name_(std::move(name)), spec_(spec), settings_(settings), bound_(MakeFusedMatmul(spec, settings)) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return "oneDNN matmul (" + bound_.impl() + ")" + ComputeSuffix(spec_.compute) +
@@ -159,10 +78,20 @@ class FusedMatmulKernel final : public runtime::Kernel {
            (spec_.x_dtype == DataType::kBF16 ? ", X stored in bf16" : "") + FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
+  // The primitive of the new M from the global cache (a lookup for an M
+  // seen before), with the same fusion, compute type and operand types.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    const std::string bad = MatmulDimsMismatch(spec_, dims);
+    if (!bad.empty()) return Refuse(name_, bad, why);
+    FusedMatmulSpec spec = spec_;
+    spec.x_dims = dims[0];
+    return Remake(name_, [&] { return std::make_shared<FusedMatmulKernel>(spec, settings_, name_); }, why);
+  }
 
  private:
   std::string name_;
   FusedMatmulSpec spec_;
+  onednn::Settings settings_;
   BoundEntry bound_;
 };
 
@@ -190,7 +119,13 @@ class MatmulSgdKernel final : public runtime::Kernel {
  public:
   MatmulSgdKernel(const Dims& x_dims, const Dims& w_dims, const onednn::Settings& settings, bool keep_old,
                   ComputeType compute, Isa isa, DataType dy_dtype, std::string name)
-      : name_(std::move(name)), keep_old_(keep_old), compute_(compute), dy_bf16_(dy_dtype == DataType::kBF16) {
+      : name_(std::move(name)),
+        w_dims_(w_dims),
+        settings_(settings),
+        isa_(isa),
+        keep_old_(keep_old),
+        compute_(compute),
+        dy_bf16_(dy_dtype == DataType::kBF16) {
     const Dims x = FoldRows(x_dims, "x");
     if (w_dims.size() != 2 || w_dims[0] != x[1] || w_dims[1] <= 0) {
       ThrowInvalidArgument("oneDNN matmul sgd: x ", DimsToString(x_dims), " expects w [", x[1], ",N], got ",
@@ -234,6 +169,16 @@ class MatmulSgdKernel final : public runtime::Kernel {
            (dy_bf16_ ? ", dY stored in bf16" : "") +
            (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
   }
+  // The primitive of the new M (X's and dY's rows) from the global cache;
+  // the bf16 scaling kernel is generated anew for the new element count.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    const std::string bad = DimsMismatch(dims);
+    if (!bad.empty()) return Refuse(name_, bad, why);
+    const DataType dy_dtype = dy_bf16_ ? DataType::kBF16 : DataType::kFP32;
+    return Remake(name_, [&] {
+      return std::make_shared<MatmulSgdKernel>(dims[0], w_dims_, settings_, keep_old_, compute_, isa_, dy_dtype, name_);
+    }, why);
+  }
   void Run(const runtime::BufferView* args) const override {
     // lr scales a copy of the smaller operand (X or dY; in bf16 under bf16
     // compute) into the scaled-operand buffer (MatmulSgdScratch), a temp the
@@ -263,7 +208,35 @@ class MatmulSgdKernel final : public runtime::Kernel {
   }
 
  private:
+  // Resize's guard: X [..., K] and dY [..., N] with as many rows, W (and
+  // the old W) as made, the scaled operand's buffer sized for the new rows.
+  std::string DimsMismatch(const std::vector<Dims>& dims) const {
+    std::vector<Dims> want = {{}, {}, {}, w_dims_};
+    if (keep_old_) want.push_back(w_dims_);
+    want.push_back({});
+    want.push_back(w_dims_);
+    std::string bad = ArgDimsMismatch(dims, want);
+    if (!bad.empty()) return dims.size() != want.size() ? bad : bad + " (W keeps its dims)";
+    const int64_t k = w_dims_[0], n = w_dims_[1];
+    const Dims &x = dims[0], &dy = dims[1];
+    if (x.empty() || x.back() != k || Numel(x) <= 0) {
+      return StrCat("X must be [..., ", k, "] without a zero dim, got ", DimsToString(x));
+    }
+    if (dy.empty() || dy.back() != n || Numel(dy) != Numel(x) / k * n) {
+      return StrCat("dY must be [..., ", n, "] with the ", Numel(x) / k, " rows of X, got ", DimsToString(dy));
+    }
+    const int64_t scratch = MatmulSgdScratchOf(x, w_dims_, compute_, dy_bf16_ ? DataType::kBF16 : DataType::kFP32).numel;
+    if (Numel(dims[keep_old_ ? 5 : 4]) != scratch) {
+      return StrCat("the scaled operand's buffer must hold ", scratch, " elements, got ",
+                    DimsToString(dims[keep_old_ ? 5 : 4]));
+    }
+    return "";
+  }
+
   std::string name_;
+  Dims w_dims_;
+  onednn::Settings settings_;
+  Isa isa_;
   bool keep_old_ = false;
   ComputeType compute_ = ComputeType::kF32;
   int64_t x_numel_ = 0;
@@ -274,105 +247,6 @@ class MatmulSgdKernel final : public runtime::Kernel {
   std::unique_ptr<jit::FusedElementwiseKernel> scale_to_bf16_;  // bf16 compute
   std::shared_ptr<const PrimitiveEntry> entry_;
   dnnl::memory::desc src_md_, wei_md_, dst_md_;
-};
-
-std::string ConvShapes(const FusedConvSpec& spec) {
-  return "input " + DimsToString(spec.input_dims) + " filter " + DimsToString(spec.filter_dims) + " strides " +
-         DimsToString(spec.strides) + " paddings " + DimsToString(spec.paddings) + " dilations " +
-         DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups) +
-         (spec.dst_layout != ActLayout::kPlain ? std::string(" output ") + ActLayoutName(spec.dst_layout) : "");
-}
-
-// The handler of `spec` (with its fusion when `fused`); throws when the dims
-// do not make a convolution.
-std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, const onednn::Settings& settings,
-                                                   bool fused) {
-  auto h = std::make_unique<onednn::ConvHandler>(
-      onednn::PrimitiveCache::Global(), settings, spec.input_dims, spec.filter_dims, spec.strides, spec.paddings,
-      spec.dilations, spec.groups, fused ? Fusion(spec.bias, spec.activation) : onednn::FusedOps{}, spec.compute);
-  if (!h->valid()) {
-    ThrowInvalidArgument("oneDNN convolution: ", ConvShapes(spec),
-                         " do not make a 2-D convolution: expected input [N,C,H,W], filter [O,C/groups,KH,KW] with O "
-                         "divisible by groups, 2 strides and dilations >= 1, 2 paddings >= 0, and a window that fits");
-  }
-  if (spec.dst_layout != ActLayout::kPlain) h->BindKept(spec.dst_layout);
-  return h;
-}
-
-BoundEntry MakeFusedConv(const FusedConvSpec& spec, const onednn::Settings& settings) {
-  auto h = ConvHandlerOf(spec, settings, /*fused=*/true);
-  auto entry = AcquireEntry(*h, "convolution for " + ConvShapes(spec));
-  return BoundEntry(entry, ForwardArgs(*entry, spec.bias));
-}
-
-// dInput = conv_backward_data(Filter, dY) and dFilter[, dBias] =
-// conv_backward_weights(Input, dY): one or two cached entries.
-class ConvGradKernel final : public runtime::Kernel {
- public:
-  ConvGradKernel(const FusedConvSpec& spec, const onednn::Settings& settings, bool want_dinput, bool want_dbias,
-                 DataType dy_dtype, std::string name)
-      : name_(std::move(name)), want_dinput_(want_dinput), want_dbias_(want_dbias) {
-    auto h = ConvHandlerOf(spec, settings, /*fused=*/false);
-    if (dy_dtype != DataType::kFP32) {
-      if (dy_dtype != DataType::kBF16 || spec.compute != ComputeType::kBF16) {
-        ThrowInvalidArgument("oneDNN convolution gradient: dY as ", DataTypeName(dy_dtype),
-                             " needs it bf16 under bf16 compute");
-      }
-      h->BindKept(spec.dst_layout, dy_dtype);
-    }
-    if (want_dbias) h->WithDiffBias();
-    const std::string what = "convolution gradient for " + ConvShapes(spec);
-    if (want_dinput) {
-      h->AcquireBackwardData();
-      data_.emplace(AcquiredEntry(*h, h->backward_key(), what),
-                    std::vector<int>{DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC});
-    }
-    h->AcquireBackwardWeights();
-    std::vector<int> args = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
-    if (want_dbias) args.push_back(DNNL_ARG_DIFF_BIAS);
-    weights_.emplace(AcquiredEntry(*h, h->backward_key(), what), args);
-  }
-  const std::string& name() const override { return name_; }
-  std::string Describe() const override {
-    std::string s = "oneDNN convolution gradients: ";
-    if (data_) s += "data (" + data_->impl() + data_->ReorderText() + "), ";
-    return s + "weights" + std::string(want_dbias_ ? " and bias" : "") + " (" + weights_->impl() +
-           weights_->ReorderText() + ")";
-  }
-  // args: Input, Filter, dY, [dInput,] dFilter[, dBias].
-  void Run(const runtime::BufferView* args) const override {
-    const size_t out = want_dinput_ ? 4 : 3;
-    if (data_) {
-      const runtime::BufferView bound[3] = {args[1], args[2], args[3]};
-      data_->Run(bound);
-    }
-    runtime::BufferView bound[4] = {args[0], args[2], args[out], {}};
-    if (want_dbias_) bound[3] = args[out + 1];
-    weights_->Run(bound);
-  }
-
- private:
-  std::string name_;
-  bool want_dinput_ = false;
-  bool want_dbias_ = false;
-  std::optional<BoundEntry> data_, weights_;
-};
-
-class FusedConvKernel final : public runtime::Kernel {
- public:
-  FusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings, std::string name)
-      : name_(std::move(name)), spec_(spec), bound_(MakeFusedConv(spec, settings)) {}
-  const std::string& name() const override { return name_; }
-  std::string Describe() const override {
-    return "oneDNN convolution (" + bound_.impl() + bound_.ReorderText() + ")" + ComputeSuffix(spec_.compute) +
-           FusionSuffix(spec_.bias, spec_.activation);
-  }
-  void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
-
- private:
-  std::string name_;
-  FusedConvSpec spec_;
-  BoundEntry bound_;
 };
 
 }  // namespace
@@ -401,23 +275,6 @@ std::shared_ptr<const runtime::Kernel> MakeFusedMatmulKernel(const FusedMatmulSp
                                                              const onednn::Settings& settings,
                                                              const std::string& name) {
   return std::make_shared<FusedMatmulKernel>(spec, settings, name);
-}
-
-std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings,
-                                                           const std::string& name) {
-  return std::make_shared<FusedConvKernel>(spec, settings, name);
-}
-
-ActLayout ConvForwardDstLayout(const FusedConvSpec& spec, const onednn::Settings& settings) {
-  FusedConvSpec plain = spec;
-  plain.dst_layout = ActLayout::kPlain;
-  return ConvHandlerOf(plain, settings, /*fused=*/true)->ForwardDstLayout();
-}
-
-std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,
-                                                          const onednn::Settings& settings, const std::string& name,
-                                                          DataType dy_dtype) {
-  return std::make_shared<ConvGradKernel>(conv, settings, want_dinput, want_dbias, dy_dtype, name);
 }
 
 std::unique_ptr<FusedElementwiseKernel> MakeToBf16Kernel(int64_t n, bool scaled, Isa isa, const std::string& name) {

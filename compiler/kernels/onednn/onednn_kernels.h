@@ -9,6 +9,14 @@
 // the bound buffers with onednn::ExecuteEntry: scratchpads and reorder
 // buffers come from the caching allocator for that one execution.
 //
+// Resize (runtime::Kernel, for a compiled object serving several shapes)
+// makes the kernel again for the new dims, its primitives taken from the
+// same cache: created once per shape, then a lookup. What a kernel was made
+// under must stay (a matmul's K, weight and bias; a convolution's channels,
+// filter and layouts; a batch norm's channels): other dims are refused with
+// the reason. compiler/kernels/README.md has the figures, and why not
+// oneDNN's run-time dims.
+//
 // Every maker takes the settings of the compile (CompileOptions::
 // OneDnnSettings()): with `deterministic` the primitives are created for one
 // OpenMP thread, under keys of their own, and run on one. What a kernel
@@ -123,6 +131,11 @@ std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& c
 // implementation.
 std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& spec, const onednn::Settings& settings,
                                                            const std::string& name);
+
+// [N, C, H, W] of an activation with C channels whose buffer, kept in
+// `layout`, has the dims `stored` (the inverse of ActStoredDims); empty when
+// `stored` is no such buffer. For the Resize of kernels on kept activations.
+Dims KeptLogicalDims(ActLayout layout, const Dims& stored, int64_t c);
 
 // The bf16 conversion the lowering makes: x[0, n) rounded to bf16 (times a
 // scale read at run time, a [1] second input, when `scaled`), as one kernel

@@ -1,6 +1,63 @@
 #include "compiler/kernels/onednn/op_kernel.h"
 
+#include <algorithm>
+#include <optional>
+
 namespace kiln::jit {
+namespace {
+
+using SlotLayout = std::vector<std::pair<std::string, std::vector<int>>>;
+
+// Shape inference over bound views: the inputs' dims and dtypes, the outputs'
+// inferred dims recorded by argument position.
+class ViewInferShapeContext final : public InferShapeContext {
+ public:
+  ViewInferShapeContext(const std::string& op, const AttrMap& attrs, const SlotLayout& in, const SlotLayout& out,
+                        const runtime::BufferView* args, size_t num_args)
+      : op_(op), attrs_(attrs), in_(in), out_(out), args_(args), inferred_(num_args) {}
+  bool IsRuntime() const override { return true; }
+  std::string OpName() const override { return op_; }
+  size_t InputCount(std::string_view slot) const override { return Positions(in_, slot).size(); }
+  bool HasInput(std::string_view slot, size_t i) const override { return Position(in_, slot, i) >= 0; }
+  Dims InputDims(std::string_view slot, size_t i) const override { return *args_[Input(slot, i)].dims; }
+  DataType InputDtype(std::string_view slot, size_t i) const override { return args_[Input(slot, i)].dtype; }
+  size_t OutputCount(std::string_view slot) const override { return Positions(out_, slot).size(); }
+  bool HasOutput(std::string_view slot, size_t i) const override { return Position(out_, slot, i) >= 0; }
+  void SetOutputDims(std::string_view slot, size_t i, const Dims& dims) override {
+    const int p = Position(out_, slot, i);
+    if (p >= 0) inferred_[p] = dims;
+  }
+  void SetOutputDtype(std::string_view, size_t, DataType) override {}
+  const AttrMap& attrs() const override { return attrs_; }
+  // The dims inferred for argument p (an output), if any.
+  const std::optional<Dims>& inferred(int p) const { return inferred_[p]; }
+
+ private:
+  static const std::vector<int>& Positions(const SlotLayout& layout, std::string_view slot) {
+    static const std::vector<int> kNone;
+    for (const auto& [name, positions] : layout) {
+      if (name == slot) return positions;
+    }
+    return kNone;
+  }
+  static int Position(const SlotLayout& layout, std::string_view slot, size_t i) {
+    const std::vector<int>& p = Positions(layout, slot);
+    return i < p.size() ? p[i] : -1;
+  }
+  int Input(std::string_view slot, size_t i) const {
+    const int p = Position(in_, slot, i);
+    if (p < 0) Fail("input ", slot, "[", i, "] is missing");
+    return p;
+  }
+
+  const std::string& op_;
+  const AttrMap& attrs_;
+  const SlotLayout &in_, &out_;
+  const runtime::BufferView* args_;
+  std::vector<std::optional<Dims>> inferred_;
+};
+
+}  // namespace
 
 FrameworkOpKernel::FrameworkOpKernel(const proto::OpDesc& op, const OpInfo& info, bool use_onednn,
                                      const onednn::Settings& onednn, std::vector<std::string>* arg_names,
@@ -38,7 +95,35 @@ std::string FrameworkOpKernel::Describe() const {
          op_.type();
 }
 
+std::shared_ptr<const runtime::Kernel> FrameworkOpKernel::Resize(const std::vector<Dims>& dims,
+                                                                 std::string* why) const {
+  if (dims.size() != names_.size()) {
+    if (why != nullptr) *why = StrCat(name_, ": expected dims for ", names_.size(), " arguments, got ", dims.size());
+    return nullptr;
+  }
+  return std::make_shared<FrameworkOpKernel>(*this);
+}
+
+void FrameworkOpKernel::CheckOutputDims(const runtime::BufferView* args) const {
+  if (!info_->infer_shape) return;
+  ViewInferShapeContext ctx(op_.type(), attrs_, in_slots_, out_slots_, args, names_.size());
+  info_->infer_shape(ctx);
+  for (const auto& [slot, positions] : out_slots_) {
+    for (int p : positions) {
+      if (p < 0 || !ctx.inferred(p)) continue;
+      const Dims& want = *ctx.inferred(p);
+      const bool concrete = std::all_of(want.begin(), want.end(), [](int64_t d) { return d >= 0; });
+      if (concrete && want != *args[p].dims) {
+        ThrowInvalidArgument(op_.type(), " output ", slot, " ('", names_[p], "'): the op makes it ",
+                             DimsToString(want), " for these inputs, but the buffer bound to it is ",
+                             DimsToString(*args[p].dims));
+      }
+    }
+  }
+}
+
 void FrameworkOpKernel::Run(const runtime::BufferView* args) const {
+  CheckOutputDims(args);
   // Views over the bound buffers; built per call, so calls are thread-safe.
   std::vector<std::unique_ptr<Variable>> vars;
   vars.reserve(names_.size());

@@ -1,6 +1,14 @@
 // A runtime::Kernel that runs one framework op (its oneDNN kernel where it has
 // one, else its reference kernel) on buffers bound by the runner: the op reads
 // and writes them in place through non-owning tensor views.
+//
+// Dynamic shapes: the op takes every size from the bound views and its
+// attributes, so the kernel serves arguments of any dims as it is
+// (ReadsDimsAtRunTime). An attribute may hold a size of its own (reshape2's
+// `shape`, fill_constant's): before the op runs, its shape inference runs on
+// the bound inputs' dims and Run throws kiln::Error (kInvalidArgument) when
+// an output it infers differs from the bound one, instead of writing a
+// buffer of other dims.
 #pragma once
 
 #include <memory>
@@ -24,8 +32,15 @@ class FrameworkOpKernel final : public runtime::Kernel {
   const std::string& name() const override { return name_; }
   std::string Describe() const override;
   void Run(const runtime::BufferView* args) const override;
+  bool ReadsDimsAtRunTime() const override { return true; }
+  // The same kernel (a copy): it reads the dims at run time.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override;
 
  private:
+  // Throws when the op's shape inference on the inputs of `args` gives an
+  // output other dims than the bound one.
+  void CheckOutputDims(const runtime::BufferView* args) const;
+
   std::string name_;
   proto::OpDesc op_;
   const OpInfo* info_;

@@ -9,6 +9,34 @@
 namespace kiln::jit {
 namespace {
 
+// Resize's guard of the blocked pooling kernels: X (argument 0) kept in
+// `layout` with the channels `made` has, H and W even (2x2 windows, stride
+// 2); "" and X's new [N, C, H, W] in `x`, else what is wrong.
+std::string PooledXMismatch(const Dims& made, ActLayout layout, const std::vector<Dims>& dims, Dims* x) {
+  *x = dims.empty() ? Dims{} : KeptLogicalDims(layout, dims[0], made[1]);
+  if (x->empty() || Numel(*x) <= 0 || (*x)[2] % 2 != 0 || (*x)[3] % 2 != 0) {
+    return StrCat("X must be an [N, ", made[1], ", H, W] activation in ", ActLayoutName(layout),
+                  " with H and W even and no zero dim, got ", dims.empty() ? std::string("none") : DimsToString(dims[0]));
+  }
+  return "";
+}
+
+// "" when dims[i] == want[i] for every i (and as many), else what differs.
+std::string ArgsMismatch(const std::vector<Dims>& dims, const std::vector<Dims>& want) {
+  if (dims.size() != want.size()) return StrCat("expected dims for ", want.size(), " arguments, got ", dims.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (dims[i] != want[i]) return StrCat("argument ", i, " must be ", DimsToString(want[i]), ", got ", DimsToString(dims[i]));
+  }
+  return "";
+}
+
+std::shared_ptr<const runtime::Kernel> Refused(const std::string& name, const std::string& bad, std::string* why) {
+  if (why != nullptr) *why = name + ": " + bad;
+  return nullptr;
+}
+
+Dims Pooled(const Dims& x) { return {x[0], x[1], x[2] / 2, x[3] / 2}; }
+
 class BlockedMaxPoolKernel final : public runtime::Kernel {
  public:
   BlockedMaxPoolKernel(std::string name, const Dims& x_dims, ActLayout layout)
@@ -16,6 +44,14 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return std::string("kiln max-pool 2x2/2 from ") + ActLayoutName(layout_) + " into plain NCHW";
+  }
+  // The loops take N, H and W as arguments: the same kernel for a new X.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    Dims x;
+    std::string bad = PooledXMismatch(x_, layout_, dims, &x);
+    if (bad.empty()) bad = ArgsMismatch(dims, {dims[0], Pooled(x)});
+    if (!bad.empty()) return Refused(name_, bad, why);
+    return std::make_shared<BlockedMaxPoolKernel>(name_, x, layout_);
   }
   // args: X (kept), Out.
   void Run(const runtime::BufferView* args) const override {
@@ -56,6 +92,18 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
   std::vector<std::pair<int, int>> InplacePairs() const override {
     if (out_ != DataType::kFP32) return {};
     return {{0, 0}};
+  }
+  // The loops take N, H and W as arguments: the same kernel for a new X.
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    Dims x;
+    std::string bad = PooledXMismatch(x_, layout_, dims, &x);
+    if (bad.empty()) {
+      std::vector<Dims> want = {dims[0], Pooled(x), Pooled(x), dims[0]};
+      if (with_dbias_) want.push_back({x[1]});
+      bad = ArgsMismatch(dims, want);
+    }
+    if (!bad.empty()) return Refused(name_, bad, why);
+    return std::make_shared<BlockedMaxPoolGradKernel>(name_, x, layout_, then_, out_, with_dbias_);
   }
   // args: X (kept), Out, dOut, dX (kept)[, dBias].
   void Run(const runtime::BufferView* args) const override {

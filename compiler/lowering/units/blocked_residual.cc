@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "compiler/kernels/blocked_residual.h"
+#include "compiler/kernels/onednn/onednn_kernels.h"
 #include "framework/error.h"
 
 namespace kiln::jit {
@@ -18,6 +19,34 @@ class ResidualKernel final : public runtime::Kernel {
                        (want_ds_ ? ", the shortcut's plain" : "")
                  : std::string("kiln residual sum + relu reading the batch norm's output in ") +
                        ActLayoutName(layout_) + ", writing plain NCHW";
+  }
+  // The loops take N, C, H * W as arguments: the same kernel for a new
+  // N, H, W (the channels stay).
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    // The forward's a is kept; the backward's Out is plain.
+    Dims x;
+    if (!dims.empty()) x = KeptLogicalDims(grad_ ? ActLayout::kPlain : layout_, dims[0], dims_[1]);
+    std::string bad;
+    if (x.empty() || Numel(x) <= 0) {
+      bad = StrCat(grad_ ? "Out" : "a", " must be an [N, ", dims_[1], ", H, W] activation",
+                   grad_ ? std::string() : std::string(" in ") + ActLayoutName(layout_), " without a zero dim, got ",
+                   dims.empty() ? std::string("none") : DimsToString(dims[0]));
+    } else {
+      const Dims kept = ActStoredDims(layout_, x);
+      std::vector<Dims> want = grad_ ? std::vector<Dims>{x, x, kept} : std::vector<Dims>{kept, x, x};
+      if (grad_ && want_ds_) want.push_back(x);
+      if (dims != want) {
+        bad = StrCat("expected ", want.size(), " arguments of dims");
+        for (const Dims& d : want) bad += " " + DimsToString(d);
+        bad += ", got";
+        for (const Dims& d : dims) bad += " " + DimsToString(d);
+      }
+    }
+    if (!bad.empty()) {
+      if (why != nullptr) *why = name_ + ": " + bad;
+      return nullptr;
+    }
+    return std::make_shared<ResidualKernel>(name_, x, layout_, grad_, want_ds_);
   }
   // args: a (kept), s, Out; or Out, dOut, da (kept)[, ds].
   void Run(const runtime::BufferView* args) const override {

@@ -10,6 +10,26 @@ class MaxPool2x2GradKernel final : public runtime::Kernel {
   MaxPool2x2GradKernel(const Dims& x_dims, std::string name) : name_(std::move(name)), x_dims_(x_dims) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override { return "kiln max-pool 2x2/2 gradient (first maximum of each window)"; }
+  // The loop takes N * C, H and W as arguments: the same kernel for any X
+  // with H and W even (2x2 windows, stride 2).
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    const Dims x = dims.empty() ? Dims{} : dims[0];
+    std::string bad;
+    if (x.size() != 4 || Numel(x) <= 0 || x[2] % 2 != 0 || x[3] % 2 != 0) {
+      bad = "X must be [N, C, H, W] with H and W even and no zero dim, got " + (dims.empty() ? "none" : DimsToString(x));
+    } else {
+      const Dims pooled = {x[0], x[1], x[2] / 2, x[3] / 2};
+      if (dims != std::vector<Dims>{x, pooled, pooled, x}) {
+        bad = "expected X, Out, dOut, dX of dims " + DimsToString(x) + ", " + DimsToString(pooled) + ", " +
+              DimsToString(pooled) + ", " + DimsToString(x);
+      }
+    }
+    if (!bad.empty()) {
+      if (why != nullptr) *why = name_ + ": " + bad;
+      return nullptr;
+    }
+    return std::make_shared<MaxPool2x2GradKernel>(x, name_);
+  }
   void Run(const runtime::BufferView* args) const override {
     MaxPool2x2Grad(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
                    static_cast<const float*>(args[2].data), static_cast<float*>(args[3].data),
