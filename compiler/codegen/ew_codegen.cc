@@ -22,10 +22,102 @@ const char* Bf16StoreName(Bf16Store s) {
   return "?";
 }
 
+// Shared by a kernel and its Resized copies.
+struct FusedElementwiseKernel::Code {
+  std::unique_ptr<JitKernel> jit;
+  EwLayout layout;  // the one it was generated for
+  std::vector<bool> sums, inner_sums;  // per output: layout.IsReduction, IsInnerReduction
+  int num_spills = 0;
+  int num_vector_regs = 0;
+};
+
 FusedElementwiseKernel::FusedElementwiseKernel(std::string name, EwProgram program, EwLayout layout, Isa isa)
     : name_(std::move(name)), program_(std::move(program)), layout_(std::move(layout)), isa_(isa) {}
 
 FusedElementwiseKernel::~FusedElementwiseKernel() = default;
+
+int FusedElementwiseKernel::num_spills() const { return code_ ? code_->num_spills : 0; }
+int FusedElementwiseKernel::num_vector_regs() const { return code_ ? code_->num_vector_regs : 0; }
+bool FusedElementwiseKernel::Sums(int output) const { return code_->sums[static_cast<size_t>(output)]; }
+
+void FusedElementwiseKernel::SetSteps() {
+  const size_t n_in = layout_.inputs.size();
+  const size_t n_ops = n_in + layout_.outputs.size();
+  steps_.assign(n_ops * kEwMaxRank, 0);
+  for (size_t k = 0; k < n_ops; ++k) {
+    const EwOperand& op = k < n_in ? layout_.inputs[k] : layout_.outputs[k - n_in];
+    const int64_t bytes = EwElemBytes(op.elem);
+    int64_t* step = &steps_[k * kEwMaxRank];
+    step[kEwMaxRank - 1] = op.strides[0] * bytes;
+    for (int level = 0; level <= layout_.rank - 2; ++level) {
+      int64_t delta = op.strides[level];
+      for (int e = level + 1; e <= layout_.rank - 2; ++e) delta -= (layout_.dims[e] - 1) * op.strides[e];
+      step[level] = delta * bytes;
+    }
+  }
+}
+
+void FusedElementwiseKernel::Call(EwKernelArgs args) const {
+  args.dims = layout_.dims.data();
+  args.steps = steps_.data();
+  fn_(&args);
+}
+
+namespace {
+
+// Why `layout` is not of the structure `code_layout` (with the outputs it
+// sums, `sums` / `inner_sums`) was generated for, or "".
+std::string StructureMismatch(const EwLayout& code_layout, const std::vector<bool>& sums,
+                              const std::vector<bool>& inner_sums, const EwLayout& layout) {
+  std::ostringstream os;
+  if (layout.rank != code_layout.rank || layout.inputs.size() != code_layout.inputs.size() ||
+      layout.outputs.size() != code_layout.outputs.size()) {
+    return "rank or operand count differs";
+  }
+  const int rank = layout.rank;
+  auto pattern = [&](const EwOperand& a, const EwOperand& b, const char* kind, size_t k) {
+    if (a.elem != b.elem) os << kind << k << " element type differs; ";
+    for (int d = 0; d < rank; ++d) {
+      if ((a.strides[d] == 0) != (b.strides[d] == 0)) os << kind << k << " stride " << d << " is 0 in one only; ";
+    }
+  };
+  for (size_t k = 0; k < layout.inputs.size(); ++k) pattern(code_layout.inputs[k], layout.inputs[k], "in", k);
+  for (size_t k = 0; k < layout.outputs.size(); ++k) {
+    pattern(code_layout.outputs[k], layout.outputs[k], "out", k);
+    const int o = static_cast<int>(k);
+    if (!sums[k] && layout.IsReduction(o)) os << "out" << k << " would be a sum; ";
+    if (!inner_sums[k] && layout.outputs[k].strides[rank - 1] == 0 && layout.dims[rank - 1] > 1) {
+      os << "out" << k << " would be summed over the inner dim; ";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::shared_ptr<FusedElementwiseKernel> FusedElementwiseKernel::Resized(EwLayout layout, std::string* why) const {
+  KILN_CHECK(code_ != nullptr, "jit kernel '", name_, "': Resized before Create");
+  auto fail = [&](const std::string& reason) -> std::shared_ptr<FusedElementwiseKernel> {
+    if (why != nullptr) *why = "jit kernel '" + name_ + "' made for " + code_->layout.ToString() + " cannot serve " +
+                               layout.ToString() + ": " + reason;
+    return nullptr;
+  };
+  try {
+    layout.Validate();
+  } catch (const Error& e) {
+    return fail(e.what());
+  }
+  const std::string mismatch = StructureMismatch(code_->layout, code_->sums, code_->inner_sums, layout);
+  if (!mismatch.empty()) return fail(mismatch);
+  std::shared_ptr<FusedElementwiseKernel> k(new FusedElementwiseKernel(name_, program_, std::move(layout), isa_));
+  k->fused_ops_ = fused_ops_;
+  k->code_ = code_;
+  k->fn_ = fn_;
+  k->deterministic_ = deterministic_;
+  k->bf16_store_ = bf16_store_;
+  k->SetSteps();
+  return k;
+}
 
 void FusedElementwiseKernel::Create() {
   layout_.Validate();
@@ -49,16 +141,23 @@ void FusedElementwiseKernel::Create() {
                        HasAvx512Bf16() ? ")" : ", and this CPU has no AVX512_BF16)");
   }
   const EwKernelPlan plan = PlanEwKernel(program_, layout_, pool);
-  std::unique_ptr<JitKernel> jit = MakeEwGenerator(name_, plan, isa_, bf16_store_);
-  jit->Create();
-  fn_ = jit->fn<EwKernelFn>();
-  jit_ = std::move(jit);
-  num_spills_ = plan.num_spills;
-  num_vector_regs_ = pool;
+  auto code = std::make_shared<Code>();
+  code->jit = MakeEwGenerator(name_, plan, isa_, bf16_store_);
+  code->jit->Create();
+  code->layout = layout_;
+  for (size_t k = 0; k < layout_.outputs.size(); ++k) {
+    code->sums.push_back(layout_.IsReduction(static_cast<int>(k)));
+    code->inner_sums.push_back(layout_.IsInnerReduction(static_cast<int>(k)));
+  }
+  code->num_spills = plan.num_spills;
+  code->num_vector_regs = pool;
+  fn_ = code->jit->fn<EwKernelFn>();
+  code_ = std::move(code);
+  SetSteps();
 }
 
-const uint8_t* FusedElementwiseKernel::code() const { return jit_ ? jit_->getCode() : nullptr; }
-size_t FusedElementwiseKernel::code_size() const { return jit_ ? jit_->getSize() : 0; }
+const uint8_t* FusedElementwiseKernel::code() const { return code_ ? code_->jit->getCode() : nullptr; }
+size_t FusedElementwiseKernel::code_size() const { return code_ ? code_->jit->getSize() : 0; }
 
 void FusedElementwiseKernel::Run(const std::vector<const float*>& inputs, const std::vector<float*>& outputs,
                                  int num_threads) const {
@@ -80,7 +179,7 @@ void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs
   KILN_CHECK(fn_ != nullptr, "jit kernel '", name_, "': Run before Create");
   const int n_out = static_cast<int>(layout_.outputs.size());
   for (int k = 0; k < n_out; ++k) {
-    if (layout_.IsReduction(k)) {  // always f32 (EwLayout::Validate)
+    if (Sums(k)) {  // always f32 (EwLayout::Validate)
       float* out = static_cast<float*>(outputs[k]);
       std::fill(out, out + layout_.OutputExtent(k), 0.0f);
     }
@@ -93,7 +192,7 @@ void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs
   // zeroed scratch, added to the output in chunk order afterwards.
   std::vector<int> partial;
   for (int k = 0; k < n_out; ++k) {
-    if (layout_.outputs[k].strides[0] == 0 && d0 > 1 && layout_.IsReduction(k)) partial.push_back(k);
+    if (layout_.outputs[k].strides[0] == 0 && d0 > 1 && Sums(k)) partial.push_back(k);
   }
   int64_t chunks = 1;
   if (numel >= kParallelMinElements) {
@@ -107,7 +206,7 @@ void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs
     }
   }
   if (chunks <= 1) {
-    const EwKernelArgs args{inputs, outputs, 0, d0};
+    const EwKernelArgs args{inputs, outputs, 0, d0, layout_.dims.data(), steps_.data()};
     fn_(&args);
     return;
   }
@@ -130,7 +229,7 @@ void FusedElementwiseKernel::Run(const void* const* inputs, void* const* outputs
   }
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    const EwKernelArgs args{inputs, outs[c].data(), bounds[c], bounds[c + 1]};
+    const EwKernelArgs args{inputs, outs[c].data(), bounds[c], bounds[c + 1], layout_.dims.data(), steps_.data()};
     fn_(&args);
   }
   for (int k : partial) {
@@ -149,7 +248,7 @@ std::string FusedElementwiseKernel::ToString() const {
   std::ostringstream os;
   os << "kernel " << name_ << " isa=" << IsaName(isa_) << " ops=[";
   for (size_t i = 0; i < fused_ops_.size(); ++i) os << (i ? "," : "") << fused_ops_[i];
-  os << "] code=" << code_size() << "B regs=" << num_vector_regs_ << " spills=" << num_spills_;
+  os << "] code=" << code_size() << "B regs=" << num_vector_regs() << " spills=" << num_spills();
   for (const EwOperand& op : layout_.outputs) {
     if (op.elem == EwElem::kBF16) {
       os << " bf16_store=" << Bf16StoreName(bf16_store_);

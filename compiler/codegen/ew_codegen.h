@@ -8,6 +8,7 @@
 //   k.set_fused_ops({"elementwise_add", "relu"});
 //   k.Create();                          // generates code; throws kiln::Error
 //   k.Run(inputs, outputs);              // all of the space, multi-threaded
+//   auto k2 = k.Resized(other_layout, &why);  // the same code at other sizes
 //
 // Register allocation: SSA values get vector registers by a Belady allocator
 // over the straight-line loop body (evict the value used furthest ahead).
@@ -31,12 +32,20 @@ namespace kiln::jit {
 
 // The generated function's one argument, read with offsetof. It covers
 // iteration dim 0 from `begin` to `end` (all of the inner dims); for a rank-1
-// layout that is a range of elements.
+// layout that is a range of elements. The code bakes no size: it reads the
+// dims and the operands' steps here, so that one function serves every
+// layout of the structure it was generated for (FusedElementwiseKernel::Resized).
 struct EwKernelArgs {
   const void* const* inputs;  // [layout.inputs.size()] base pointers (float, bf16 or bool by the operand's elem)
   void* const* outputs;       // [layout.outputs.size()] base pointers
   int64_t begin;
   int64_t end;
+  const int64_t* dims = nullptr;  // [kEwMaxRank] the layout's dims
+  // [(inputs + outputs) * kEwMaxRank] bytes per operand (inputs, then
+  // outputs): [l], 0 <= l <= rank-2, from the last row under one index of
+  // dim l to the first row under the next; [kEwMaxRank-1], from one dim-0
+  // index to the next (the offset of `begin` is begin times it).
+  const int64_t* steps = nullptr;
 };
 
 // How a kernel rounds f32 values into bf16 outputs. Both give the same bits
@@ -84,9 +93,21 @@ class FusedElementwiseKernel {
   void Run(const void* const* inputs, void* const* outputs, int num_threads = 0) const;
   // All operands f32.
   void Run(const std::vector<const float*>& inputs, const std::vector<float*>& outputs, int num_threads = 0) const;
-  // Calls the generated code once for dim-0 range [args.begin, args.end).
+  // Calls the generated code once for dim-0 range [args.begin, args.end)
+  // (args.dims and args.steps are set to this kernel's).
   // Reduction outputs are ACCUMULATED into (+=): the caller zeroes them.
-  void Call(const EwKernelArgs& args) const { fn_(&args); }
+  void Call(EwKernelArgs args) const;
+
+  // The same generated code over `layout`, a layout of the structure this
+  // kernel was created for: the same rank, operand count and element types,
+  // the same zero / nonzero pattern of every stride, and no output a sum
+  // where this kernel's is not (an output this kernel sums may be summed
+  // over dims of size 1: a sum of one term), nor an output whose inner
+  // stride is 0 without an inner sum spanning more than one element.
+  // nullptr, with the reason in `why`, when the code cannot compute it.
+  // The copy shares the code and the settings (name, fused ops,
+  // deterministic); this kernel must be created.
+  std::shared_ptr<FusedElementwiseKernel> Resized(EwLayout layout, std::string* why) const;
 
   const std::string& name() const { return name_; }
   Isa isa() const { return isa_; }
@@ -107,21 +128,27 @@ class FusedElementwiseKernel {
   const uint8_t* code() const;
   size_t code_size() const;
   // Values moved to stack slots by the allocator, vector registers it had.
-  int num_spills() const { return num_spills_; }
-  int num_vector_regs() const { return num_vector_regs_; }
+  int num_spills() const;
+  int num_vector_regs() const;
   // "kernel NAME isa=avx512 ops=[a,b] code=1234B regs=26 spills=0\n layout\n program".
   std::string ToString() const;
 
  private:
+  struct Code;  // the generated function and the structure it serves (ew_codegen.cc)
+
+  // Fills steps_ from layout_ (the sizes the code reads).
+  void SetSteps();
+  // Output k is summed (zeroed by Run, accumulated by the code).
+  bool Sums(int output) const;
+
   std::string name_;
   EwProgram program_;
   EwLayout layout_;
   Isa isa_;
   std::vector<std::string> fused_ops_;
-  std::unique_ptr<JitKernel> jit_;
+  std::shared_ptr<const Code> code_;
   EwKernelFn fn_ = nullptr;
-  int num_spills_ = 0;
-  int num_vector_regs_ = 0;
+  std::vector<int64_t> steps_;  // EwKernelArgs::steps of layout_
   bool deterministic_ = false;
   Bf16Store bf16_store_ = Bf16Store::kAuto;
 };

@@ -26,13 +26,8 @@ void EwGenerator<Vmm>::CopyNarrowTail(bool to_frame, int bytes) {
     mov(ax, to_frame ? mem : slot);
     mov(to_frame ? slot : mem, ax);
   };
-  if (layout_.rank >= 2) {
-    const int rem = static_cast<int>(layout_.dims[layout_.rank - 1] % kW);
-    for (int i = 0; i < rem; ++i) copy(i);
-    return;
-  }
   Xbyak::Label l_done;
-  for (int i = 0; i < kW - 1; ++i) {  // rank 1: rem (1..kW-1) is in the frame
+  for (int i = 0; i < kW - 1; ++i) {  // rem (1..kW-1) is in the frame
     cmp(qword[rsp + kFrameRem], i);
     jbe(l_done, T_NEAR);
     copy(i);

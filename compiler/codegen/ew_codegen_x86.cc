@@ -1,7 +1,7 @@
 // The Xbyak generator of fused elementwise kernels (AVX-512 and AVX2): the
-// loop structure (described in ew_generator.h), operand pointers, loads and
-// stores, and the instruction selection. The vector math is in
-// ew_codegen_math.cc.
+// loop structure (described in ew_generator.h), loads and stores, and the
+// instruction selection. The operand pointers are in ew_codegen_pointers.cc,
+// the vector math in ew_codegen_math.cc.
 #include <cmath>
 #include <cstring>
 
@@ -12,103 +12,28 @@ namespace kiln::jit {
 namespace ew_x86 {
 
 template <typename Vmm>
-void EwGenerator<Vmm>::AssignPointers() {
-  const size_t n_in = layout_.inputs.size();
-  ptrs_.assign(n_in + layout_.outputs.size(), PtrLoc());
-  for (const EwInstr& in : plan_.instrs) {
-    if (in.op == EwOp::kLoad) ptrs_[in.operand].used = true;
+void EwGenerator<Vmm>::SetInnerBounds() {
+  mov(rdx, rax);
+  and_(rdx, static_cast<uint32_t>(-(unroll_ * kW)));
+  mov(qword[rsp + kFrameBoundU], rdx);
+  mov(rdx, rax);
+  and_(rdx, static_cast<uint32_t>(-kW));
+  mov(qword[rsp + kFrameBound1], rdx);
+  and_(rax, kW - 1);
+  mov(qword[rsp + kFrameRem], rax);
+  if (bound_in_reg_) {
+    mov(reg_bound_u_, qword[rsp + kFrameBoundU]);
+    mov(reg_bound_1_, qword[rsp + kFrameBound1]);
+    mov(reg_rem_, rax);
   }
-  for (size_t k = 0; k < layout_.outputs.size(); ++k) ptrs_[n_in + k].used = true;
-  // Operands touched on every vector get the GPRs first.
-  const Reg64 pool[] = {rbx, rbp, rsi, rdi, rcx, r9, r10, r11, r12, r13, r14, r15};
-  size_t next_reg = 0;
-  int next_slot = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t k = 0; k < ptrs_.size(); ++k) {
-      PtrLoc& p = ptrs_[k];
-      if (!p.used) continue;
-      const EwOperand& op = k < n_in ? layout_.inputs[k] : layout_.outputs[k - n_in];
-      if ((pass == 0) != InnerContiguous(op)) continue;
-      if (next_reg < sizeof(pool) / sizeof(pool[0])) {
-        p.in_reg = true;
-        p.reg = pool[next_reg++];
-      } else {
-        p.off = kFramePtrs + 8 * next_slot++;
-      }
-    }
+  if constexpr (!kAvx512) {
+    for (int i = 0; i < 16; ++i) mov(dword[rsp + kFrameMaskTab + 4 * i], i < 8 ? -1 : 0);
   }
-  spill_off_ = kFramePtrs + 8 * next_slot;
-  spill_off_ = (spill_off_ + 63) / 64 * 64;
-  frame_bytes_ = spill_off_ + 64 * plan_.num_spill_slots;
-}
-
-template <typename Vmm>
-void EwGenerator<Vmm>::AddImm(const Operand& dst, int64_t v) {
-  if (v == 0) return;
-  if (v >= INT32_MIN && v <= INT32_MAX) {
-    add(dst, static_cast<uint32_t>(static_cast<int32_t>(v)));
-  } else {
-    mov(rdx, v);
-    add(dst, rdx);
-  }
-}
-
-template <typename Vmm>
-void EwGenerator<Vmm>::LoadPointers() {
-  const size_t n_in = layout_.inputs.size();
-  for (size_t k = 0; k < ptrs_.size(); ++k) {
-    const PtrLoc& p = ptrs_[k];
-    if (!p.used) continue;
-    const bool is_in = k < n_in;
-    const EwOperand& op = is_in ? layout_.inputs[k] : layout_.outputs[k - n_in];
-    const int idx = static_cast<int>(is_in ? k : k - n_in);
-    mov(rax, qword[rsp + kFrameArgs]);
-    mov(rax, qword[rax + static_cast<int>(is_in ? offsetof(EwKernelArgs, inputs) : offsetof(EwKernelArgs, outputs))]);
-    mov(rax, qword[rax + 8 * idx]);
-    const int64_t step = op.strides[0] * EwElemBytes(op.elem);
-    if (step != 0) {
-      KILN_CHECK(step <= INT32_MAX, "ew kernel: dim-0 stride too large");
-      mov(rdx, qword[rsp + kFrameIdx]);
-      imul(rdx, rdx, static_cast<int>(step));
-      add(rax, rdx);
-    }
-    if (p.in_reg) {
-      mov(p.reg, rax);
-    } else {
-      mov(qword[rsp + p.off], rax);
-    }
-  }
-}
-
-// Moves every row pointer from the last row of level `level`'s inner levels
-// to the first row of the next index at `level`.
-template <typename Vmm>
-void EwGenerator<Vmm>::AddPtrDeltas(int level) {
-  const size_t n_in = layout_.inputs.size();
-  for (size_t k = 0; k < ptrs_.size(); ++k) {
-    const PtrLoc& p = ptrs_[k];
-    if (!p.used) continue;
-    const EwOperand& op = k < n_in ? layout_.inputs[k] : layout_.outputs[k - n_in];
-    int64_t delta = op.strides[level];
-    for (int e = level + 1; e <= layout_.rank - 2; ++e) delta -= (layout_.dims[e] - 1) * op.strides[e];
-    if (delta == 0) continue;
-    const int64_t bytes = delta * EwElemBytes(op.elem);
-    if (p.in_reg) {
-      AddImm(p.reg, bytes);
-    } else {
-      AddImm(qword[rsp + p.off], bytes);
-    }
-  }
-}
-
-template <typename Vmm>
-void EwGenerator<Vmm>::SetTailMaskConst(int rem) {
-  if constexpr (kAvx512) {
-    mov(edx, (1u << rem) - 1);
-    kmovw(k1, edx);
-  } else {
-    for (int i = 0; i < 8; ++i) mov(dword[rsp + kFrameMask + 4 * i], i < rem ? -1 : 0);
-  }
+  Xbyak::Label l_no_tail;
+  test(rax, rax);
+  jz(l_no_tail, T_NEAR);
+  SetTailMaskRuntime();
+  L(l_no_tail);
 }
 
 template <typename Vmm>
@@ -160,6 +85,8 @@ void EwGenerator<Vmm>::Generate() {
 
   Preamble(static_cast<size_t>(frame_bytes_));
   mov(qword[rsp + kFrameArgs], rdi);
+  mov(rax, qword[rdi + static_cast<int>(offsetof(EwKernelArgs, steps))]);
+  mov(qword[rsp + kFrameSteps], rax);
   mov(rax, qword[rdi + static_cast<int>(offsetof(EwKernelArgs, begin))]);
   mov(qword[rsp + kFrameIdx], rax);
   mov(rdx, qword[rdi + static_cast<int>(offsetof(EwKernelArgs, end))]);
@@ -172,22 +99,18 @@ void EwGenerator<Vmm>::Generate() {
   if (rank == 1) {
     mov(rax, qword[rsp + kFrameEnd]);
     sub(rax, qword[rsp + kFrameIdx]);
-    mov(rdx, rax);
-    and_(rdx, static_cast<uint32_t>(-(unroll_ * kW)));
-    mov(qword[rsp + kFrameBoundU], rdx);
-    mov(rdx, rax);
-    and_(rdx, static_cast<uint32_t>(-kW));
-    mov(qword[rsp + kFrameBound1], rdx);
-    and_(rax, kW - 1);
-    mov(qword[rsp + kFrameRem], rax);
-    if constexpr (!kAvx512) {
-      for (int i = 0; i < 16; ++i) mov(dword[rsp + kFrameMaskTab + 4 * i], i < 8 ? -1 : 0);
-    }
   } else {
-    const int rem = static_cast<int>(layout_.dims[rank - 1] % kW);
-    if (rem != 0) SetTailMaskConst(rem);
-    for (int d = 1; d <= rank - 2; ++d) mov(qword[rsp + kFrameIdx + 8 * d], 0);
+    CopySteps();
+    mov(rdx, qword[rsp + kFrameArgs]);
+    mov(rdx, qword[rdx + static_cast<int>(offsetof(EwKernelArgs, dims))]);
+    for (int d = 1; d <= rank - 2; ++d) {
+      mov(rax, qword[rdx + 8 * d]);
+      mov(qword[rsp + kFrameDims + 8 * d], rax);
+      mov(qword[rsp + kFrameIdx + 8 * d], 0);
+    }
+    mov(rax, qword[rdx + 8 * (rank - 1)]);
   }
+  SetInnerBounds();
 
   L(l_row);
   for (int a = 0; a < num_acc_; ++a) Xor(Acc(a), Acc(a), Acc(a));
@@ -195,10 +118,11 @@ void EwGenerator<Vmm>::Generate() {
   Epilogue();
   if (rank >= 2) {
     for (int level = rank - 2; level >= 1; --level) {
-      KILN_CHECK(layout_.dims[level] <= INT32_MAX, "ew kernel: dim too large");
       Xbyak::Label l_wrap;
-      inc(qword[rsp + kFrameIdx + 8 * level]);
-      cmp(qword[rsp + kFrameIdx + 8 * level], static_cast<uint32_t>(layout_.dims[level]));
+      mov(rax, qword[rsp + kFrameIdx + 8 * level]);
+      inc(rax);
+      mov(qword[rsp + kFrameIdx + 8 * level], rax);
+      cmp(rax, qword[rsp + kFrameDims + 8 * level]);
       jge(l_wrap, T_NEAR);
       AddPtrDeltas(level);
       jmp(l_row, T_NEAR);
@@ -217,56 +141,47 @@ void EwGenerator<Vmm>::Generate() {
   EmitConstTable();
 }
 
+// The bounds and the tail mask come from SetInnerBounds. A row shorter
+// than a vector goes straight to its tail; each loop is tested at its top
+// once and at its bottom after every block.
 template <typename Vmm>
 void EwGenerator<Vmm>::InnerLoop() {
-  const int rank = layout_.rank;
-  xor_(r8, r8);  // r8 = element index of the current vector in the row
-  Xbyak::Label l_unroll, l_unroll_end, l_one, l_one_end, l_tail_end;
-  if (rank == 1) {
-    if (unroll_ > 1) {
-      L(l_unroll);
-      cmp(r8, qword[rsp + kFrameBoundU]);
-      jae(l_unroll_end, T_NEAR);
-      for (int u = 0; u < unroll_; ++u) Body(u * kW, false);
-      add(r8, unroll_ * kW);
-      jmp(l_unroll, T_NEAR);
-      L(l_unroll_end);
+  auto cmp_bound = [&](const Reg64& reg, int off) {
+    if (bound_in_reg_) {
+      cmp(r8, reg);
+    } else {
+      cmp(r8, qword[rsp + off]);
     }
-    L(l_one);
-    cmp(r8, qword[rsp + kFrameBound1]);
-    jae(l_one_end, T_NEAR);
-    Body(0, false);
-    add(r8, kW);
-    jmp(l_one, T_NEAR);
-    L(l_one_end);
-    mov(rax, qword[rsp + kFrameRem]);
-    test(rax, rax);
-    jz(l_tail_end, T_NEAR);
-    SetTailMaskRuntime();
-    Body(0, true);
-    L(l_tail_end);
-    return;
-  }
-  const int64_t n = layout_.dims[rank - 1];
-  const int64_t bound_u = n / (unroll_ * kW) * (unroll_ * kW);
-  const int64_t bound_1 = n / kW * kW;
-  KILN_CHECK(bound_1 <= INT32_MAX, "ew kernel: inner dim too large");
-  if (unroll_ > 1 && bound_u > 0) {
+  };
+  xor_(r8, r8);  // r8 = element index of the current vector in the row
+  Xbyak::Label l_unroll, l_one, l_tail, l_tail_end;
+  cmp_bound(reg_bound_1_, kFrameBound1);
+  jae(l_tail, T_NEAR);
+  if (unroll_ > 1) {
+    cmp_bound(reg_bound_u_, kFrameBoundU);
+    jae(l_one, T_NEAR);
     L(l_unroll);
     for (int u = 0; u < unroll_; ++u) Body(u * kW, false);
     add(r8, unroll_ * kW);
-    cmp(r8, static_cast<uint32_t>(bound_u));
+    cmp_bound(reg_bound_u_, kFrameBoundU);
     jb(l_unroll, T_NEAR);
+    cmp_bound(reg_bound_1_, kFrameBound1);
+    jae(l_tail, T_NEAR);
   }
-  const int64_t done = unroll_ > 1 ? bound_u : 0;
-  if (bound_1 > done) {
-    L(l_one);
-    Body(0, false);
-    add(r8, kW);
-    cmp(r8, static_cast<uint32_t>(bound_1));
-    jb(l_one, T_NEAR);
+  L(l_one);
+  Body(0, false);
+  add(r8, kW);
+  cmp_bound(reg_bound_1_, kFrameBound1);
+  jb(l_one, T_NEAR);
+  L(l_tail);
+  if (bound_in_reg_) {
+    test(reg_rem_, reg_rem_);
+  } else {
+    cmp(qword[rsp + kFrameRem], 0);
   }
-  if (n % kW != 0) Body(0, true);
+  jz(l_tail_end, T_NEAR);
+  Body(0, true);
+  L(l_tail_end);
 }
 
 template <typename Vmm>

@@ -1,6 +1,7 @@
 // Internal to the fused elementwise code generator: the Xbyak generator
 // class, shared by ew_codegen_x86.cc (loops, loads, stores, the instruction
-// selection), ew_codegen_math.cc (the inline vector math), ew_codegen_bf16.cc
+// selection), ew_codegen_pointers.cc (operand pointers and their steps),
+// ew_codegen_math.cc (the inline vector math), ew_codegen_bf16.cc
 // and ew_codegen_bool.cc (bf16 and bool operands, the comparisons). Only
 // those files include it (Xbyak is heavy to include).
 //
@@ -11,9 +12,15 @@
 //     for j in blocks of W:   body
 //     tail (n % W lanes):     body, masked (k1 / vmaskmovps)
 //     add accumulator sums to their outputs
-//   A rank-1 layout is one row of end-begin elements, counted at run time.
+//   A rank-1 layout is one row of end-begin elements.
+// No size is baked: the dims and the operands' steps come from EwKernelArgs
+// (the prologue puts the loop bounds, the tail mask and dims 1..r-2 in the
+// frame), so the code serves every layout of its structure (the rank, the
+// operands' element types and which of their strides are 0, the sums).
 // Every operand has a row pointer (in a GPR, or a stack slot when more than 12
-// are live); rows advance by constant per-level deltas. r8 is the element
+// are live); rows advance by per-level steps, which the prologue copies
+// from the args into the frame (the row level's into GPRs the pointers left
+// free, as the inner loop's bounds). r8 is the element
 // index in the row: an f32 operand's vector is at row + 4*r8, a bf16 one's at
 // row + 2*r8 (bf16 loads widen with vpmovzxwd + a shift; stores round with
 // vcvtneps2bf16 or the integer sequence of framework/bf16.h, then narrow), a
@@ -56,6 +63,8 @@ constexpr int kFrameBoundU = 40;    // rank 1: elements covered by the unrolled 
 constexpr int kFrameBound1 = 48;    // rank 1: elements covered by full vectors
 constexpr int kFrameRem = 56;       // rank 1: tail lanes
 constexpr int kFrameArgs = 64;      // the EwKernelArgs pointer
+constexpr int kFrameSteps = 72;     // EwKernelArgs::steps
+constexpr int kFrameDims = 72;      // dims[d] at kFrameDims + 8*d for 1 <= d <= 2 (rank 4: levels 1, 2)
 constexpr int kFrameMask = 96;      // AVX2: current tail mask (32 bytes)
 constexpr int kFrameMaskTab = 128;  // AVX2 rank 1: 8 x ~0 then 8 x 0
 constexpr int kFrameNarrow = 192;   // AVX2: a bf16 or bool tail on its way to or from memory (16 bytes)
@@ -108,9 +117,9 @@ class EwGenerator : public JitKernel {
     return ptr[rip + l_consts_ + idx * 64];
   }
 
-  bool InnerContiguous(const EwOperand& op) const {
-    return op.strides[layout_.rank - 1] == 1 || layout_.dims[layout_.rank - 1] == 1;
-  }
+  // Walks the inner dim (else one value per row: a broadcast input, or an
+  // output stored per row or summed over it).
+  bool InnerContiguous(const EwOperand& op) const { return op.strides[layout_.rank - 1] != 0; }
   const PtrLoc& InPtr(int k) const { return ptrs_[k]; }
   const PtrLoc& OutPtr(int k) const { return ptrs_[layout_.inputs.size() + k]; }
   // The register holding an operand's row pointer (rax for spilled pointers).
@@ -123,8 +132,21 @@ class EwGenerator : public JitKernel {
   void AssignPointers();
   void LoadPointers();
   void AddPtrDeltas(int level);
-  void AddImm(const Operand& dst, int64_t v);
-  void SetTailMaskConst(int rem);
+  void CopySteps();
+  // Operand k's pointer moves when an index at `level` advances: its step
+  // there is nonzero at some sizes (a stride from `level` to dim r-2 is not 0).
+  bool Moves(size_t k, int level) const {
+    const size_t n_in = layout_.inputs.size();
+    const EwOperand& op = k < n_in ? layout_.inputs[k] : layout_.outputs[k - n_in];
+    bool moves = false;
+    for (int e = level; e <= layout_.rank - 2; ++e) moves |= op.strides[e] != 0;
+    return moves;
+  }
+  // The frame slot of operand k's step at `level` (EwKernelArgs::steps).
+  int StepSlot(size_t k, int level) const { return step_tab_off_ + static_cast<int>(8 * (kEwMaxRank * k + level)); }
+  // Puts the inner dim's loop bounds and tail mask in the frame (k1 on
+  // AVX-512), from `n` elements in rax.
+  void SetInnerBounds();
   void SetTailMaskRuntime();  // rem in rax (1..W-1)
   void InnerLoop();
   void Body(int off, bool masked);
@@ -145,8 +167,7 @@ class EwGenerator : public JitKernel {
   void LoadBool(const Vmm& d, const Reg64& p, const EwOperand& op, int off, bool masked);
   void StoreBool(const Vmm& s, const Reg64& p, const EwOperand& op, int off, bool masked);
   // AVX2 tails: copies the tail's elements of `bytes` bytes (bf16 2, bool 1)
-  // between [rdx] and the frame's narrow slot (rem lanes, from the constant
-  // rem or the rank-1 frame).
+  // between [rdx] and the frame's narrow slot (rem lanes, from the frame).
   void CopyNarrowTail(bool to_frame, int bytes);
   void Epilogue();
   void EmitConstTable();
@@ -209,9 +230,14 @@ class EwGenerator : public JitKernel {
   int num_acc_ = 0;
   std::vector<int> acc_of_output_;
   std::vector<PtrLoc> ptrs_;
+  // The inner loop's bounds and tail lanes, in GPRs the pointers left free.
+  bool bound_in_reg_ = false;
+  Reg64 reg_bound_u_ = Reg64(0), reg_bound_1_ = Reg64(0), reg_rem_ = Reg64(0);
   int frame_bytes_ = 0;
   int unroll_ = 1;
   int spill_off_ = 0;
+  int step_tab_off_ = 0;
+  std::vector<int> step_reg_;  // per operand: the GPR holding its row-level step, or -1
   Xbyak::Label l_consts_;
   std::vector<uint32_t> consts_;
   std::map<uint32_t, int> const_index_;

@@ -27,7 +27,8 @@ std::vector<EmittedKernel> Bf16WeightCopyUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
   k.kernel = MakeEwRuntimeKernel(kernel, std::string("generated ") + IsaName(isa) + " kernel, " + o_.w +
                                              " to bf16 (" + Bf16StoreName(kernel->bf16_store()) + ") over " +
-                                             kernel->layout().ToString());
+                                             kernel->layout().ToString(),
+                                 FlatLayoutOf({false}));
   k.args = {o_.w, copy().Name()};
   k.num_inputs = 1;
   k.new_vars.push_back(copy().Desc(c));

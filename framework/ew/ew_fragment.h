@@ -41,6 +41,10 @@ struct EwFragment {
   // that), and a fragment writing one must give it that too: the group's
   // later fragments read it from the register, not from its stored bytes.
   std::function<std::vector<EwValue>(EwProgram& p, const std::vector<EwValue>& in)> emit;
+  // The program `emit` gives holds constants computed from the dims (a
+  // mean's 1/count): a kernel made of it serves these dims only (its
+  // Resize to other sizes fails).
+  bool constants_from_dims = false;
 };
 
 // The dtypes whose values generated kernels load and store: f32, and bool

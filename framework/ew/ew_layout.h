@@ -74,4 +74,26 @@ struct EwLayout {
 // and InvalidArgument when an operand does not fit the iteration dims.
 EwLayout CollapseLayout(const Dims& iter_dims, const std::vector<Dims>& input_dims,
                         const std::vector<Dims>& output_dims);
+
+// CollapseLayout's merge as data, to lay out other sizes the same way (a
+// kernel resized to new sizes keeps the loops it was generated with).
+struct EwCollapse {
+  int rank = 0;             // layout dims; 0: one point (rank 1, dims [1])
+  std::vector<int> dim_of;  // per iteration dim: its layout dim, -1 when dropped (size 1)
+  // Per operand (inputs, then outputs), per layout dim: its dims are the
+  // iteration dims there (a nonzero stride), not 1s (broadcast / summed).
+  std::vector<std::vector<bool>> walks;
+};
+// The merge CollapseLayout makes of these dims (it throws as CollapseLayout).
+EwCollapse CollapseOf(const Dims& iter_dims, const std::vector<Dims>& input_dims,
+                      const std::vector<Dims>& output_dims);
+// The layout of (other) dims under `c`: each layout dim the product of its
+// iteration dims, an operand's stride on it the product of the operand's
+// dims after them where it walks it, else 0. CollapseLayout(i, in, out) is
+// ApplyCollapse(CollapseOf(i, in, out), i, in, out). False, with the reason
+// in `why`, when the dims do not fit `c`: other ranks or operand counts, a
+// dropped dim that is not 1 now, an operand not 1 on a dim it did not walk
+// or not the iteration dim on one it walked.
+bool ApplyCollapse(const EwCollapse& c, const Dims& iter_dims, const std::vector<Dims>& input_dims,
+                   const std::vector<Dims>& output_dims, EwLayout* layout, std::string* why);
 }  // namespace kiln

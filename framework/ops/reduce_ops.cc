@@ -168,6 +168,7 @@ std::vector<EwFragment> EwReduce(const EwOpView& v, bool mean, bool grad) {
     f.reads = {{full, f.iter}};
     f.writes = {{small, kept}};
   }
+  f.constants_from_dims = mean;
   f.emit = [mean, scale](EwProgram& p, const std::vector<EwValue>& in) {
     return std::vector<EwValue>{mean ? p.Mul(in[0], p.Const(scale)) : in[0]};
   };

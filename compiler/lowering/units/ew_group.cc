@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "compiler/codegen/ew_runtime_kernel.h"
+#include "framework/ew/ew_resize.h"
 
 namespace kiln::jit {
 namespace {
@@ -16,6 +17,19 @@ EwElem ElemOf(const Cluster& c, const std::string& var) {
 }
 
 }  // namespace
+
+EwLayoutOf EwGroupUnit::LayoutOf(const std::vector<Dims>& in_dims, const std::vector<Dims>& out_dims,
+                                  std::vector<Dims> var_dims) const {
+  for (const Piece& piece : pieces_) {
+    if (!piece.fragment.constants_from_dims) continue;
+    return [op = piece.op](const std::vector<Dims>&, std::string* why) -> std::optional<EwLayout> {
+      if (why != nullptr) *why = "its program holds constants computed from the dims (op #" + std::to_string(op) + ")";
+      return std::nullopt;
+    };
+  }
+  auto resizer = std::make_shared<const EwLayoutResizer>(iter_, in_dims, out_dims, std::move(var_dims));
+  return [resizer](const std::vector<Dims>& dims, std::string* why) { return resizer->LayoutAt(dims, why); };
+}
 
 EwGroupUnit::EwGroupUnit(const std::string& step, Dims iter) : Unit(step, {}, {}, {}), iter_(std::move(iter)) {}
 
@@ -85,6 +99,7 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
     if (std::find(ops.begin(), ops.end(), piece.op) == ops.end()) ops.push_back(piece.op);
   }
   std::vector<EwAccess> outputs;
+  std::vector<Dims> out_var_dims;  // the dims of each output's buffer (a bf16 copy has its var's)
   std::vector<bool> out_bf16;
   std::vector<proto::VarDesc> bf16_vars;
   for (const auto& [var, value] : current) {
@@ -92,12 +107,14 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
     if (bf16_.count(var) > 0 && ctx.Stored(copy.Name())) {
       program.Store(static_cast<int>(outputs.size()), value.first);
       outputs.push_back({copy.Name(), value.second});
+      out_var_dims.push_back(c.dims(var));
       out_bf16.push_back(true);
       bf16_vars.push_back(copy.Desc(c));
     }
     if (!ctx.Stored(var)) continue;
     program.Store(static_cast<int>(outputs.size()), value.first);
     outputs.push_back({var, value.second});
+    out_var_dims.push_back(c.dims(var));
     out_bf16.push_back(false);
   }
   if (outputs.empty()) ThrowInvalidArgument("elementwise group computes nothing that is used");
@@ -120,7 +137,10 @@ std::vector<EmittedKernel> EwGroupUnit::Emit(EmitContext& ctx) const {
                          " instrs over " + layout.ToString() + " fusing";
   for (const auto& t : types) describe += " " + t;
   EmittedKernel k;
-  k.kernel = MakeEwRuntimeKernel(kernel, describe);
+  std::vector<Dims> var_dims;
+  for (const auto& i : inputs) var_dims.push_back(c.dims(i.var));
+  var_dims.insert(var_dims.end(), out_var_dims.begin(), out_var_dims.end());
+  k.kernel = MakeEwRuntimeKernel(kernel, describe, LayoutOf(in_dims, out_dims, std::move(var_dims)));
   for (const auto& i : inputs) k.args.push_back(i.var);
   k.num_inputs = static_cast<int>(inputs.size());
   for (const auto& o : outputs) k.args.push_back(o.var);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/codegen/ew_runtime_kernel.h"
 #include "compiler/lowering/units/unit.h"
 
 namespace kiln::jit {
@@ -38,6 +39,10 @@ class EwGroupUnit final : public Unit {
     int op;
     EwFragment fragment;
   };
+  // How the kernel's layout follows new sizes of its vars (var_dims: the
+  // compile-time dims of its inputs', then outputs' buffers).
+  EwLayoutOf LayoutOf(const std::vector<Dims>& in_dims, const std::vector<Dims>& out_dims,
+                      std::vector<Dims> var_dims) const;
   Dims iter_;
   std::vector<Piece> pieces_;
   std::map<std::string, Dims> full_defined_;
