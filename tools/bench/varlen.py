@@ -11,7 +11,10 @@ What is timed: each side first takes --warmup_steps steps at --warmup_length
 lengths in order, and the total is their wall time, so it includes every
 compile a new length causes (as a user sees them) and no data preparation
 (batches are drawn before the loop). A length's step time is the median of
-its occurrences after its first (the first compiles). "Specialised" is kiln
+its occurrences after its first (the first compiles). Every run is repeated
+--rounds times, interleaved; a total is the lowest over rounds, a step time
+the lowest of the rounds' medians (load on a shared machine only slows a
+run). "Specialised" is kiln
 with the JIT on in a process that trains only that length, warm: what a
 compile made for that length alone gives. A fourth run, kiln with
 --jit_recompile_limit raised to --high_limit, shows what compiling every
@@ -55,8 +58,9 @@ def parse_args(argv=None):
     p.add_argument("--recompile_limit", type=int, default=0,
                    help="--jit_recompile_limit of the JIT-on side (0: kiln's default)")
     p.add_argument("--high_limit", type=int, default=100, help="--jit_recompile_limit of the every-length run")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every run; a figure is the best round's")
     p.add_argument("--spec_warmup", type=int, default=2, help="untimed steps of a specialised run (compiles)")
-    p.add_argument("--spec_steps", type=int, default=6, help="timed steps of a specialised run")
+    p.add_argument("--spec_steps", type=int, default=8, help="timed steps of a specialised run")
     p.add_argument("--out_dir", default=os.path.join(bvp.REPO, "docs"), help="where benchmarks.md is")
     p.add_argument("--no_docs", action="store_true", help="print the tables only")
     p.add_argument("--note", default="", help="a paragraph for the docs (what this run is before or after)")
@@ -73,7 +77,7 @@ def parse_args(argv=None):
     if args.tiny:
         args.threads, args.steps, args.lengths, args.warmup_length, args.warmup_steps = "1", 6, "4,8,12", 2, 1
         args.d, args.heads, args.layers, args.batch, args.recompile_limit = 16, 2, 1, 2, 2
-        args.spec_warmup, args.spec_steps, args.idle_wait = 1, 2, 0.0
+        args.spec_warmup, args.spec_steps, args.idle_wait, args.rounds = 1, 2, 0.0, 1
     return args
 
 
@@ -94,22 +98,22 @@ def measure(args, threads, side, spec, warm, schedule, limit=0):
 
 
 def run_threads(args, threads, lengths, have_torch):
-    """The four runs over the cycle and one specialised run per length."""
+    """--rounds of the four runs over the cycle and of one specialised run per length."""
     spec = spec_of(args, lengths)
     schedule = [lengths[i % len(lengths)] for i in range(args.steps)]
     warm = [args.warmup_length] * args.warmup_steps
     limits = {"jit": args.recompile_limit, "nojit": 0, "torch": 0, "jit_all": args.high_limit}
-    runs = {}
-    for side in SIDES:
-        if side == "torch" and not have_torch:
-            continue
-        runs[side] = measure(args, threads, side, spec, warm, schedule, limits[side])
-        bvp.log("varlen: %d thr: %-7s total %.2f s" % (threads, side, runs[side]["total_s"]))
-    special = {}
-    for length in lengths:
-        special[length] = measure(args, threads, "jit", spec, [length] * args.spec_warmup,
-                                  [length] * args.spec_steps)
-    counts = {r["params"] for r in runs.values()}
+    runs = {side: [] for side in SIDES if side != "torch" or have_torch}
+    special = {length: [] for length in lengths}
+    for rnd in range(args.rounds):  # interleaved, so a burst of load hits one round of each side at most
+        for side in runs:
+            runs[side].append(measure(args, threads, side, spec, warm, schedule, limits[side]))
+            bvp.log("varlen: %d thr, round %d: %-7s total %.2f s (load %.1f)" %
+                    (threads, rnd + 1, side, runs[side][-1]["total_s"], runs[side][-1]["load_after"]))
+        for length in lengths:
+            special[length].append(measure(args, threads, "jit", spec, [length] * args.spec_warmup,
+                                           [length] * args.spec_steps))
+    counts = {r["params"] for rs in runs.values() for r in rs}
     if len(counts) != 1:
         raise RuntimeError("varlen: kiln and PyTorch models differ in parameter count: %s" % sorted(counts))
     return {"runs": runs, "special": special, "schedule": schedule}

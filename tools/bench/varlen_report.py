@@ -48,22 +48,30 @@ def jit_counts(run):
 
 
 def summarise(result, lengths):
-    runs = result["runs"]
+    """Per side: the lowest total over rounds, per length the lowest of the
+    rounds' medians; JIT counts from the first round (they repeat)."""
     s = {"sides": {}, "special": {}, "problems": []}
-    for side, run in runs.items():
-        entry = {"total_s": run["total_s"], "per_length": per_length(run, lengths), "load_after": run["load_after"],
-                 "final_loss": run["final_loss"]}
+    for side, rounds in result["runs"].items():
+        per = [per_length(run, lengths) for run in rounds]
+        entry = {"total_s": min(r["total_s"] for r in rounds), "totals_s": [r["total_s"] for r in rounds],
+                 "per_length": {l: (min(p[l][0] for p in per), best(p[l][1] for p in per)) for l in lengths}}
         if side.startswith("jit"):
-            entry["jit"] = jit_counts(run)
-            counted = sum(entry["jit"]["per_cluster"].values())
-            if counted != entry["jit"]["compiles"]:
-                s["problems"].append("%s: the recompile lines count %d compiles, jit_stats %d" %
-                                     (side, counted, entry["jit"]["compiles"]))
+            entry["jit"] = jit_counts(rounds[0])
+            for run in rounds:
+                counts = jit_counts(run)
+                if sum(counts["per_cluster"].values()) != counts["compiles"]:
+                    s["problems"].append("%s: the recompile lines count %d compiles, jit_stats %d" %
+                                         (side, sum(counts["per_cluster"].values()), counts["compiles"]))
         s["sides"][side] = entry
-    for length, run in result["special"].items():
-        s["special"][length] = median(run["times_ms"])
-    s["data"] = next(iter(runs.values()))["data"]
+    for length, rounds in result["special"].items():
+        s["special"][length] = best(median(run["times_ms"]) for run in rounds)
+    s["data"] = next(iter(result["runs"].values()))[0]["data"]
     return s
+
+
+def best(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
 
 
 def fmt(v, spec="%.1f"):
@@ -164,13 +172,15 @@ def markdown(args, env, tables_by_threads, lengths, md_table, revision):
            "**What the total includes**: the wall time of the %d steps after a warm-up of %d steps at length %d "
            "(not one of the %d), so every compile a new length causes is in it, as a user sees it; data "
            "preparation is not. A length's step time is the median of its occurrences after the first (the "
-           "first compiles; its time is the last column). *Specialised* is kiln with the JIT on in a process "
+           "first compiles; its time is the last column). Each run is repeated %d times, interleaved: a total is "
+           "the lowest over the rounds, a step time the lowest of the rounds' medians (load only slows a run). "
+           "*Specialised* is kiln with the JIT on in a process "
            "that trains only that length (%d warm-up steps, median of %d). *Every length compiled* raises "
            "`--jit_recompile_limit` to %d: a reference for what one compile per length costs in total, not a "
            "recommendation. Compiles per cluster count the JIT's `--jit_verbose` recompile lines over the %d "
            "steps; past the limit a cluster compiles no more and runs a new length through the framework ops." %
-           (args.steps, args.warmup_steps, args.warmup_length, len(lengths), args.spec_warmup, args.spec_steps,
-            args.high_limit, args.steps), ""]
+           (args.steps, args.warmup_steps, args.warmup_length, len(lengths), args.rounds, args.spec_warmup,
+            args.spec_steps, args.high_limit, args.steps), ""]
     if args.note:
         out += [args.note, ""]
     out += ["Command: `%s`. kiln %s; CPU: %s (%s, %d logical CPUs), thread counts %s. %s" %
