@@ -1,6 +1,7 @@
 """The reporting half of tools/bench/varlen.py: per-length medians, compiles
 per cluster, issue 32's targets, the text tables and the docs section."""
 
+import os
 import re
 import shlex
 import sys
@@ -138,6 +139,7 @@ def environment(args, bvp, tinfo):
                                         tinfo["openblas_core"], tinfo["aten_capability"]))
     else:
         lines.append("PyTorch is not installed: kiln only")
+    lines.append("OMP_WAIT_POLICY for every side: %s" % (os.environ.get("OMP_WAIT_POLICY") or "not set (OpenMP's default)"))
     lines.append("LM: %d layers, d %d, %d heads, batch %d, lengths %s cycling over %d steps; warm-up %d steps at "
                  "length %d (not timed)" % (args.layers, args.d, args.heads, args.batch, args.lengths, args.steps,
                                             args.warmup_steps, args.warmup_length))
@@ -156,7 +158,8 @@ def command_line():
         if a.startswith("--note="):
             continue
         out.append(shlex.quote(a))
-    return " ".join(["PYTHONPATH=build/python", "/usr/bin/python3", "tools/bench/varlen.py"] + out)
+    env = ["OMP_WAIT_POLICY=" + os.environ["OMP_WAIT_POLICY"]] if os.environ.get("OMP_WAIT_POLICY") else []
+    return " ".join(env + ["PYTHONPATH=build/python", "/usr/bin/python3", "tools/bench/varlen.py"] + out)
 
 
 def markdown(args, env, tables_by_threads, lengths, md_table, revision):
@@ -187,7 +190,7 @@ def markdown(args, env, tables_by_threads, lengths, md_table, revision):
             (command_line(), revision, cpu["model"], cpu["isa"], cpu["cpus"],
              ", ".join(str(t) for t, _ in tables_by_threads),
              env["lines"][1] + "." if tinfo else "PyTorch was not installed."),
-            "The machine was shared: 1-minute load average %.2f at the start, %.2f at the end (%.0f s in all)." %
+            env["lines"][2] + ". The machine was shared: 1-minute load average %.2f at the start, %.2f at the end (%.0f s in all)." %
             (env["load"][0], env["load"][1], env["seconds"]), ""]
     for threads, s in tables_by_threads:
         out += ["### %d thread%s" % (threads, "" if threads == 1 else "s"), ""]
