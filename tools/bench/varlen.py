@@ -63,6 +63,7 @@ def parse_args(argv=None):
     p.add_argument("--spec_steps", type=int, default=8, help="timed steps of a specialised run")
     p.add_argument("--out_dir", default=os.path.join(bvp.REPO, "docs"), help="where benchmarks.md is")
     p.add_argument("--no_docs", action="store_true", help="print the tables only")
+    p.add_argument("--json", default="", help="also write every run's raw figures (and JIT log lines) here")
     p.add_argument("--note", default="", help="a paragraph for the docs (what this run is before or after)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per measured process")
     p.add_argument("--idle_wait", type=float, default=5.0,
@@ -160,9 +161,10 @@ def main(argv=None):
         os.makedirs(args.out_dir, exist_ok=True)
         section = varlen_report.markdown(args, env, tables, lengths, md_table, bvp.kiln_revision())
         replace_section(os.path.join(args.out_dir, "benchmarks.md"), section, varlen_report.SECTION)
-        with open(os.path.join(args.out_dir, "benchmarks_varlen.json"), "w") as f:
-            json.dump({str(t): results[t] for t in threads_list}, f, indent=1, sort_keys=True)
         print("wrote %s" % os.path.join(args.out_dir, "benchmarks.md"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({str(t): results[t] for t in threads_list}, f, indent=1, sort_keys=True)
     return 1 if problems else 0
 
 
