@@ -166,7 +166,14 @@ TEST(DynamicCacheTest, OneCompileServesEverySequenceLength) {
   EXPECT_EQ(st.compiles, 2) << Joined(log);  // S=5 specialised, then one for every S
   EXPECT_EQ(st.dynamic_compiles, 1);
   EXPECT_EQ(st.instances, 4);  // 16, 33, 2, 100 (7 is the dynamic compile's own shape)
-  EXPECT_NE(Joined(log).find("compiles once for (f32[3,S,8], f32[8])"), std::string::npos) << Joined(log);
+  EXPECT_NE(Joined(log).find("compiles once for every value of S = x dim 1"), std::string::npos) << Joined(log);
+  // The listing shows the symbolic dims next to the concrete ones.
+  const auto obj = cache.Compile(key, test::SignatureOf(TanhScaleAdd(3, 16)));
+  ASSERT_NE(obj, nullptr);
+  EXPECT_NE(obj->Listing().find("# for every (f32[3,S,8], f32[8]) (S = x dim 1); instance of object"),
+            std::string::npos)
+      << obj->Listing();
+  EXPECT_NE(obj->Listing().find("f32[3,16,8] = f32[3,S,8]"), std::string::npos) << obj->Listing();
 }
 
 TEST(DynamicCacheTest, OffCompilesEverySignature) {

@@ -89,8 +89,8 @@ void CompileCache::NoteDynamicLocked(const CacheKey& ck, const JitSubgraph& subg
   ++stats_.dynamic_compiles;
   dynamic_[ck.key].push_back(obj);
   if (options_.verbose >= 1) {
-    LogLine(options_.log, "kiln jit: cluster " + name + " compiles once for " + obj->dynamic->SignatureString() +
-                              " (" + obj->dynamic->SymbolsString(subgraph.inputs) + ")");
+    LogLine(options_.log, "kiln jit: cluster " + name + " compiles once for every value of " +
+                              obj->dynamic->SymbolsString(subgraph.inputs));
   }
 }
 
