@@ -230,6 +230,15 @@ std::shared_ptr<const CompiledObject> CompileCache::Build(const CacheKey& ck, co
   }
 }
 
+void CompileCache::TrackLocked(const std::shared_ptr<const CompiledObject>& obj) {
+  by_id_[obj->id] = obj;
+  // Objects evicted and released leave expired entries: drop them now and
+  // then, so the map stays bounded under shape churn.
+  if (by_id_.size() > 2 * cache_.capacity() + 64) {
+    for (auto it = by_id_.begin(); it != by_id_.end();) it = it->second.expired() ? by_id_.erase(it) : std::next(it);
+  }
+}
+
 std::function<void(const CompiledObject&, const JitSubgraph&)> CompileCache::Register(
     const CacheKey& ck, const std::shared_ptr<const CompiledObject>& obj, LogSink* log) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -244,12 +253,7 @@ std::function<void(const CompiledObject&, const JitSubgraph&)> CompileCache::Reg
   stats_.compile_cpu_ms += obj->compile_cpu_ms;
   stats_.compile_ms_per_key[ck.key] += obj->compile_ms;
   stats_.unit_fallbacks += static_cast<int64_t>(obj->unit_fallbacks.size());
-  by_id_[obj->id] = obj;
-  // Objects evicted and released leave expired entries: drop them now and
-  // then, so the map stays bounded under shape churn.
-  if (by_id_.size() > 2 * cache_.capacity() + 64) {
-    for (auto it = by_id_.begin(); it != by_id_.end();) it = it->second.expired() ? by_id_.erase(it) : std::next(it);
-  }
+  TrackLocked(obj);
   return options_.on_compile;
 }
 

@@ -165,6 +165,8 @@ class CompileCache {
                                                  const ShapeSignature& signature) const;
   // Drops the claim of a signature CheckSignature rejected.
   void ForgetSignature(const CacheKey& ck);
+  // Under mu_: makes `obj` findable by id (FindById), keeping the map bounded.
+  void TrackLocked(const std::shared_ptr<const CompiledObject>& obj);
   // Counts the compile and registers the object for FindById; returns the
   // on_compile hook to call (empty when none or the compile failed) and sets
   // `log` to the log sink.
@@ -188,8 +190,11 @@ class CompileCache {
   // key -> its objects compiled for every value of some dims, newest last
   // (a few per key: one per set of symbols).
   std::map<std::string, std::vector<std::shared_ptr<const CompiledObject>>> dynamic_;
-  // key -> the symbol positions whose dynamic compile failed (not tried again).
-  std::map<std::string, std::set<std::string>> dynamic_failed_;
+  // key -> symbol positions -> dynamic compiles of them that could not be
+  // made. They are tried once more at another value (a first try at a size
+  // of 1, where steps such as batch_one fire, fails where a later one would
+  // not), then never again.
+  std::map<std::string, std::map<std::string, int>> dynamic_failed_;
   std::unordered_map<uint64_t, std::weak_ptr<const CompiledObject>> by_id_;
   CacheStats stats_;
   uint64_t next_id_ = 1;  // CompiledObject::id, unique in this cache

@@ -31,13 +31,14 @@ class BenchChurnTest : public ::testing::Test {
     onednn::PrimitiveCache::Global().set_capacity(kPrimitiveCapacity);
   }
   void TearDown() override { onednn::PrimitiveCache::Global().set_capacity(saved_primitive_capacity_); }
-  // Empties the JIT's cache and gives it `mode`, the small capacity and
-  // `recompile_limit`.
-  void Configure(jit::LaunchMode mode, int recompile_limit) {
+  // Empties the JIT's cache and gives it `mode`, the small capacity,
+  // `recompile_limit` and the dynamic shapes policy.
+  void Configure(jit::LaunchMode mode, int recompile_limit, jit::DynamicPolicy dynamic = jit::DynamicPolicy::kOff) {
     jit::JitOptions o;
     o.cache_capacity = kJitCapacity;
     o.recompile_limit = recompile_limit;
     o.launch_mode = mode;
+    o.dynamic = dynamic;
     jit_->ClearCache();
     jit_->Configure(o);
   }
@@ -53,7 +54,9 @@ class BenchChurnTest : public ::testing::Test {
       EXPECT_LE(c.cache().cache_size(), kJitCapacity) << "batch " << batch;
       // Expired ids are dropped when the map passes 2 * capacity + 64.
       EXPECT_LE(c.cache().ids_tracked(), 2 * kJitCapacity + 65) << "batch " << batch;
-      EXPECT_LE(c.executor_programs_alive(), static_cast<int64_t>(kJitCapacity)) << "batch " << batch;
+      // Objects compiled for every batch size stay beside the LRU's entries.
+      EXPECT_LE(c.executor_programs_alive(), static_cast<int64_t>(kJitCapacity) + c.stats().dynamic_compiles)
+          << "batch " << batch;
       EXPECT_LE(onednn::PrimitiveCache::Global().stats().size, kPrimitiveCapacity) << "batch " << batch;
     };
     *points = RunChurn(m, program, o, ExecutorOptions(), jit_.runtime(), jit_.registry());
@@ -108,6 +111,16 @@ TEST_F(BenchChurnTest, CachesStayBoundedInBothLaunchModes) {
     EXPECT_EQ(points.back().jit_compiles, 4 * clusters) << what;
     EXPECT_EQ(points.back().jit_cache_entries, static_cast<size_t>(4 * clusters)) << what;
     EXPECT_EQ(points.back().framework_fallbacks, clusters * (kSizes - 4)) << what;
+
+    // --jit_dynamic auto: each cluster compiles for its first size and once
+    // for every size; the others are instances, past the limit too.
+    Configure(mode, /*recompile_limit=*/4, jit::DynamicPolicy::kAuto);
+    ExpectSameLosses(off, Churn(m, program, &points), what + " with dynamic shapes");
+    const jit::JitStats s = jit_.runtime().stats();
+    EXPECT_EQ(s.dynamic_compiles, clusters) << what;
+    EXPECT_EQ(points.back().jit_compiles, 2 * clusters) << what;
+    EXPECT_EQ(points.back().framework_fallbacks, 0) << what;
+    EXPECT_EQ(s.instances, clusters * (kSizes - 2)) << what;
   }
 }
 

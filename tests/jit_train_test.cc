@@ -214,6 +214,7 @@ TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
   const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
   jit::JitOptions o = jit_->options();
   o.recompile_limit = 2;
+  o.dynamic = jit::DynamicPolicy::kOff;  // every batch size its own signature
   jit_->Configure(o);
   Scope jit_scope, ref_scope;
   Executor().RunProgram(c.model.startup, jit_scope);
@@ -225,6 +226,36 @@ TEST_F(JitTrainTest, RecompileLimitFallsBackToFrameworkOps) {
   }
   EXPECT_GT(jit_->stats().launch.framework_fallbacks, 0);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
+}
+
+TEST_F(JitTrainTest, NewBatchSizesRunOnOneDynamicCompilePastTheLimit) {
+  // --jit_dynamic auto: the first batch size compiles specialised, the second
+  // once for every batch size; the others are instances (no compile, no
+  // framework fallback), even past a limit of 2, in both launch modes.
+  const Case c = Models()[0];
+  const proto::ProgramDesc p = Jit(c.model.train, {c.model.features, c.model.labels, c.model.loss});
+  for (jit::LaunchMode mode : {jit::LaunchMode::kRuntime, jit::LaunchMode::kExecutor}) {
+    jit_->ClearCache();
+    jit::JitOptions o = jit_->options();
+    o.recompile_limit = 2;
+    o.dynamic = jit::DynamicPolicy::kAuto;
+    o.launch_mode = mode;
+    jit_->Configure(o);
+    Scope jit_scope, ref_scope;
+    Executor().RunProgram(c.model.startup, jit_scope);
+    Executor().RunProgram(c.model.startup, ref_scope);
+    std::vector<float> got, want;
+    for (int64_t batch : {8, 9, 10, 11, 3, 32}) {
+      RunSteps(c.model, p, jit_scope, c.train, batch, 1, &got);
+      RunSteps(c.model, c.model.train, ref_scope, c.train, batch, 1, &want);
+    }
+    const jit::JitStats s = jit_->stats();
+    EXPECT_EQ(s.launch.framework_fallbacks, 0);
+    EXPECT_EQ(s.dynamic_compiles, 1);
+    EXPECT_EQ(s.compiles, 2);
+    EXPECT_EQ(s.instances, 4);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
+  }
 }
 
 TEST_F(JitTrainTest, SgdWeightUpdatesFoldIntoTheWeightGradientMatmul) {

@@ -251,8 +251,8 @@ void PrintJitSummary() {
               static_cast<long long>(ls.donated), static_cast<long long>(ls.copy_protected),
               static_cast<long long>(ls.framework_fallbacks), static_cast<long long>(js.denied_calls));
   if (js.dynamic_compiles > 0 || js.dynamic_failures > 0) {
-    std::printf("jit dynamic shapes: %lld of the compiles serve every value of their symbolic dims (%lld instances "
-                "made for new values, %.1f ms), %lld could not be made, %lld new values compiled on their own\n",
+    std::printf("jit dynamic shapes: %lld compiles for every value of their symbolic dims, %lld instances of them "
+                "for new values (%.1f ms), %lld dynamic compiles not made, %lld new values compiled on their own\n",
                 static_cast<long long>(js.dynamic_compiles), static_cast<long long>(js.instances), js.instance_ms,
                 static_cast<long long>(js.dynamic_failures), static_cast<long long>(js.guard_failures));
   }

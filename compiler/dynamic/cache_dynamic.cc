@@ -7,6 +7,12 @@
 #include "compiler/dynamic/lower_dynamic.h"
 
 namespace kiln::jit {
+namespace {
+
+// Dynamic compiles of one set of symbol positions a cluster tries.
+constexpr int kDynamicTries = 2;
+
+}  // namespace
 
 std::shared_ptr<const CompiledObject> CompileCache::DynamicParentLocked(const CacheKey& ck) const {
   if (options_.dynamic == DynamicPolicy::kOff) return nullptr;
@@ -32,7 +38,10 @@ std::vector<Symbol> CompileCache::SymbolsLocked(const CacheKey& ck, const JitSub
   }
   if (symbols.empty()) return {};
   auto failed = dynamic_failed_.find(ck.key);
-  if (failed != dynamic_failed_.end() && failed->second.count(SymbolPositionsKey(symbols))) return {};
+  if (failed != dynamic_failed_.end()) {
+    auto tries = failed->second.find(SymbolPositionsKey(symbols));
+    if (tries != failed->second.end() && tries->second >= kDynamicTries) return {};
+  }
   return symbols;
 }
 
@@ -60,7 +69,7 @@ std::shared_ptr<const CompiledObject> CompileCache::TryInstance(const CacheKey& 
   std::shared_ptr<const CompiledObject> shared = std::move(obj);
   ++stats_.instances;
   stats_.instance_ms += shared->compile_ms;
-  by_id_[shared->id] = shared;
+  TrackLocked(shared);
   in_flight_.erase(ck);
   stats_.evictions += static_cast<int64_t>(cache_.Insert(ck, mine));
   if (options_.verbose >= 2) {
@@ -77,7 +86,7 @@ void CompileCache::NoteDynamicLocked(const CacheKey& ck, const JitSubgraph& subg
   const std::string name = options_.cluster_name ? options_.cluster_name(ck.key) : ck.key;
   if (!obj->dynamic) {
     ++stats_.dynamic_failures;
-    dynamic_failed_[ck.key].insert(SymbolPositionsKey(symbols));
+    ++dynamic_failed_[ck.key][SymbolPositionsKey(symbols)];
     if (options_.verbose >= 1) {
       DynamicShape asked;
       asked.symbols = symbols;
