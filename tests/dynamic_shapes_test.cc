@@ -220,5 +220,31 @@ TEST(DynamicCacheTest, AStepThatFiresAtOneSizeOnlyKeepsTheShapeSpecialised) {
   EXPECT_NE(Joined(log).find("stays specialised for N = x dim 0"), std::string::npos) << Joined(log);
 }
 
+TEST(DynamicCacheTest, AValueTheObjectCannotServeCompilesOnItsOwn) {
+  // A 2x2 max pool with stride 2 halves H: fitted as H/2 from H = 6, 12, 18.
+  // At H = 5 shape inference gives 2 rows where H/2 is no size: a failed
+  // guard, and H = 5 compiles specialised (counted and explained).
+  std::vector<std::string> log;
+  jit::CompileCache cache(Options(jit::DynamicPolicy::kAuto, &log));
+  auto pool = [](int64_t h) {
+    test::LoweringCase c;
+    c.name = "dynamic_pool";
+    const std::vector<int64_t> window = {2, 2};
+    c.ops = {OpBuilder("pool2d").In("X", {"x"}).Out("Out", {"p"}).Attr("ksize", window).Attr("strides", window).Build(),
+             OpBuilder("relu").In("X", {"p"}).Out("Out", {"r"}).Build()};
+    c.inputs = {{"x", {2, 3, h, 8}}};
+    c.outputs = {"r"};
+    return c;
+  };
+  const std::string key = cache.AddSubgraph(test::MakeSubgraph(pool(4)));
+  for (int64_t h : {4, 6, 10, 5, 12}) EXPECT_EQ(CompileAndCompare(cache, key, pool(h)).error, "") << "H=" << h;
+  const jit::CacheStats st = cache.stats();
+  EXPECT_EQ(st.dynamic_compiles, 1) << Joined(log);
+  EXPECT_EQ(st.guard_failures, 1) << Joined(log);
+  EXPECT_EQ(st.compiles, 3) << Joined(log);  // H=4, every H, H=5
+  EXPECT_EQ(st.instances, 2) << Joined(log);  // H=10, H=12
+  EXPECT_NE(Joined(log).find("cannot serve (f32[2,3,5,8])"), std::string::npos) << Joined(log);
+}
+
 }  // namespace
 }  // namespace kiln
