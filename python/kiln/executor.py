@@ -9,7 +9,9 @@ global_scope = _kiln.global_scope
 
 def jit_stats():
     """What the JIT did in this process so far: compiles, cache hits,
-    failed compiles, calls answered by the framework ops (fallback_calls:
+    failed compiles, dynamic compiles and their instances (dynamic_compiles,
+    instances, instance_ms, guard_failures; docs/jit.md "Dynamic shapes"),
+    calls answered by the framework ops (fallback_calls:
     a cluster past --jit_recompile_limit, or denied), launches."""
     return _kiln.jit_stats()
 

@@ -259,6 +259,7 @@ void BindExecutor(py::module_& m) {
     d["dynamic_failures"] = s.dynamic_failures;
     d["instances"] = s.instances;
     d["guard_failures"] = s.guard_failures;
+    d["instance_ms"] = s.instance_ms;
     d["compiles_per_cluster"] = s.compiles_per_key;
     d["launches"] = s.launch.launches;
     d["framework_fallbacks"] = s.launch.framework_fallbacks;
