@@ -122,10 +122,7 @@ std::string CompiledObject::Listing() const {
   if (dynamic) {
     os << "# for every " << dynamic->SignatureString() << " (" << dynamic->SymbolsString(input_names) << ")";
     if (instance_of != 0) {
-      os << "; instance of object " << instance_of << " at ";
-      for (size_t j = 0; j < dynamic->symbols.size() && j < symbol_values.size(); ++j) {
-        os << (j ? ", " : "") << dynamic->symbols[j].name << "=" << symbol_values[j];
-      }
+      os << "; instance of object " << instance_of << " at " << SymbolValuesString(dynamic->symbols, symbol_values);
     }
     os << "\n";
   }

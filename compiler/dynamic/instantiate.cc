@@ -9,13 +9,6 @@
 namespace kiln::jit {
 namespace {
 
-std::string ValuesString(const DynamicShape& dyn, const std::vector<int64_t>& values) {
-  std::string s;
-  for (size_t j = 0; j < dyn.symbols.size(); ++j) {
-    s += (j ? ", " : "") + dyn.symbols[j].name + "=" + std::to_string(values[j]);
-  }
-  return s;
-}
 
 // Buffer dims at `values`, each var's checked against shape inference.
 std::vector<Dims> BufferDims(const CompiledObject& obj, const std::vector<int64_t>& values,
@@ -43,6 +36,19 @@ std::vector<Dims> BufferDims(const CompiledObject& obj, const std::vector<int64_
 
 }  // namespace
 
+std::shared_ptr<const runtime::Kernel> KernelForDims(const runtime::Instruction& ins,
+                                                     const runtime::BufferPlan& made_for,
+                                                     const std::vector<Dims>& dims, std::string* why) {
+  std::vector<Dims> arg_dims;
+  bool changed = false;
+  for (int a : ins.args) {
+    arg_dims.push_back(dims[a]);
+    changed = changed || dims[a] != made_for.buffers[a].dims;
+  }
+  if (!changed || ins.kernel->ReadsDimsAtRunTime()) return ins.kernel;
+  return ins.kernel->Resize(arg_dims, why);
+}
+
 std::unique_ptr<CompiledObject> Instantiate(const CompiledObject& dynamic, const ShapeSignature& signature,
                                             const proto::BlockDesc& block) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -51,7 +57,7 @@ std::unique_ptr<CompiledObject> Instantiate(const CompiledObject& dynamic, const
   const DynamicShape& dyn = *dynamic.dynamic;
   const auto values = dyn.Match(signature);
   if (!values) ThrowUnimplemented("signature ", signature.ToString(), " is not ", dyn.SignatureString());
-  const std::string at = ValuesString(dyn, *values);
+  const std::string at = SymbolValuesString(dyn.symbols, *values);
 
   auto obj = std::make_unique<CompiledObject>();
   obj->key = dynamic.key;
@@ -83,20 +89,13 @@ std::unique_ptr<CompiledObject> Instantiate(const CompiledObject& dynamic, const
                          " differ in size at ", at);
     }
   }
-  const auto& base_buffers = dynamic.program.plan.buffers;
   for (size_t i = 0; i < dynamic.program.instructions.size(); ++i) {
     runtime::Instruction ins = dynamic.program.instructions[i];
-    std::vector<Dims> arg_dims;
-    bool changed = false;
-    for (int a : ins.args) {
-      arg_dims.push_back(dims[a]);
-      changed = changed || dims[a] != base_buffers[a].dims;
-    }
-    if (changed && !ins.kernel->ReadsDimsAtRunTime()) {
-      std::string why;
-      auto resized = ins.kernel->Resize(arg_dims, &why);
-      if (!resized) ThrowUnimplemented("instruction ", i, " (", ins.kernel->name(), ") at ", at, ": ", why);
-      ins.kernel = std::move(resized);
+    std::string why;
+    ins.kernel = KernelForDims(ins, dynamic.program.plan, dims, &why);
+    if (!ins.kernel) {
+      ThrowUnimplemented("instruction ", i, " (", dynamic.program.instructions[i].kernel->name(), ") at ", at, ": ",
+                         why);
     }
     obj->program.instructions.push_back(std::move(ins));
   }

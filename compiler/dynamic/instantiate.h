@@ -11,11 +11,21 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "compiler/compiled_object.h"
 #include "framework/proto/framework.pb.h"
 
 namespace kiln::jit {
+
+// The kernel of `ins` for buffers of `dims` (by buffer id) in a program
+// made for `made_for`'s dims: the same kernel where its arguments keep their
+// dims or it reads dims at run time, else its Resize (nullptr with the
+// reason in `why` when it cannot take them).
+std::shared_ptr<const runtime::Kernel> KernelForDims(const runtime::Instruction& ins,
+                                                     const runtime::BufferPlan& made_for,
+                                                     const std::vector<Dims>& dims, std::string* why);
 
 // Throws kiln::Error (Unimplemented) naming the failed guard; the caller
 // then compiles the shape specialised.

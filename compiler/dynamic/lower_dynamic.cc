@@ -4,6 +4,7 @@
 #include <map>
 #include <typeinfo>
 
+#include "compiler/dynamic/instantiate.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
 
@@ -39,11 +40,6 @@ ShapeSignature At(const ShapeSignature& signature, const std::vector<Symbol>& sy
   return s;
 }
 
-std::string PointString(const std::vector<Symbol>& symbols, const std::vector<int64_t>& point) {
-  std::string s;
-  for (size_t j = 0; j < symbols.size(); ++j) s += (j ? ", " : "") + symbols[j].name + "=" + std::to_string(point[j]);
-  return s;
-}
 
 // Throws Unimplemented naming the first difference other than sizes.
 void CheckSameStructure(const CompiledObject& a, const CompiledObject& b, const std::string& where) {
@@ -93,10 +89,11 @@ SymDims FitDims(const std::vector<const CompiledObject*>& grid, const CompiledOb
     if (!fit) {
       std::string seen;
       for (size_t m = 0; m < at.size(); ++m) {
-        seen += (m ? ", " : "") + std::to_string(at[m]) + " at " + PointString(symbols, GridPoint(values, m));
+        seen += (m ? ", " : "") + std::to_string(at[m]) + " at " +
+                SymbolValuesString(symbols, GridPoint(values, m));
       }
       ThrowUnimplemented(what, " dim ", d, " is not a polynomial in the symbols: ", seen, ", ", get(check)[d], " at ",
-                         PointString(symbols, CheckPoint(values)));
+                         SymbolValuesString(symbols, CheckPoint(values)));
     }
     out.push_back(*fit);
   }
@@ -105,17 +102,12 @@ SymDims FitDims(const std::vector<const CompiledObject*>& grid, const CompiledOb
 
 // Every kernel whose argument dims differ at `probe` must take them.
 void CheckKernelsResize(const CompiledObject& base, const CompiledObject& probe, const std::string& where) {
+  std::vector<Dims> dims;
+  for (const auto& info : probe.program.plan.buffers) dims.push_back(info.dims);
   for (size_t i = 0; i < base.program.instructions.size(); ++i) {
     const runtime::Instruction& ins = base.program.instructions[i];
-    std::vector<Dims> dims;
-    bool changed = false;
-    for (int a : ins.args) {
-      dims.push_back(probe.program.plan.buffers[a].dims);
-      changed = changed || dims.back() != base.program.plan.buffers[a].dims;
-    }
-    if (!changed || ins.kernel->ReadsDimsAtRunTime()) continue;
     std::string why;
-    if (!ins.kernel->Resize(dims, &why)) {
+    if (!KernelForDims(ins, base.program.plan, dims, &why)) {
       ThrowUnimplemented("instruction ", i, " (", ins.kernel->name(), ") cannot take the sizes at ", where, ": ", why);
     }
   }
@@ -206,7 +198,7 @@ void MakeDynamic(CompiledObject* base, const std::string& key, const JitSubgraph
   std::vector<const CompiledObject*> grid{base};
   double probe_ms = 0.0, probe_cpu_ms = 0.0;
   auto lower_at = [&](const std::vector<int64_t>& point) {
-    const std::string where = PointString(symbols, point);
+    const std::string where = SymbolValuesString(symbols, point);
     try {
       probes.push_back(Lower(key, subgraph, At(signature, symbols, point), options, registry));
     } catch (const Error& e) {
@@ -219,7 +211,7 @@ void MakeDynamic(CompiledObject* base, const std::string& key, const JitSubgraph
   };
   for (uint32_t m = 1; m < (1u << symbols.size()); ++m) grid.push_back(lower_at(GridPoint(values, m)));
   const CompiledObject* check = lower_at(CheckPoint(values));
-  CheckKernelsResize(*base, *grid[1], PointString(symbols, GridPoint(values, 1)));
+  CheckKernelsResize(*base, *grid[1], SymbolValuesString(symbols, GridPoint(values, 1)));
 
   auto dyn = std::make_shared<DynamicShape>();
   dyn->symbols = symbols;
@@ -238,10 +230,7 @@ void MakeDynamic(CompiledObject* base, const std::string& key, const JitSubgraph
         grid, *check, values, [o](const CompiledObject& x) -> const Dims& { return x.output_dims[o]; },
         "output " + base->output_names[o], symbols));
   }
-  std::string at;
-  for (size_t j = 0; j < symbols.size(); ++j) {
-    at += (j ? ", " : "") + symbols[j].name + "=" + std::to_string(values[j][0]);
-  }
+  const std::string at = SymbolValuesString(symbols, GridPoint(values, 0));
   base->lowering = "# compiled once for every " + dyn->SignatureString() + " (" +
                    dyn->SymbolsString(subgraph.inputs) + "); the steps below are those at " + at + "\n" +
                    base->lowering;

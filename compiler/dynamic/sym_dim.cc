@@ -184,6 +184,14 @@ std::optional<SymDim> FitSymDim(const std::vector<int64_t>& grid, const std::vec
   return d;
 }
 
+std::string SymbolValuesString(const std::vector<Symbol>& symbols, const std::vector<int64_t>& values) {
+  std::string s;
+  for (size_t j = 0; j < symbols.size() && j < values.size(); ++j) {
+    s += (j ? ", " : "") + symbols[j].name + "=" + std::to_string(values[j]);
+  }
+  return s;
+}
+
 std::string SymDimsToString(const SymDims& dims, const std::vector<Symbol>& symbols) {
   std::string out = "[";
   for (size_t i = 0; i < dims.size(); ++i) out += (i ? "," : "") + dims[i].ToString(symbols);

@@ -81,6 +81,9 @@ std::vector<int64_t> CheckPoint(const std::vector<std::vector<int64_t>>& values)
 std::optional<SymDim> FitSymDim(const std::vector<int64_t>& grid, const std::vector<std::vector<int64_t>>& values,
                                 int64_t check);
 
+// "N=3, S=16": the symbols at `values` (one per symbol).
+std::string SymbolValuesString(const std::vector<Symbol>& symbols, const std::vector<int64_t>& values);
+
 // "[N,S,128]".
 std::string SymDimsToString(const SymDims& dims, const std::vector<Symbol>& symbols);
 // The dims at `values`; nullopt when a dim does not evaluate (see Eval).
