@@ -5,6 +5,7 @@
 #include <typeinfo>
 
 #include "compiler/dynamic/instantiate.h"
+#include "compiler/dynamic/symbolic_shapes.h"
 #include "compiler/lower.h"
 #include "framework/op_desc.h"
 
@@ -29,17 +30,6 @@ bool SameLayout(const ShapeSignature& a, const ShapeSignature& b) {
   }
   return true;
 }
-
-// `signature` with each symbol's positions set to its value in `point`.
-ShapeSignature At(const ShapeSignature& signature, const std::vector<Symbol>& symbols,
-                  const std::vector<int64_t>& point) {
-  ShapeSignature s = signature;
-  for (size_t j = 0; j < symbols.size(); ++j) {
-    for (const auto& [in, axis] : symbols[j].positions) s.inputs[in].dims[axis] = point[j];
-  }
-  return s;
-}
-
 
 // Throws Unimplemented naming the first difference other than sizes.
 void CheckSameStructure(const CompiledObject& a, const CompiledObject& b, const std::string& where) {
@@ -80,24 +70,23 @@ SymDims FitDims(const std::vector<const CompiledObject*>& grid, const CompiledOb
                 const std::vector<std::vector<int64_t>>& values,
                 const std::function<const Dims&(const CompiledObject&)>& get, const std::string& what,
                 const std::vector<Symbol>& symbols) {
-  SymDims out;
-  const Dims& base = get(*grid[0]);
-  for (size_t d = 0; d < base.size(); ++d) {
-    std::vector<int64_t> at;
-    for (const CompiledObject* o : grid) at.push_back(get(*o)[d]);
-    const auto fit = FitSymDim(at, values, get(check)[d]);
-    if (!fit) {
-      std::string seen;
-      for (size_t m = 0; m < at.size(); ++m) {
-        seen += (m ? ", " : "") + std::to_string(at[m]) + " at " +
-                SymbolValuesString(symbols, GridPoint(values, m));
-      }
-      ThrowUnimplemented(what, " dim ", d, " is not a polynomial in the symbols: ", seen, ", ", get(check)[d], " at ",
-                         SymbolValuesString(symbols, CheckPoint(values)));
-    }
-    out.push_back(*fit);
-  }
+  std::vector<Dims> at;
+  for (const CompiledObject* o : grid) at.push_back(get(*o));
+  std::string why;
+  SymDims out = FitDimsAt(at, get(check), values, symbols, &why);
+  if (!why.empty()) ThrowUnimplemented(what, " ", why);
   return out;
+}
+
+// "# symbolic shapes of the cluster's vars:" and a line a var ("#   x
+// f32[N,64]"), for lowering.txt.
+std::string VarShapesText(const JitSubgraph& subgraph, const ShapeSignature& signature,
+                          const std::vector<Symbol>& symbols, const OpRegistry& registry) {
+  std::string text = "# symbolic shapes of the cluster's vars:\n";
+  for (const SymbolicVar& v : InferSymbolicShapes(subgraph, signature, symbols, registry)) {
+    text += "#   " + v.name + " " + SymbolicVarString(v, symbols) + "\n";
+  }
+  return text;
 }
 
 // Every kernel whose argument dims differ at `probe` must take them.
@@ -187,20 +176,14 @@ void MakeDynamic(CompiledObject* base, const std::string& key, const JitSubgraph
   if (symbols.empty() || symbols.size() > static_cast<size_t>(kMaxSymbols)) {
     ThrowUnimplemented("a dynamic compile takes 1 to ", kMaxSymbols, " symbols, not ", symbols.size());
   }
-  std::vector<std::vector<int64_t>> values;
-  for (const Symbol& s : symbols) {
-    const auto [in, axis] = s.positions.front();
-    const int64_t v = signature.inputs.at(in).dims.at(axis);
-    if (v < 1) ThrowUnimplemented("symbol ", s.name, " is ", v, " here; a dynamic compile starts from a size >= 1");
-    values.push_back({v, 2 * v, 3 * v});
-  }
+  const std::vector<std::vector<int64_t>> values = ProbeValues(signature, symbols);
   std::vector<std::unique_ptr<CompiledObject>> probes;
   std::vector<const CompiledObject*> grid{base};
   double probe_ms = 0.0, probe_cpu_ms = 0.0;
   auto lower_at = [&](const std::vector<int64_t>& point) {
     const std::string where = SymbolValuesString(symbols, point);
     try {
-      probes.push_back(Lower(key, subgraph, At(signature, symbols, point), options, registry));
+      probes.push_back(Lower(key, subgraph, SignatureAt(signature, symbols, point), options, registry));
     } catch (const Error& e) {
       ThrowUnimplemented("the lowering at ", where, " failed: ", e.what());
     }
@@ -233,7 +216,7 @@ void MakeDynamic(CompiledObject* base, const std::string& key, const JitSubgraph
   const std::string at = SymbolValuesString(symbols, GridPoint(values, 0));
   base->lowering = "# compiled once for every " + dyn->SignatureString() + " (" +
                    dyn->SymbolsString(subgraph.inputs) + "); the steps below are those at " + at + "\n" +
-                   base->lowering;
+                   VarShapesText(subgraph, signature, symbols, registry) + base->lowering;
   base->dynamic = std::move(dyn);
   base->compile_phases.push_back({"probe lowerings", probe_ms, probe_cpu_ms});
   base->compile_ms += probe_ms;
