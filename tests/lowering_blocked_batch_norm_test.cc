@@ -6,6 +6,7 @@
 
 #include <tuple>
 
+#include "compiler/kernels/onednn/batch_norm_kernels.h"
 #include "compiler/kernels/onednn/onednn_kernels.h"
 #include "tests/lowering_test_util.h"
 #include "tests/program_resize_util.h"
@@ -140,6 +141,22 @@ TEST(BlockedBatchNormTest, ConvBatchNormReluAndTheirGradientsStayBlocked) {
   // The golden is an AVX-512 CPU's, where oneDNN writes nChw16c.
   if (ConvLayout(x, f, 1, 1) == ActLayout::kNChw16c) CheckLoweringGolden(c);
   CheckChain(x, f, 1, 1, true, 1);
+}
+
+// oneDNN's jit batch norm keeps the fused relu's mask as a bit an element
+// of the stored (padded) dims; the mask buffer is that size, so fusing the
+// relu costs an eighth of a byte an element kept to the backward.
+TEST(BlockedBatchNormTest, TheReluMaskIsABitAnElement) {
+  const Dims x = {2, 13, 9, 7};
+  EXPECT_EQ(jit::BatchNormReluMaskBytes(ActLayout::kNChw16c, x), 2 * 16 * 9 * 7 / 8);
+  EXPECT_EQ(jit::BatchNormReluMaskBytes(ActLayout::kNhwc, {1, 3, 1, 3}), 2);  // 9 bits
+  jit::BatchNormSpec spec;
+  spec.x_dims = x;
+  spec.layout = ConvLayout({2, 3, 9, 7}, {13, 3, 3, 3}, 1, 1);
+  if (spec.layout == ActLayout::kPlain) GTEST_SKIP() << "oneDNN keeps no blocked layout on this CPU";
+  EXPECT_FALSE(jit::BatchNormReluFits(spec, onednn::Settings{}));  // no relu asked for
+  spec.fuse_relu = true;
+  EXPECT_TRUE(jit::BatchNormReluFits(spec, onednn::Settings{}));
 }
 
 TEST(BlockedBatchNormTest, OddChannelsBatchOneAndStrides) {

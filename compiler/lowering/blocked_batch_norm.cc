@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/kernels/onednn/batch_norm_kernels.h"
 #include "compiler/lowering/units/blocked.h"
 #include "compiler/lowering/units/blocked_residual.h"
 #include "compiler/lowering/units/onednn_batch_norm.h"
@@ -188,12 +189,7 @@ void ApplyResidual(const Cluster& c, Units& units, const Chain& m, const Residua
               " kept, its gradient writing " + m.dz + " kept");
 }
 
-void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, bool keep_y, ActLayout layout,
-           StepTrace& trace) {
-  FusedConvSpec spec = m.spec;
-  spec.dst_layout = layout;
-  const std::string in = c.In(m.conv, "Input"), filter = c.In(m.conv, "Filter");
-  const DerivedBuffer yb = KeptLayoutOf(m.y, layout), dyb = KeptLayoutOf(m.dy, layout);
+BatchNormSpec SpecOf(const Cluster& c, const Chain& m, bool fuse_relu, bool keep_y, ActLayout layout) {
   BatchNormSpec bs;
   bs.x_dims = c.dims(m.y);
   bs.epsilon = c.Attr<float>(m.bn, "epsilon");
@@ -201,6 +197,16 @@ void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, bool 
   bs.layout = layout;
   bs.fuse_relu = fuse_relu;
   bs.y_layout = keep_y ? layout : ActLayout::kPlain;
+  return bs;
+}
+
+void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, bool keep_y, ActLayout layout,
+           StepTrace& trace) {
+  FusedConvSpec spec = m.spec;
+  spec.dst_layout = layout;
+  const std::string in = c.In(m.conv, "Input"), filter = c.In(m.conv, "Filter");
+  const DerivedBuffer yb = KeptLayoutOf(m.y, layout), dyb = KeptLayoutOf(m.dy, layout);
+  const BatchNormSpec bs = SpecOf(c, m, fuse_relu, keep_y, layout);
   const std::string out = fuse_relu ? m.r : m.z;
   const DerivedBuffer yout = keep_y ? KeptLayoutOf(out, layout) : DerivedBuffer(out);
   const DerivedBuffer dyin = keep_y ? KeptLayoutOf(m.dz, layout) : DerivedBuffer(fuse_relu ? m.dr : m.dz);
@@ -254,7 +260,11 @@ Units KeepBatchNormBlocked(const Cluster& c, Units units, StepTrace& trace) {
     const ActLayout layout = ConvForwardDstLayout(m.spec, c.options().OneDnnSettings());
     if (layout == ActLayout::kPlain) continue;
     Chain fused = m;
-    const bool fuse_relu = MatchRelu(c, units, *uses, &fused);
+    // The relu is fused where oneDNN's mask is a bit an element (its jit
+    // implementations): a byte an element would outweigh the relu output it
+    // saves keeping, which the next conv's gradient keeps anyway.
+    const bool fuse_relu = MatchRelu(c, units, *uses, &fused) &&
+                           BatchNormReluFits(SpecOf(c, fused, true, false, layout), c.options().OneDnnSettings());
     Residual r;
     const bool residual = !fuse_relu && MatchResidual(c, units, *uses, m, &r);
     Apply(c, units, fuse_relu ? fused : m, fuse_relu, residual, layout, trace);

@@ -265,7 +265,22 @@ class BatchNormGradKernel final : public runtime::Kernel {
 
 }  // namespace
 
-int64_t BatchNormReluMaskBytes(const BatchNormSpec& spec) { return Numel(ActStoredDims(spec.layout, spec.x_dims)); }
+int64_t BatchNormReluMaskBytes(ActLayout layout, const Dims& x_dims) {
+  return (Numel(ActStoredDims(layout, x_dims)) + 7) / 8;
+}
+int64_t BatchNormReluMaskBytes(const BatchNormSpec& spec) { return BatchNormReluMaskBytes(spec.layout, spec.x_dims); }
+
+bool BatchNormReluFits(const BatchNormSpec& spec, const onednn::Settings& settings) {
+  if (!spec.fuse_relu) return false;
+  try {
+    auto h = HandlerOf(spec, settings);
+    h->AcquireForwardPrimitive();
+    Entry(*h, spec);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
 
 std::shared_ptr<const runtime::Kernel> MakeBatchNormKernel(const BatchNormSpec& spec, const onednn::Settings& settings,
                                                            const std::string& name) {

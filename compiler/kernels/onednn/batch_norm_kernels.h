@@ -36,10 +36,17 @@ struct BatchNormSpec {
   bool fuse_relu = false;  // Y = relu(batch_norm(X)); dY is relu's dOut
 };
 
-// The bytes of the relu mask (the workspace) the kernels of `spec` bind: an
-// upper bound oneDNN's workspace is checked against when a kernel is made,
-// one byte per element of X's stored (padded) dims.
+// The bytes of the relu mask (the workspace) the kernels of `spec` bind: one
+// bit per element of X's stored (padded) dims in `layout`, as oneDNN's jit
+// batch norm writes it (a reference implementation would want a byte per
+// element: the kernels check oneDNN's workspace against this bound when
+// they are made, and BatchNormReluFits says beforehand).
+int64_t BatchNormReluMaskBytes(ActLayout layout, const Dims& x_dims);
 int64_t BatchNormReluMaskBytes(const BatchNormSpec& spec);
+// Whether oneDNN fuses the relu into the batch norm of `spec` (fuse_relu set)
+// with a workspace within BatchNormReluMaskBytes. Creates (and caches) the
+// forward primitive, as the kernel will.
+bool BatchNormReluFits(const BatchNormSpec& spec, const onednn::Settings& settings);
 
 // Arguments at run time: X (kept), Scale, Bias, Mean, Variance -> Y,
 // MeanOut, VarianceOut, SavedMean, SavedVariance[, relu mask]. MeanOut and

@@ -1,5 +1,6 @@
 #include "compiler/lowering/units/derived_buffer.h"
 
+#include "compiler/kernels/onednn/batch_norm_kernels.h"
 #include "framework/error.h"
 
 namespace kiln::jit {
@@ -26,7 +27,7 @@ proto::VarDesc DerivedBuffer::Desc(const Cluster& c) const {
     KILN_CHECK(d.size() == 4 && c.IsF32(var));
     v.set_dtype(proto::BOOL);
     v.clear_dims();
-    v.add_dims(Numel(ActStoredDims(layout, d)));
+    v.add_dims(BatchNormReluMaskBytes(layout, d));
   }
   if (kind == DerivedKind::kKeptLayout) {
     const Dims d = c.dims(var);

@@ -23,8 +23,9 @@ enum class DerivedKind : uint8_t {
   kKeptLayout,  // an [N,C,H,W] f32 var kept in `layout`: "<var>@nChw16c"
   // The mask of the relu oneDNN fuses into a batch norm that writes the
   // [N,C,H,W] f32 var in `layout` (blocked_batch_norm): "<var>@RELU_MASK",
-  // a byte buffer (dtype bool) of one byte per element of the var's stored
-  // dims in `layout` (compiler/kernels/onednn/batch_norm_kernels.h).
+  // a byte buffer (dtype bool) of one bit per element of the var's stored
+  // dims in `layout` (BatchNormReluMaskBytes,
+  // compiler/kernels/onednn/batch_norm_kernels.h).
   kReluMask,
 };
 
