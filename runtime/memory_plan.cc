@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "runtime/program.h"
 
@@ -94,6 +95,30 @@ class Planner {
     }
     std::sort(plan_.donors.begin(), plan_.donors.end());
     std::sort(plan_.output_regions.begin(), plan_.output_regions.end());
+  }
+
+  // The most arena bytes in use at one instruction (temps written in place
+  // over another share its bytes), and that instruction.
+  std::pair<size_t, int> LivePeak() const {
+    size_t peak = 0;
+    int at = -1;
+    for (int i = 0; i < static_cast<int>(instructions_.size()); ++i) {
+      std::vector<std::pair<size_t, size_t>> busy;
+      for (const Placed& p : placed_) {
+        if (p.first <= i && i <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t used = 0, end = 0;
+      for (const auto& [lo, hi] : busy) {
+        if (hi > std::max(lo, end)) used += hi - std::max(lo, end);
+        end = std::max(end, hi);
+      }
+      if (used > peak) {
+        peak = used;
+        at = i;
+      }
+    }
+    return {peak, at};
   }
 
   // Views take their root's place (a temp root's region and offset).
@@ -276,6 +301,7 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
   plan->output_region_bytes = 0;
   Planner planner(instructions, plan);
   planner.PlaceAll(reuse);
+  std::tie(plan->arena_bytes_live_peak, plan->arena_live_peak_instruction) = planner.LivePeak();
   planner.PlaceViews();
   planner.Schedule();
 }

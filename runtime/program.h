@@ -107,6 +107,10 @@ struct BufferPlan {
   std::vector<BufferInfo> buffers;
   size_t arena_bytes = 0;            // with reuse of dead buffers (as planned)
   size_t arena_bytes_no_reuse = 0;   // every temp in its own slot
+  // The most bytes of arena temps live at one instruction: no placement of
+  // them in one arena is smaller (arena_bytes over it is fragmentation).
+  size_t arena_bytes_live_peak = 0;
+  int arena_live_peak_instruction = -1;  // where it is (the first such)
   // Donatable inputs that hold temps (buffer ids), and the temp bytes placed
   // in them instead of the arena.
   std::vector<int> donors;

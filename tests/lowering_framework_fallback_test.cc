@@ -101,3 +101,34 @@ TEST(FrameworkFallbackTest, AGroupThatBreaksAnInvariantWhileEmittingFallsBack) {
 
 }  // namespace
 }  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+// A framework kernel the in-place pass would run in place (sum over X[0])
+// writes its output over X[0] when X[0] dies there, as a generated kernel
+// does; the values are the reference's.
+TEST(FrameworkFallbackTest, SumWritesOverItsFirstInputWhenItDies) {
+  LoweringCase c;
+  c.name = "framework_fallback_sum_in_place";
+  c.ops = {OpBuilder("relu").In("X", {"a"}).Out("Out", {"ra"}).Build(),
+           OpBuilder("relu").In("X", {"b"}).Out("Out", {"rb"}).Build(),
+           OpBuilder("sum").In("X", {"ra", "rb"}).Out("Out", {"t"}).Build(),
+           OpBuilder("scale").In("X", {"t"}).Out("Out", {"out"}).Attr("scale", 2.0f).Build()};
+  c.inputs = {{"a", {5, 37}}, {"b", {5, 37}}};
+  c.outputs = {"out", "rb"};
+  const auto obj = CheckLoweringNumerics(c, 1e-6, 1e-6);
+  const auto& buffers = obj->program.plan.buffers;
+  auto find = [&](const std::string& name) -> const runtime::BufferInfo& {
+    for (const auto& b : buffers) {
+      if (b.name == name) return b;
+    }
+    ADD_FAILURE() << "no buffer " << name;
+    return buffers.front();
+  };
+  EXPECT_EQ(find("t").region, find("ra").region) << obj->Listing();
+  EXPECT_EQ(find("t").offset, find("ra").offset) << obj->Listing();
+}
+
+}  // namespace
+}  // namespace kiln::test

@@ -54,6 +54,9 @@ TEST(PlanArenaDonorTest, TempWrittenAfterTheLastReadGoesIntoTheDyingInput) {
   EXPECT_EQ(plan.buffers[2].offset, 832u);
   EXPECT_EQ(plan.arena_bytes, 448u + 832u);
   EXPECT_EQ(plan.arena_bytes_no_reuse, 448u + 832u + 1024u);
+  // The most in use at one instruction: a and b at 1, no packing smaller.
+  EXPECT_EQ(plan.arena_bytes_live_peak, 448u + 832u);
+  EXPECT_EQ(plan.arena_live_peak_instruction, 1);
 }
 
 TEST(PlanArenaDonorTest, TempTooBigForTheInputGoesToTheArena) {
@@ -231,8 +234,8 @@ TEST(PlanArenaDonorTest, RandomPlansNeverOverlapLiveTemps) {
     runtime::BufferPlan copy = plan;
     runtime::PlanArena(ins, &plan, true);
     runtime::PlanArena(ins, &copy, true);
+    EXPECT_LE(plan.arena_bytes_live_peak, plan.arena_bytes) << "the live peak bounds any packing";
     SCOPED_TRACE("trial " + std::to_string(trial));
-
     size_t no_reuse = 0, donated = 0, in_outputs = 0;
     std::set<int> regions, output_regions;
     for (int b = 0; b < n; ++b) {

@@ -17,6 +17,35 @@ std::string Row(const std::string& label, const std::string& value) {
 
 std::string Bytes(size_t b) { return FormatBytes(b) + " (" + std::to_string(b) + " B)"; }
 
+// "    at its peak, instruction 72 (conv_grad_4), 85 temps live: relu_4 4.0
+// MiB, ..." (the largest arena temps live there, up to six).
+std::string ArenaPeakLine(const runtime::Program& program) {
+  const runtime::BufferPlan& plan = program.plan;
+  const int at = plan.arena_live_peak_instruction;
+  if (at < 0 || at >= static_cast<int>(program.instructions.size())) return "";
+  std::vector<int> first(plan.buffers.size(), -1), last(plan.buffers.size(), -1);
+  for (int i = 0; i < static_cast<int>(program.instructions.size()); ++i) {
+    for (int b : program.instructions[i].args) {
+      const int r = runtime::RootBuffer(plan, b);
+      if (first[r] < 0) first[r] = i;
+      last[r] = i;
+    }
+  }
+  std::vector<std::pair<size_t, int>> live;
+  for (int b = 0; b < static_cast<int>(plan.buffers.size()); ++b) {
+    const runtime::BufferInfo& info = plan.buffers[b];
+    if (info.role != runtime::BufferRole::kTemp || info.view_of >= 0 || info.dims_only || info.region >= 0) continue;
+    if (first[b] >= 0 && first[b] <= at && at <= last[b]) live.emplace_back(info.bytes(), b);
+  }
+  std::sort(live.rbegin(), live.rend());
+  std::string s = "    at its peak, instruction " + std::to_string(at) + " (" +
+                  program.instructions[at].kernel->name() + "), " + std::to_string(live.size()) + " temps live:";
+  for (size_t k = 0; k < live.size() && k < 6; ++k) {
+    s += (k ? ", " : " ") + plan.buffers[live[k].second].name + " " + FormatBytes(live[k].first);
+  }
+  return s + "\n";
+}
+
 }  // namespace
 
 void ConfigureAllocatorFromFlags() { CachingAllocator::Global().SetCaching(FLAGS_cache_allocations); }
@@ -65,14 +94,16 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
     const std::string first = ins.empty() ? "" : ", first " + std::string(DataTypeName(ins[0].dtype)) +
                                                      DimsToString(ins[0].dims);
     s += "  cluster " + obj->key + " (" + std::to_string(ins.size()) + " inputs" + first +
-         "): planned " + FormatBytes(plan.arena_bytes) +
+         "): planned " + FormatBytes(plan.arena_bytes) + " (at most " +
+         FormatBytes(plan.arena_bytes_live_peak) + " in use at one instruction)" +
          (plan.donated_bytes > 0 ? " + " + FormatBytes(plan.donated_bytes) + " in " +
                                        std::to_string(plan.donors.size()) + " dying inputs"
                                  : std::string()) +
          (plan.output_region_bytes > 0 ? " + " + FormatBytes(plan.output_region_bytes) + " in " +
                                              std::to_string(plan.output_regions.size()) + " outputs not written yet"
                                        : std::string()) +
-         ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n";
+         ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n" +
+         ArenaPeakLine(obj->program);
   }
   const jit::LaunchStats ls = jit::DefaultJit().stats().launch;
   if (ls.inputs_donated + ls.inputs_kept > 0) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "framework/onednn/onednn_kernels.h"
+
 namespace kiln::jit {
 namespace {
 
@@ -87,6 +89,27 @@ FrameworkOpKernel::FrameworkOpKernel(const proto::OpDesc& op, const OpInfo& info
   *num_inputs = pos;
   layout(op.outputs(), &out_slots_);
   *arg_names = names_;
+  FindInplacePair(info, *num_inputs);
+}
+
+// The op's in-place pair when its kernel computes Out over X's memory one
+// element from the same element (the in-place pass's kernels but softmax,
+// whose elements depend on their row) and reads X's var once.
+void FrameworkOpKernel::FindInplacePair(const OpInfo& info, int num_inputs) {
+  const std::vector<std::string>& kernels = OneDnnInplaceOps();
+  if (name_ == "softmax" || !std::binary_search(kernels.begin(), kernels.end(), name_)) return;
+  auto first = [](const auto& slots, const std::string& slot) {
+    for (const auto& [name, positions] : slots) {
+      if (name == slot && !positions.empty()) return positions.front();
+    }
+    return -1;
+  };
+  for (const auto& [in_slot, out_slot] : info.inplace) {
+    const int k = first(in_slots_, in_slot), j = first(out_slots_, out_slot);
+    if (k < 0 || j < 0) continue;
+    if (std::count(names_.begin(), names_.begin() + num_inputs, names_[k]) == 1) inplace_.emplace_back(k, j - num_inputs);
+    return;
+  }
 }
 
 std::string FrameworkOpKernel::Describe() const {

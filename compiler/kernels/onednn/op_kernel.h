@@ -33,6 +33,10 @@ class FrameworkOpKernel final : public runtime::Kernel {
   std::string Describe() const override;
   void Run(const runtime::BufferView* args) const override;
   bool ReadsDimsAtRunTime() const override { return true; }
+  // sum's X[0] -> Out, elementwise_add's X -> Out, an activation's X -> Out:
+  // the ops the in-place pass runs in place (OneDnnInplaceOps) whose element
+  // i of Out depends on element i of X alone.
+  std::vector<std::pair<int, int>> InplacePairs() const override { return inplace_; }
   // The same kernel (a copy): it reads the dims at run time.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override;
 
@@ -40,6 +44,7 @@ class FrameworkOpKernel final : public runtime::Kernel {
   // Throws when the op's shape inference on the inputs of `args` gives an
   // output other dims than the bound one.
   void CheckOutputDims(const runtime::BufferView* args) const;
+  void FindInplacePair(const OpInfo& info, int num_inputs);
 
   std::string name_;
   proto::OpDesc op_;
@@ -50,6 +55,7 @@ class FrameworkOpKernel final : public runtime::Kernel {
   // Slot layout: for each input/output slot, the arg positions (-1 = @EMPTY@).
   std::vector<std::pair<std::string, std::vector<int>>> in_slots_, out_slots_;
   std::vector<std::string> names_;
+  std::vector<std::pair<int, int>> inplace_;
 };
 
 }  // namespace kiln::jit

@@ -48,6 +48,14 @@ class ResidualKernel final : public runtime::Kernel {
     }
     return std::make_shared<ResidualKernel>(name_, x, layout_, grad_, want_ds_);
   }
+  // Element i of the plain output depends on element i of the plain input
+  // alone, read first (compiler/kernels/blocked_residual.cc): Out may take
+  // s's memory, ds dOut's, when they die here.
+  std::vector<std::pair<int, int>> InplacePairs() const override {
+    if (!grad_) return {{1, 0}};
+    if (want_ds_) return {{1, 1}};
+    return {};
+  }
   // args: a (kept), s, Out; or Out, dOut, da (kept)[, ds].
   void Run(const runtime::BufferView* args) const override {
     const int64_t n = dims_[0], c = dims_[1], hw = dims_[2] * dims_[3], b = ActChannelGroup(layout_, c);
