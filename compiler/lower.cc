@@ -10,6 +10,7 @@
 #include "compiler/lowering/buffers.h"
 #include "compiler/lowering/conv_epilogue.h"
 #include "compiler/lowering/dead_ops.h"
+#include "compiler/lowering/early_updates.h"
 #include "compiler/lowering/elementwise_groups.h"
 #include "compiler/lowering/framework_fallback.h"
 #include "compiler/lowering/fused_attention.h"
@@ -64,6 +65,9 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
                                                           "reference kernels"));
   units = LowerLayoutOps(c, std::move(units),
                          t.Step(kLayoutOpsStep, "before the fallback, which would run the reference kernels"));
+  units = RunUpdatesEarly(c, std::move(units),
+                          t.Step(kEarlyUpdatesStep, "after the pattern steps, before grouping: it moves the "
+                                                    "parameter updates no pattern took next to their gradients"));
   units = GroupElementwise(c, std::move(units),
                            t.Step(kElementwiseGroupsStep, "after every pattern step: it groups the elementwise "
                                                           "ops no pattern took"));

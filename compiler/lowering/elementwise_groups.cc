@@ -86,8 +86,14 @@ class Grouper {
 };
 
 // A fragment that updates state in place which no later op reads or writes,
-// and whose inputs no later op writes, may run at the end of the cluster.
+// and whose inputs no later op writes, may run at the end of the cluster;
+// not one that reads a value the cluster makes (a parameter update reading
+// its gradient), which would then stay live to the end: early_updates put
+// that update where the value is ready.
 bool Deferrable(const Cluster& c, int i, const EwFragment& f) {
+  for (const EwAccess& r : f.reads) {
+    if (c.Producer(i, r.var) >= 0) return false;
+  }
   for (const EwAccess& w : f.writes) {
     bool in_place = false;
     for (const EwAccess& r : f.reads) in_place = in_place || r.var == w.var;

@@ -11,14 +11,14 @@
 # (the loaded dataset excluded) and bytes allocated from the system.
 # Prints a markdown table (docs/benchmarks.md holds one).
 #
-#   bash tools/bench/memory.sh                       # all three models, 30 steps each
+#   bash tools/bench/memory.sh                       # all five models, 30 steps each
 #   KILN=build/tools/kiln STEPS=5 MODELS="mlp" bash tools/bench/memory.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 kiln="${KILN:-build/tools/kiln}"
 steps="${STEPS:-30}"
-models="${MODELS:-mlp cnn transformer}"
+models="${MODELS:-mlp cnn transformer resnet gpt}"
 time_bin="${TIME_BIN:-/usr/bin/time}"
 
 if [ ! -x "$time_bin" ]; then
@@ -35,7 +35,10 @@ model_args() {
     mlp) echo "--model mlp --dataset digits --batch_size 256" ;;
     cnn) echo "--model cnn --dataset fashion-mnist --batch_size 64" ;;
     transformer) echo "--model transformer --dataset synthetic --batch_size 64" ;;
-    *) echo "memory.sh: unknown model '$1' (mlp, cnn, transformer)" >&2; return 1 ;;
+    # The bench's resnet b32 and gpt b16 (tools/bench/bench_configs.py).
+    resnet) echo "--model resnet --dataset synthetic --resnet_widths 32,64,128,256 --resnet_blocks 2 --batch_size 32 --optimizer momentum --lr 0.05" ;;
+    gpt) echo "--model gpt --dataset synthetic --gpt_layers 4 --seq_len 128 --d_model 256 --num_heads 4 --ffn_dim 1024 --vocab 256 --batch_size 16 --optimizer adam --lr 0.001" ;;
+    *) echo "memory.sh: unknown model '$1' (mlp, cnn, transformer, resnet, gpt)" >&2; return 1 ;;
   esac
 }
 
