@@ -32,6 +32,10 @@ class FrameworkOpKernel final : public runtime::Kernel {
   const std::string& name() const override { return name_; }
   std::string Describe() const override;
   void Run(const runtime::BufferView* args) const override;
+  // The op's oneDNN kernel run dry (onednn::Settings::dry_run) on `args`:
+  // the same handlers acquire the same primitives as Run, and list the
+  // reorders they would run. Nothing for an op without a oneDNN kernel.
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView* args) const override;
   bool ReadsDimsAtRunTime() const override { return true; }
   // The same kernel (a copy): it reads the dims at run time.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override;
@@ -40,6 +44,9 @@ class FrameworkOpKernel final : public runtime::Kernel {
   // Throws when the op's shape inference on the inputs of `args` gives an
   // output other dims than the bound one.
   void CheckOutputDims(const runtime::BufferView* args) const;
+  // The op's kernels on `args` with `settings`: the oneDNN kernel, and the
+  // reference kernel when that one falls back and `reference` is set.
+  void RunKernel(const runtime::BufferView* args, const onednn::Settings& settings, bool reference) const;
 
   std::string name_;
   proto::OpDesc op_;
