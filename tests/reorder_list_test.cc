@@ -17,6 +17,7 @@
 #include "framework/allocator.h"
 #include "framework/data/synthetic_tasks.h"
 #include "framework/onednn/onednn_handler.h"
+#include "framework/onednn/onednn_kernels.h"
 #include "tests/builtin_model_test_util.h"
 #include "tests/golden_util.h"
 #include "tests/lowering_test_util.h"
@@ -174,10 +175,13 @@ TEST(ReorderListTest, TheListIsWhatOneDnnRunsInACluster) {
 TEST(ReorderListTest, ListingRunsNoPrimitive) {
   const auto obj = LowerCase(ConvAndGrad({2, 16, 9, 7}, {32, 16, 3, 3}));
   jit::ListReorders(*obj);  // creates the primitives
+  const int64_t runs = OneDnnKernelRuns("conv2d_grad");
   int others = 0;
   const std::vector<std::string> ran = VerboseReorders(Verbose([&] { jit::ListReorders(*obj); }), &others);
   EXPECT_TRUE(ran.empty());
   EXPECT_EQ(others, 0);
+  // Nor counts as a run of the op's oneDNN kernel.
+  EXPECT_EQ(OneDnnKernelRuns("conv2d_grad"), runs);
 }
 
 // The text on an AVX-512 CPU, where oneDNN's convolutions work in nChw16c.
