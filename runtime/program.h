@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "framework/data_type.h"
+#include "framework/onednn/reorder_note.h"
 #include "framework/tensor.h"
 
 namespace kiln::runtime {
@@ -45,6 +46,15 @@ class Kernel {
   // input k's memory (element i of j depends only on element i of k, read
   // before j's element i is written).
   virtual std::vector<std::pair<int, int>> InplacePairs() const { return {}; }
+  // The oneDNN reorders one Run does, in order (kiln dump's reorders.txt).
+  // `args`: buffers of the instruction's dims and dtypes whose contents do
+  // not matter (a framework op runs its kernel on them in a dry run:
+  // onednn::Settings::dry_run; nothing is computed, but the kernel may write
+  // them). The default: a kernel that runs no oneDNN reorder.
+  virtual std::vector<onednn::ReorderNote> Reorders(const BufferView* args) const {
+    (void)args;
+    return {};
+  }
 
   // ---- Dynamic shapes (a compiled object that serves several shapes) ------
   // True when Run takes every size from BufferView::dims and nothing else

@@ -102,6 +102,8 @@ TEST_F(DumpTest, MlpGoldenAndDeterministic) {
   CheckGolden("mlp_c0_subgraph.txt", ReadFile(dir_ + "/a/cluster_c0/subgraph.txt"));
   CheckGolden("mlp_c0_kernels.txt", ReadFile(dir_ + "/a/cluster_c0/kernels.txt"));
   CheckGolden("mlp_c0_aliases.txt", ReadFile(dir_ + "/a/cluster_c0/aliases.txt"));
+  // Plain f32 matmuls: oneDNN reorders nothing (the list says so).
+  CheckGolden("mlp_c0_reorders.txt", ReadFile(dir_ + "/a/cluster_c0/reorders.txt"));
   CheckGolden("mlp_c0_lowering.txt", ReadFile(dir_ + "/a/cluster_c0/lowering.txt"));
   for (const char* f : {"program.before.pbtxt", "program.after.pbtxt", "program.dot", "cluster_c0/ew_2.asm"}) {
     EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/" + f)) << f;
@@ -257,6 +259,10 @@ TEST_F(DumpTest, ResnetFinishesDrawnAtClusterGranularity) {
   EXPECT_NE(dot.find("URL=\"#c0\""), std::string::npos) << dot;
   EXPECT_EQ(dot.find("shape=ellipse"), std::string::npos) << "no var nodes at cluster granularity";
   EXPECT_NE(ReadFile(dir_ + "/r/cluster_c0/graph.dot").find("its ops alone"), std::string::npos);
+  // The convolutions' reorders are listed, their total in the summary and index.md.
+  EXPECT_NE(ReadFile(dir_ + "/r/cluster_c0/reorders.txt").find("(convolution backward_weights)"), std::string::npos);
+  EXPECT_NE(r.output.find("  oneDNN reorders: "), std::string::npos) << r.output;
+  EXPECT_NE(ReadFile(dir_ + "/r/index.md").find("\n- total: "), std::string::npos);
   const std::string html = ReadFile(dir_ + "/r/index.html");
   EXPECT_NE(html.find("Drawn at cluster granularity"), std::string::npos);
   // Each graph is in the page, or the page says why not.
@@ -349,6 +355,7 @@ TEST_F(DumpTest, TrainDumpsEachCompileExplainsAndLogsRecompiles) {
     EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/subgraph.txt")) << name;
     EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/kernels.txt")) << name;
     EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/aliases.txt")) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/jd/" + name + "/reorders.txt")) << name;
   }
   ::pclose(ls);
   EXPECT_EQ(folders, 3);

@@ -73,7 +73,8 @@ std::string ClusterSection(const HtmlCluster& c) {
       {"subgraph.txt", "Ops and shapes"},
       {"lowering.txt", "Lowering: what each step matched, the kernel each op became"},
       {"kernels.txt", "Instructions, buffer plan and generated kernels' IR"},
-      {"aliases.txt", "Outputs that alias inputs"}};
+      {"aliases.txt", "Outputs that alias inputs"},
+      {"reorders.txt", "oneDNN reorders a launch runs"}};
   for (const auto& [name, heading] : parts) {
     const jit::DumpFile* f = file(name);
     if (f == nullptr) continue;

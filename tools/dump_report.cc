@@ -93,6 +93,37 @@ std::string NameOf(const std::vector<ClusterRow>& rows, const std::string& key) 
 
 std::string ExclusionProgram(const ExcludedOp& e) { return e.program.empty() ? "" : e.program + ": "; }
 
+// The reorders of one launch of every listed object, and how many objects
+// were listed.
+onednn::ReorderTotals AllReorders(const std::vector<ClusterRow>& rows, size_t* listed) {
+  onednn::ReorderTotals all;
+  *listed = 0;
+  for (const ClusterRow& row : rows) {
+    for (const onednn::ReorderTotals& t : row.reorders) {
+      all.Add(t);
+      ++*listed;
+    }
+  }
+  return all;
+}
+
+// index.md's last section (after the cache statistics, so the lines above
+// keep their numbers): a line per listed object and the total.
+std::string ReordersMarkdown(const std::vector<ClusterRow>& rows) {
+  size_t listed = 0;
+  const onednn::ReorderTotals all = AllReorders(rows, &listed);
+  if (listed == 0) return "";
+  std::string out = "\n## oneDNN reorders\n\nThe layout changes oneDNN runs in one launch of each cluster (once a "
+                    "training step), listed op by op in `cluster_<id>/reorders.txt`.\n\n";
+  for (const ClusterRow& row : rows) {
+    for (size_t i = 0; i < row.reorders.size() && i < row.objects.size(); ++i) {
+      const std::string which = row.objects.size() > 1 ? " " + row.objects[i]->signature.ToString() : "";
+      out += "- " + row.id + which + ": " + row.reorders[i].ToString() + "\n";
+    }
+  }
+  return out + "- total: " + all.ToString() + " a step\n";
+}
+
 }  // namespace
 
 std::string IndexMarkdown(const std::string& preamble, const std::vector<ClusterRow>& rows,
@@ -152,7 +183,7 @@ std::string IndexMarkdown(const std::string& preamble, const std::vector<Cluster
            (f.step > 0 ? "step " + std::to_string(f.step) + ", " : "") + "launch " + std::to_string(f.launch) +
            ": " + Cell(f.ToString()) + "\n";
   }
-  return out;
+  return out + ReordersMarkdown(rows);
 }
 
 std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<ExcludedOp>& excluded,
@@ -181,6 +212,11 @@ std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<E
          std::to_string(stats.hits) + " hits, " + std::to_string(stats.evictions) + " evictions, " +
          std::to_string(stats.failures) + " failed, " + std::to_string(stats.unit_fallbacks) +
          " units fell back alone\n";
+  size_t listed = 0;
+  const onednn::ReorderTotals reorders = AllReorders(rows, &listed);
+  if (listed > 0) {
+    out += "  oneDNN reorders: " + reorders.ToString() + " a step (one launch of each cluster; reorders.txt)\n";
+  }
   if (stats.shadow_checks > 0 || !stats.shadow_failures.empty()) {
     out += "  shadow checks: " + std::to_string(stats.shadow_checks) + ", denied:";
     for (const jit::ShadowFailure& f : stats.shadow_failures) out += " " + NameOf(rows, f.key) + " (" + f.var + ")";

@@ -9,6 +9,7 @@
 
 #include "launch_op/jit_runtime.h"
 #include "framework/jit_subgraph.h"
+#include "framework/onednn/reorder_note.h"
 #include "framework/proto/framework.pb.h"
 #include "passes/build_jit_pass.h"
 
@@ -20,6 +21,9 @@ struct ClusterRow {
   std::string key;  // its fingerprint
   const JitSubgraph* subgraph = nullptr;
   std::vector<std::shared_ptr<const jit::CompiledObject>> objects;
+  // For each object, the oneDNN reorders a launch runs (kiln dump's
+  // reorders.txt); empty where they were not listed (--jit_explain).
+  std::vector<onednn::ReorderTotals> reorders;
   std::string failure;  // when `objects` is empty
 };
 
@@ -29,14 +33,16 @@ struct ExcludedOp {
   BuildJitReport::Exclusion exclusion;
 };
 
-// index.md: a header (`preamble` lines), the cluster table, the ops left out
-// with their reasons, cache statistics. Columns and lines whose values change
+// index.md: a header (`preamble` lines), the cluster table, the ops left
+// out with their reasons, cache statistics, then the oneDNN reorders a
+// launch of each cluster runs (where listed). Columns and lines whose values change
 // from run to run say "(timing)".
 std::string IndexMarkdown(const std::string& preamble, const std::vector<ClusterRow>& rows,
                           const std::vector<ExcludedOp>& excluded, const jit::JitStats& stats);
 
 // The short form: a line per cluster and signature with its kernels, a line
-// per op left out with the reason, one line of cache statistics.
+// per op left out with the reason, one line of cache statistics, and where
+// listed one line with the reorders of a launch of every cluster.
 std::string ExplainText(const std::vector<ClusterRow>& rows, const std::vector<ExcludedOp>& excluded,
                         const jit::JitStats& stats);
 

@@ -168,7 +168,9 @@ ClusterRow CompileClusterRow(jit::JitRuntime& jit, const VarsByName& concrete, i
   }
   if (auto obj = jit.Compile(row.key, sig)) {
     row.objects.push_back(obj);
-    (*cluster_files)["cluster_" + row.id] = jit::ClusterDumpFiles(row.id, *row.subgraph, *obj);
+    row.reorders.emplace_back();
+    (*cluster_files)["cluster_" + row.id] =
+        jit::ClusterDumpFiles(row.id, *row.subgraph, *obj, OpRegistry::Global(), &row.reorders.back());
   } else {
     // Compile already said why on stderr; lower again for the index.
     try {
@@ -194,7 +196,7 @@ std::string Preamble(const DumpSource& src, const PipelineOptions& options, cons
          "Files: `program.before.pbtxt` / `program.after.pbtxt` (the program before and after the pass pipeline: " +
          PassList(options) + "), "
          "`program.dot` (Graphviz, clusters as boxes), and per cluster `cluster_<id>/` with `subgraph.txt`, "
-         "`lowering.txt`, `kernels.txt`, `<kernel>.asm`, `aliases.txt` and `graph.dot`.\n";
+         "`lowering.txt`, `kernels.txt`, `<kernel>.asm`, `aliases.txt`, `reorders.txt` and `graph.dot`.\n";
 }
 
 // The program's graph: op by op with the clusters as boxes when it is small,

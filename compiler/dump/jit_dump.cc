@@ -7,6 +7,7 @@
 #include <set>
 
 #include "compiler/dump/disasm.h"
+#include "compiler/dump/reorder_list.h"
 #include "compiler/lower.h"
 #include "framework/file_util.h"
 #include "framework/ir/graph.h"
@@ -81,7 +82,8 @@ std::string AliasesText(const std::string& id, const CompiledObject& obj, const 
 }  // namespace
 
 std::vector<DumpFile> ClusterDumpFiles(const std::string& cluster_id, const JitSubgraph& subgraph,
-                                       const CompiledObject& obj, const OpRegistry& registry) {
+                                       const CompiledObject& obj, const OpRegistry& registry,
+                                       onednn::ReorderTotals* reorders) {
   std::vector<DumpFile> files;
   files.push_back({"subgraph.txt", SubgraphText(cluster_id, subgraph, obj, registry)});
   files.push_back({"lowering.txt", "# cluster " + cluster_id + " key=" + obj.key + " " + obj.signature.ToString() +
@@ -103,6 +105,9 @@ std::vector<DumpFile> ClusterDumpFiles(const std::string& cluster_id, const JitS
     files.push_back({name + ".asm", text});
   }
   files.push_back({"aliases.txt", AliasesText(cluster_id, obj, subgraph)});
+  const std::vector<ListedReorder> listed = ListReorders(obj);
+  files.push_back({"reorders.txt", ReordersText(cluster_id, obj, listed)});
+  if (reorders != nullptr) *reorders = TotalsOf(listed);
   return files;
 }
 

@@ -9,6 +9,7 @@
 //                 ops it fuses, size) and its Zydis disassembly
 //   aliases.txt   outputs that alias inputs (in-place updates) and how the
 //                 launch binds them (donated or copy-protected)
+//   reorders.txt  the oneDNN reorders one launch runs (reorder_list.h)
 // Deterministic: the same subgraph, signature and options give the same text
 // in every process.
 #pragma once
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "compiler/compiled_object.h"
+#include "framework/onednn/reorder_note.h"
 #include "framework/jit_subgraph.h"
 #include "framework/op_registry.h"
 
@@ -27,9 +29,11 @@ struct DumpFile {
   std::string content;
 };
 
-// `cluster_id` names the cluster in headers ("c0").
+// `cluster_id` names the cluster in headers ("c0"). `reorders`, when given,
+// receives the totals of reorders.txt.
 std::vector<DumpFile> ClusterDumpFiles(const std::string& cluster_id, const JitSubgraph& subgraph,
-                                       const CompiledObject& obj, const OpRegistry& registry = OpRegistry::Global());
+                                       const CompiledObject& obj, const OpRegistry& registry = OpRegistry::Global(),
+                                       onednn::ReorderTotals* reorders = nullptr);
 
 // Creates `dir` (and its parents) and writes each file atomically.
 void WriteDumpFiles(const std::string& dir, const std::vector<DumpFile>& files);

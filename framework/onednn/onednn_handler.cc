@@ -219,7 +219,13 @@ dnnl::memory::desc UserDesc(const PrimitiveEntry& e, int arg) {
   return e.pd.query_md(dnnl::query::exec_arg_md, arg);
 }
 
-void OneDnnHandler::Execute(ExecArgs args) { ExecuteEntry(entry(), std::move(args)); }
+void OneDnnHandler::Execute(ExecArgs args) {
+  if (settings_.dry_run != nullptr) {
+    for (ReorderNote& r : EntryReorders(entry())) settings_.dry_run->push_back(std::move(r));
+    return;
+  }
+  ExecuteEntry(entry(), std::move(args));
+}
 
 dnnl::memory::desc OneDnnHandler::UserDesc(int arg) const { return onednn::UserDesc(entry(), arg); }
 
@@ -241,6 +247,7 @@ void OneDnnHandler::AddReorder(PrimitiveEntry* entry, int arg, bool output, cons
 
 void OneDnnHandler::ExecuteAux(size_t i, ExecArgs args) {
   KILN_CHECK(i < entry().aux.size(), "aux primitive ", i, " of ", entry().aux.size());
+  if (settings_.dry_run != nullptr) return;
   ExecutePrimitive(entry().aux[i], entry().aux_pds[i], std::move(args), entry().threads);
 }
 

@@ -24,6 +24,7 @@
 
 #include "dnnl.hpp"
 #include "framework/onednn/primitive_cache.h"
+#include "framework/onednn/reorder_note.h"
 #include "framework/onednn/settings.h"
 #include "framework/tensor.h"
 
@@ -70,6 +71,24 @@ void ExecuteEntry(const PrimitiveEntry& entry, ExecArgs args);
 // held for this execution, on one thread when `threads` is 1 (the entry's
 // PrimitiveEntry::threads).
 void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads);
+
+// ---- What the reorders are (kiln dump's reorders.txt) -------------------------------------
+// oneDNN's name of an execution argument ("src", "diff_dst"; "arg N" for
+// one without a name here).
+std::string ArgName(int arg);
+// A memory descriptor's data type and format tag as ONEDNN_VERBOSE prints
+// them: "f32:abcd", "f32:aBcd16b" ("f32:any" for format any).
+std::string MemoryDescTag(const dnnl::memory::desc& md);
+// "convolution backward_weights": the kind of `pd` and its propagation kind
+// when it has one.
+std::string PrimitiveLabel(const dnnl::primitive_desc_base& pd);
+// The reorder from `from` to `to` that moves argument `arg` of the primitive
+// `primitive` (PrimitiveLabel) before it runs, or after it for an output.
+ReorderNote NoteOf(const dnnl::memory::desc& from, const dnnl::memory::desc& to, int arg, bool output,
+                   const std::string& primitive);
+// The reorders ExecuteEntry runs for `entry`, in the order it runs them:
+// the inputs', then the outputs' after the primitive.
+std::vector<ReorderNote> EntryReorders(const PrimitiveEntry& entry);
 
 class OneDnnHandler {
  public:
@@ -126,7 +145,9 @@ class OneDnnHandler {
   dnnl::memory AcquireMemory(const dnnl::memory::desc& md, Tensor* t);
 
   // Runs the current primitive (or its aux primitive `i`) with `args`, as
-  // ExecuteEntry (ExecutePrimitive) does.
+  // ExecuteEntry (ExecutePrimitive) does. In a dry run
+  // (Settings::dry_run) neither runs anything: Execute lists the entry's
+  // reorders there (EntryReorders).
   void Execute(ExecArgs args);
   void ExecuteAux(size_t i, ExecArgs args);
 

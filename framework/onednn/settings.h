@@ -6,7 +6,10 @@
 // (CompileOptions::OneDnnSettings()). A test builds the one it needs.
 #pragma once
 
+#include <vector>
+
 #include "framework/data_type.h"
+#include "framework/onednn/reorder_note.h"
 
 namespace kiln::onednn {
 
@@ -29,6 +32,12 @@ struct Settings {
   // --amp: what the framework's matmul and conv2d kernels (forward and
   // gradients) multiply in. Their tensors stay f32.
   ComputeType amp_compute = ComputeType::kF32;
+  // A dry run (runtime::Kernel::Reorders of a framework op a cluster runs):
+  // when set, a handler acquires its primitives as always but executes
+  // nothing; each Execute appends the reorders its entry would run to this
+  // list. The kernel's own code still runs, on the buffers it was given.
+  // Not compared by ==: it changes whether primitives run, never which.
+  std::vector<ReorderNote>* dry_run = nullptr;
 
   bool operator==(const Settings& o) const {
     return allow_slow_impls == o.allow_slow_impls && deterministic == o.deterministic && amp_compute == o.amp_compute;

@@ -26,6 +26,10 @@ dnnl::memory Bind(const dnnl::memory::desc& md, const void* data) {
 struct Reorder {
   dnnl::reorder::primitive_desc pd;
   dnnl::primitive p;
+  // What it moves, for argument `arg` of `entry`'s primitive.
+  onednn::ReorderNote Note(int arg, bool output, const PrimitiveEntry& entry) const {
+    return onednn::NoteOf(pd.src_desc(), pd.dst_desc(), arg, output, onednn::PrimitiveLabel(entry.pd));
+  }
 };
 
 // The handler of `spec` with its layout kept; throws for bad dims.
@@ -155,6 +159,12 @@ class BatchNormKernel final : public runtime::Kernel {
     }
     UpdateStatistics(static_cast<const float*>(mean.ptr()), static_cast<const float*>(var.ptr()), args);
   }
+  // The entry's, then Y's from the kept layout into plain NCHW.
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override {
+    std::vector<onednn::ReorderNote> notes = onednn::EntryReorders(*entry_);
+    if (reorder_) notes.push_back(reorder_->Note(DNNL_ARG_DST, /*output=*/true, *entry_));
+    return notes;
+  }
 
  private:
   // As the op defines them (batch_norm_kernels.h); MeanOut and VarianceOut
@@ -251,6 +261,13 @@ class BatchNormGradKernel final : public runtime::Kernel {
                   {DNNL_ARG_DIFF_SHIFT, Bind(channel, db)}};
     if (spec_.fuse_relu) a[DNNL_ARG_WORKSPACE] = Bind(entry_->pd.workspace_desc(), args[5].data);
     onednn::ExecuteEntry(*entry_, std::move(a));
+  }
+  // dY's from plain NCHW into the kept layout, then the entry's.
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override {
+    std::vector<onednn::ReorderNote> notes;
+    if (reorder_) notes.push_back(reorder_->Note(DNNL_ARG_DIFF_DST, /*output=*/false, *entry_));
+    for (onednn::ReorderNote& r : onednn::EntryReorders(*entry_)) notes.push_back(std::move(r));
+    return notes;
   }
 
  private:

@@ -129,6 +129,11 @@ class ConvGradKernel final : public runtime::Kernel {
     if (want_dbias_) bound[3] = args[out + 1];
     weights_->Run(bound);
   }
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override {
+    std::vector<onednn::ReorderNote> notes = data_ ? data_->Reorders() : std::vector<onednn::ReorderNote>{};
+    for (onednn::ReorderNote& r : weights_->Reorders()) notes.push_back(std::move(r));
+    return notes;
+  }
 
  private:
   std::string name_;
@@ -150,6 +155,7 @@ class FusedConvKernel final : public runtime::Kernel {
            FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override { return bound_.Reorders(); }
   // Input and Output of new N, H, W: the primitive of those dims, Output in
   // the layout it was made for (a reorder when the new primitive prefers
   // another).

@@ -56,22 +56,6 @@ dnnl::memory Bind(const dnnl::memory::desc& md, void* data) {
   return dnnl::memory(md, onednn::OneDnnHandler::Engine(), data);
 }
 
-namespace {
-
-const char* ArgName(int arg) {
-  switch (arg) {
-    case DNNL_ARG_SRC: return "src";
-    case DNNL_ARG_WEIGHTS: return "weights";
-    case DNNL_ARG_DST: return "dst";
-    case DNNL_ARG_DIFF_SRC: return "diff_src";
-    case DNNL_ARG_DIFF_WEIGHTS: return "diff_weights";
-    case DNNL_ARG_DIFF_DST: return "diff_dst";
-    default: return "another argument";
-  }
-}
-
-}  // namespace
-
 BoundEntry::BoundEntry(std::shared_ptr<const PrimitiveEntry> entry, const std::vector<int>& dnnl_args)
     : entry_(std::move(entry)) {
   for (int arg : dnnl_args) args_.emplace_back(arg, onednn::UserDesc(*entry_, arg));
@@ -79,9 +63,11 @@ BoundEntry::BoundEntry(std::shared_ptr<const PrimitiveEntry> entry, const std::v
 
 std::string BoundEntry::ReorderText() const {
   std::string s;
-  for (const auto& r : entry_->reorders) s += std::string(s.empty() ? "; reorders " : ", ") + ArgName(r.arg);
+  for (const auto& r : entry_->reorders) s += std::string(s.empty() ? "; reorders " : ", ") + onednn::ArgName(r.arg);
   return s;
 }
+
+std::vector<onednn::ReorderNote> BoundEntry::Reorders() const { return onednn::EntryReorders(*entry_); }
 
 void BoundEntry::Run(const runtime::BufferView* bound) const {
   ExecArgs args;

@@ -42,6 +42,8 @@ class BoundEntry {
   // "; reorders src, weights": the arguments the entry moves between the
   // bound buffer's layout and its primitive's ("" when none).
   std::string ReorderText() const;
+  // Those reorders as Run does them (runtime::Kernel::Reorders).
+  std::vector<onednn::ReorderNote> Reorders() const;
   void Run(const runtime::BufferView* bound) const;
 
  private:

@@ -78,6 +78,7 @@ class FusedMatmulKernel final : public runtime::Kernel {
            (spec_.x_dtype == DataType::kBF16 ? ", X stored in bf16" : "") + FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override { return bound_.Reorders(); }
   // The primitive of the new M from the global cache (a lookup for an M
   // seen before), with the same fusion, compute type and operand types.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
@@ -168,6 +169,9 @@ class MatmulSgdKernel final : public runtime::Kernel {
                            : std::string()) +
            (dy_bf16_ ? ", dY stored in bf16" : "") +
            (keep_old_ ? std::string(", the old W copied out first for dX") : std::string());
+  }
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override {
+    return onednn::EntryReorders(*entry_);
   }
   // The primitive of the new M (X's and dY's rows) from the global cache;
   // the bf16 scaling kernel is generated anew for the new element count.

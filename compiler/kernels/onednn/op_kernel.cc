@@ -147,6 +147,22 @@ void FrameworkOpKernel::CheckOutputDims(const runtime::BufferView* args) const {
 
 void FrameworkOpKernel::Run(const runtime::BufferView* args) const {
   CheckOutputDims(args);
+  RunKernel(args, onednn_, /*reference=*/true);
+}
+
+std::vector<onednn::ReorderNote> FrameworkOpKernel::Reorders(const runtime::BufferView* args) const {
+  std::vector<onednn::ReorderNote> notes;
+  if (!use_onednn_ || !info_->onednn_kernel) return notes;
+  onednn::Settings dry = onednn_;
+  dry.dry_run = &notes;
+  // A oneDNN kernel that falls back has run what it ran before (listed);
+  // the reference kernel runs no oneDNN primitive.
+  RunKernel(args, dry, /*reference=*/false);
+  return notes;
+}
+
+void FrameworkOpKernel::RunKernel(const runtime::BufferView* args, const onednn::Settings& settings,
+                                  bool reference) const {
   // Views over the bound buffers; built per call, so calls are thread-safe.
   std::vector<std::unique_ptr<Variable>> vars;
   vars.reserve(names_.size());
@@ -168,8 +184,9 @@ void FrameworkOpKernel::Run(const runtime::BufferView* args) const {
   };
   const std::vector<SlotVars> inputs = bind(in_slots_);
   const std::vector<SlotVars> outputs = bind(out_slots_);
-  ExecContext ctx(op_, attrs_, inputs, outputs, 0, onednn_);
-  if (!(use_onednn_ && info_->onednn_kernel && info_->onednn_kernel(ctx))) info_->reference_kernel(ctx);
+  ExecContext ctx(op_, attrs_, inputs, outputs, 0, settings);
+  const bool ran_onednn = use_onednn_ && info_->onednn_kernel && info_->onednn_kernel(ctx);
+  if (!ran_onednn && reference) info_->reference_kernel(ctx);
   // Zero-copy: a kernel that reallocated an output would have written elsewhere.
   for (const auto& [slot, positions] : out_slots_) {
     for (int p : positions) {

@@ -32,6 +32,10 @@ class FrameworkOpKernel final : public runtime::Kernel {
   const std::string& name() const override { return name_; }
   std::string Describe() const override;
   void Run(const runtime::BufferView* args) const override;
+  // The op's oneDNN kernel run dry (onednn::Settings::dry_run) on `args`:
+  // the same handlers acquire the same primitives as Run, and list the
+  // reorders they would run. Nothing for an op without a oneDNN kernel.
+  std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView* args) const override;
   bool ReadsDimsAtRunTime() const override { return true; }
   // sum's X[0] -> Out, elementwise_add's X -> Out, an activation's X -> Out:
   // the ops the in-place pass runs in place (OneDnnInplaceOps) whose element
@@ -45,6 +49,9 @@ class FrameworkOpKernel final : public runtime::Kernel {
   // output other dims than the bound one.
   void CheckOutputDims(const runtime::BufferView* args) const;
   void FindInplacePair(const OpInfo& info, int num_inputs);
+  // The op's kernels on `args` with `settings`: the oneDNN kernel, and the
+  // reference kernel when that one falls back and `reference` is set.
+  void RunKernel(const runtime::BufferView* args, const onednn::Settings& settings, bool reference) const;
 
   std::string name_;
   proto::OpDesc op_;
