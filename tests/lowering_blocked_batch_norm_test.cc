@@ -21,7 +21,6 @@ namespace {
 LoweringCase ConvBnChain(const std::string& name, Dims x, Dims f, int64_t stride, int64_t pad, bool relu,
                          bool is_test = false) {
   LoweringCase c = ConvBiasAct(name, false, "", x, f, stride, pad, 1);
-  const std::vector<int64_t> strides = {stride, stride}, pads = {pad, pad};
   c.ops.push_back(OpBuilder("batch_norm")
                       .In("X", {"conv"})
                       .In("Scale", {"scale"})
@@ -54,16 +53,7 @@ LoweringCase ConvBnChain(const std::string& name, Dims x, Dims f, int64_t stride
                       .Attr("epsilon", 1e-5f)
                       .Attr("is_test", is_test)
                       .Build());
-  c.ops.push_back(OpBuilder("conv2d_grad")
-                      .In("Input", {"x"})
-                      .In("Filter", {"f"})
-                      .In("Output@GRAD", {"dconv"})
-                      .Out("Input@GRAD", {"dx"})
-                      .Out("Filter@GRAD", {"df"})
-                      .Attr("strides", strides)
-                      .Attr("paddings", pads)
-                      .Attr("groups", int64_t{1})
-                      .Build());
+  c.ops.push_back(ConvGradOp("dconv", stride, pad));
   const int64_t oh = (x[2] + 2 * pad - f[2]) / stride + 1, ow = (x[3] + 2 * pad - f[3]) / stride + 1;
   const Dims ch = {f[0]};
   for (const char* v : {"scale", "shift", "mean", "var"}) c.inputs.push_back({v, ch});

@@ -205,6 +205,19 @@ LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& 
   return c;
 }
 
+proto::OpDesc ConvGradOp(const std::string& dconv, int64_t stride, int64_t pad) {
+  return OpBuilder("conv2d_grad")
+      .In("Input", {"x"})
+      .In("Filter", {"f"})
+      .In("Output@GRAD", {dconv})
+      .Out("Input@GRAD", {"dx"})
+      .Out("Filter@GRAD", {"df"})
+      .Attr("strides", std::vector<int64_t>{stride, stride})
+      .Attr("paddings", std::vector<int64_t>{pad, pad})
+      .Attr("groups", int64_t{1})
+      .Build();
+}
+
 LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx) {
   LoweringCase c;
   c.name = name;

@@ -78,6 +78,10 @@ std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const runtime::P
 LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& act, Dims input, Dims filter,
                          int64_t stride, int64_t pad, int64_t groups);
 
+// conv2d_grad of ConvBiasAct's conv (x, f; square stride and padding, one
+// group) from the gradient `dconv`, writing dx and df.
+proto::OpDesc ConvGradOp(const std::string& dconv, int64_t stride, int64_t pad);
+
 // matmul_grad of x[m,k] and w[k,n] with dY [m,n] (dX wanted or not), whose
 // weight gradient dw feeds sgd(w, lr): the weight-gradient fold's pattern.
 LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx);

@@ -133,16 +133,7 @@ TEST(ReorderNoteTest, NoteAndTotalsText) {
 // their oneDNN kernels. The resnet below runs the JIT's own oneDNN kernels.
 LoweringCase ConvAndGrad(const Dims& x, const Dims& f) {
   LoweringCase c = ConvBiasAct("reorders_conv_and_grad", false, "", x, f, 1, 1, 1);
-  c.ops.push_back(OpBuilder("conv2d_grad")
-                      .In("Input", {"x"})
-                      .In("Filter", {"f"})
-                      .In("Output@GRAD", {"dconv"})
-                      .Out("Input@GRAD", {"dx"})
-                      .Out("Filter@GRAD", {"df"})
-                      .Attr("strides", std::vector<int64_t>{1, 1})
-                      .Attr("paddings", std::vector<int64_t>{1, 1})
-                      .Attr("groups", int64_t{1})
-                      .Build());
+  c.ops.push_back(ConvGradOp("dconv", 1, 1));
   c.inputs.push_back({"dconv", {x[0], f[0], x[2], x[3]}});
   c.outputs = {"conv", "dx", "df"};
   return c;
