@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <tuple>
 
 #include "runtime/program.h"
 
@@ -95,30 +94,6 @@ class Planner {
     }
     std::sort(plan_.donors.begin(), plan_.donors.end());
     std::sort(plan_.output_regions.begin(), plan_.output_regions.end());
-  }
-
-  // The most arena bytes in use at one instruction (temps written in place
-  // over another share its bytes), and that instruction.
-  std::pair<size_t, int> LivePeak() const {
-    size_t peak = 0;
-    int at = -1;
-    for (int i = 0; i < static_cast<int>(instructions_.size()); ++i) {
-      std::vector<std::pair<size_t, size_t>> busy;
-      for (const Placed& p : placed_) {
-        if (p.first <= i && i <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
-      }
-      std::sort(busy.begin(), busy.end());
-      size_t used = 0, end = 0;
-      for (const auto& [lo, hi] : busy) {
-        if (hi > std::max(lo, end)) used += hi - std::max(lo, end);
-        end = std::max(end, hi);
-      }
-      if (used > peak) {
-        peak = used;
-        at = i;
-      }
-    }
-    return {peak, at};
   }
 
   // Views take their root's place (a temp root's region and offset).
@@ -301,9 +276,40 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
   plan->output_region_bytes = 0;
   Planner planner(instructions, plan);
   planner.PlaceAll(reuse);
-  std::tie(plan->arena_bytes_live_peak, plan->arena_live_peak_instruction) = planner.LivePeak();
   planner.PlaceViews();
   planner.Schedule();
+}
+
+ArenaPeak ArenaPeakOf(const std::vector<Instruction>& instructions, const BufferPlan& plan) {
+  const int n = static_cast<int>(plan.buffers.size());
+  std::vector<int> first(n, -1), last(n, -1);  // by root buffer
+  for (int i = 0; i < static_cast<int>(instructions.size()); ++i) {
+    for (int b : instructions[i].args) {
+      const int r = RootBuffer(plan, b);
+      if (first[r] < 0) first[r] = i;
+      last[r] = i;
+    }
+  }
+  ArenaPeak peak;
+  for (int i = 0; i < static_cast<int>(instructions.size()); ++i) {
+    std::vector<std::pair<size_t, size_t>> busy;
+    std::vector<int> live;
+    for (int b = 0; b < n; ++b) {
+      const BufferInfo& info = plan.buffers[b];
+      if (info.role != BufferRole::kTemp || info.view_of >= 0 || info.dims_only || info.region >= 0) continue;
+      if (first[b] < 0 || first[b] > i || last[b] < i) continue;
+      busy.emplace_back(info.offset, info.offset + AlignUp(std::max<size_t>(info.bytes(), 1)));
+      live.push_back(b);
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t used = 0, end = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (hi > std::max(lo, end)) used += hi - std::max(lo, end);
+      end = std::max(end, hi);
+    }
+    if (used > peak.bytes) peak = {used, i, std::move(live)};
+  }
+  return peak;
 }
 
 }  // namespace kiln::runtime

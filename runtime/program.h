@@ -117,10 +117,6 @@ struct BufferPlan {
   std::vector<BufferInfo> buffers;
   size_t arena_bytes = 0;            // with reuse of dead buffers (as planned)
   size_t arena_bytes_no_reuse = 0;   // every temp in its own slot
-  // The most bytes of arena temps live at one instruction: no placement of
-  // them in one arena is smaller (arena_bytes over it is fragmentation).
-  size_t arena_bytes_live_peak = 0;
-  int arena_live_peak_instruction = -1;  // where it is (the first such)
   // Donatable inputs that hold temps (buffer ids), and the temp bytes placed
   // in them instead of the arena.
   std::vector<int> donors;
@@ -159,5 +155,16 @@ int RootBuffer(const BufferPlan& plan, int b);
 // whole range (first fit, 64-byte aligned); without, each gets its own arena
 // slot. Pure: same input, same plan.
 void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, bool reuse);
+
+// The most arena bytes in use at one instruction of a planned program (temps
+// written in place over another share its bytes): no placement of those
+// temps in one arena is smaller, so arena_bytes over it is fragmentation.
+// For --memory_report; computed on demand, not by PlanArena.
+struct ArenaPeak {
+  size_t bytes = 0;
+  int instruction = -1;   // the first instruction where it is; -1 for none
+  std::vector<int> live;  // the arena temps live there (buffer ids, ascending)
+};
+ArenaPeak ArenaPeakOf(const std::vector<Instruction>& instructions, const BufferPlan& plan);
 
 }  // namespace kiln::runtime

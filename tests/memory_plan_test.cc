@@ -55,8 +55,10 @@ TEST(PlanArenaDonorTest, TempWrittenAfterTheLastReadGoesIntoTheDyingInput) {
   EXPECT_EQ(plan.arena_bytes, 448u + 832u);
   EXPECT_EQ(plan.arena_bytes_no_reuse, 448u + 832u + 1024u);
   // The most in use at one instruction: a and b at 1, no packing smaller.
-  EXPECT_EQ(plan.arena_bytes_live_peak, 448u + 832u);
-  EXPECT_EQ(plan.arena_live_peak_instruction, 1);
+  const runtime::ArenaPeak peak = runtime::ArenaPeakOf(SmallInstructions(), plan);
+  EXPECT_EQ(peak.bytes, 448u + 832u);
+  EXPECT_EQ(peak.instruction, 1);
+  EXPECT_EQ(peak.live, (std::vector<int>{2, 3}));
 }
 
 TEST(PlanArenaDonorTest, TempTooBigForTheInputGoesToTheArena) {
@@ -234,7 +236,7 @@ TEST(PlanArenaDonorTest, RandomPlansNeverOverlapLiveTemps) {
     runtime::BufferPlan copy = plan;
     runtime::PlanArena(ins, &plan, true);
     runtime::PlanArena(ins, &copy, true);
-    EXPECT_LE(plan.arena_bytes_live_peak, plan.arena_bytes) << "the live peak bounds any packing";
+    EXPECT_LE(runtime::ArenaPeakOf(ins, plan).bytes, plan.arena_bytes) << "the live peak bounds any packing";
     SCOPED_TRACE("trial " + std::to_string(trial));
     size_t no_reuse = 0, donated = 0, in_outputs = 0;
     std::set<int> regions, output_regions;

@@ -19,29 +19,16 @@ std::string Bytes(size_t b) { return FormatBytes(b) + " (" + std::to_string(b) +
 
 // "    at its peak, instruction 72 (conv_grad_4), 85 temps live: relu_4 4.0
 // MiB, ..." (the largest arena temps live there, up to six).
-std::string ArenaPeakLine(const runtime::Program& program) {
-  const runtime::BufferPlan& plan = program.plan;
-  const int at = plan.arena_live_peak_instruction;
-  if (at < 0 || at >= static_cast<int>(program.instructions.size())) return "";
-  std::vector<int> first(plan.buffers.size(), -1), last(plan.buffers.size(), -1);
-  for (int i = 0; i < static_cast<int>(program.instructions.size()); ++i) {
-    for (int b : program.instructions[i].args) {
-      const int r = runtime::RootBuffer(plan, b);
-      if (first[r] < 0) first[r] = i;
-      last[r] = i;
-    }
-  }
+std::string ArenaPeakLine(const runtime::Program& program, const runtime::ArenaPeak& peak) {
+  if (peak.instruction < 0) return "";
   std::vector<std::pair<size_t, int>> live;
-  for (int b = 0; b < static_cast<int>(plan.buffers.size()); ++b) {
-    const runtime::BufferInfo& info = plan.buffers[b];
-    if (info.role != runtime::BufferRole::kTemp || info.view_of >= 0 || info.dims_only || info.region >= 0) continue;
-    if (first[b] >= 0 && first[b] <= at && at <= last[b]) live.emplace_back(info.bytes(), b);
-  }
+  for (int b : peak.live) live.emplace_back(program.plan.buffers[b].bytes(), b);
   std::sort(live.rbegin(), live.rend());
-  std::string s = "    at its peak, instruction " + std::to_string(at) + " (" +
-                  program.instructions[at].kernel->name() + "), " + std::to_string(live.size()) + " temps live:";
+  std::string s = "    at its peak, instruction " + std::to_string(peak.instruction) + " (" +
+                  program.instructions[peak.instruction].kernel->name() + "), " + std::to_string(live.size()) +
+                  " temps live:";
   for (size_t k = 0; k < live.size() && k < 6; ++k) {
-    s += (k ? ", " : " ") + plan.buffers[live[k].second].name + " " + FormatBytes(live[k].first);
+    s += (k ? ", " : " ") + program.plan.buffers[live[k].second].name + " " + FormatBytes(live[k].first);
   }
   return s + "\n";
 }
@@ -89,13 +76,14 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
        "  inputs that die in it):\n";
   for (const auto& obj : objects) {
     const auto& plan = obj->program.plan;
+    const runtime::ArenaPeak peak = runtime::ArenaPeakOf(obj->program.instructions, plan);
     const size_t saved = plan.arena_bytes_no_reuse - std::min(plan.arena_bytes, plan.arena_bytes_no_reuse);
     const auto& ins = obj->signature.inputs;
     const std::string first = ins.empty() ? "" : ", first " + std::string(DataTypeName(ins[0].dtype)) +
                                                      DimsToString(ins[0].dims);
     s += "  cluster " + obj->key + " (" + std::to_string(ins.size()) + " inputs" + first +
          "): planned " + FormatBytes(plan.arena_bytes) + " (at most " +
-         FormatBytes(plan.arena_bytes_live_peak) + " in use at one instruction)" +
+         FormatBytes(peak.bytes) + " in use at one instruction)" +
          (plan.donated_bytes > 0 ? " + " + FormatBytes(plan.donated_bytes) + " in " +
                                        std::to_string(plan.donors.size()) + " dying inputs"
                                  : std::string()) +
@@ -103,7 +91,7 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
                                              std::to_string(plan.output_regions.size()) + " outputs not written yet"
                                        : std::string()) +
          ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n" +
-         ArenaPeakLine(obj->program);
+         ArenaPeakLine(obj->program, peak);
   }
   const jit::LaunchStats ls = jit::DefaultJit().stats().launch;
   if (ls.inputs_donated + ls.inputs_kept > 0) {
