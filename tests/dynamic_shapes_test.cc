@@ -198,19 +198,25 @@ TEST(DynamicCacheTest, OnMakesTheDeclaredDimsSymbolicFromTheFirstCompile) {
   EXPECT_EQ(cache.stats().instances, 2);
 }
 
+// `op`, writing y, then r = relu(y), the cluster's output.
+test::LoweringCase ThenRelu(const std::string& name, const proto::OpDesc& op,
+                            std::vector<std::pair<std::string, Dims>> inputs) {
+  test::LoweringCase c;
+  c.name = name;
+  c.ops = {op, OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
+  c.inputs = std::move(inputs);
+  c.outputs = {"r"};
+  return c;
+}
+
 TEST(DynamicCacheTest, AStepThatFiresAtOneSizeOnlyKeepsTheShapeSpecialised) {
   // At batch 1 the batch_one step runs the matmul as a gemv; at 2 and 3 (the
   // probes) it does not: the lowerings differ, so batch 1 compiles on its own.
   std::vector<std::string> log;
   jit::CompileCache cache(Options(jit::DynamicPolicy::kAuto, &log));
   auto mm = [](int64_t n) {
-    test::LoweringCase c;
-    c.name = "dynamic_matmul";
-    c.ops = {OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"y"}).Build(),
-             OpBuilder("relu").In("X", {"y"}).Out("Out", {"r"}).Build()};
-    c.inputs = {{"x", {n, 24}}, {"w", {24, 16}}};
-    c.outputs = {"r"};
-    return c;
+    return ThenRelu("dynamic_matmul", OpBuilder("matmul").In("X", {"x"}).In("Y", {"w"}).Out("Out", {"y"}).Build(),
+                    {{"x", {n, 24}}, {"w", {24, 16}}});
   };
   const std::string key = cache.AddSubgraph(test::MakeSubgraph(mm(4)));
   for (int64_t n : {4, 1}) EXPECT_EQ(CompileAndCompare(cache, key, mm(n)).error, "");
@@ -227,14 +233,10 @@ TEST(DynamicCacheTest, AValueTheObjectCannotServeCompilesOnItsOwn) {
   std::vector<std::string> log;
   jit::CompileCache cache(Options(jit::DynamicPolicy::kAuto, &log));
   auto pool = [](int64_t h) {
-    test::LoweringCase c;
-    c.name = "dynamic_pool";
     const std::vector<int64_t> window = {2, 2};
-    c.ops = {OpBuilder("pool2d").In("X", {"x"}).Out("Out", {"p"}).Attr("ksize", window).Attr("strides", window).Build(),
-             OpBuilder("relu").In("X", {"p"}).Out("Out", {"r"}).Build()};
-    c.inputs = {{"x", {2, 3, h, 8}}};
-    c.outputs = {"r"};
-    return c;
+    return ThenRelu("dynamic_pool",
+                    OpBuilder("pool2d").In("X", {"x"}).Out("Out", {"y"}).Attr("ksize", window).Attr("strides", window).Build(),
+                    {{"x", {2, 3, h, 8}}});
   };
   const std::string key = cache.AddSubgraph(test::MakeSubgraph(pool(4)));
   for (int64_t h : {4, 6, 10, 5, 12}) EXPECT_EQ(CompileAndCompare(cache, key, pool(h)).error, "") << "H=" << h;

@@ -17,23 +17,7 @@ namespace {
 // relu -> add of a broadcast row -> its grad; a matmul (another space) in
 // between does not split the group of the ops around it that it does not
 // depend on.
-LoweringCase Chain(const std::string& name) {
-  LoweringCase c;
-  c.name = name;
-  c.ops = {OpBuilder("relu").In("X", {"x"}).Out("Out", {"r"}).Build(),
-           OpBuilder("matmul").In("X", {"r"}).In("Y", {"w"}).Out("Out", {"m"}).Build(),
-           OpBuilder("elementwise_add").In("X", {"r"}).In("Y", {"b"}).Out("Out", {"s"}).Build(),
-           OpBuilder("elementwise_add_grad")
-               .In("Y", {"b"})
-               .In("Out@GRAD", {"s"})
-               .Out("X@GRAD", {"dx"})
-               .Out("Y@GRAD", {"db"})
-               .Build()};
-  c.inputs = {{"x", {9, 17}}, {"w", {17, 3}}, {"b", {17}}};
-  c.outputs = {"m", "dx", "db"};
-  c.options.use_onednn = false;
-  return c;
-}
+LoweringCase Chain(const std::string& name) { return ReluMatmulBiasGrad(name, 9); }
 
 TEST(ElementwiseGroupsTest, FragmentsOfOneSpaceShareAKernel) {
   const LoweringCase c = Chain("elementwise_groups");

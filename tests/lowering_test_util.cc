@@ -205,6 +205,24 @@ LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& 
   return c;
 }
 
+LoweringCase ReluMatmulBiasGrad(const std::string& name, int64_t batch) {
+  LoweringCase c;
+  c.name = name;
+  c.ops = {OpBuilder("relu").In("X", {"x"}).Out("Out", {"r"}).Build(),
+           OpBuilder("matmul").In("X", {"r"}).In("Y", {"w"}).Out("Out", {"m"}).Build(),
+           OpBuilder("elementwise_add").In("X", {"r"}).In("Y", {"b"}).Out("Out", {"s"}).Build(),
+           OpBuilder("elementwise_add_grad")
+               .In("Y", {"b"})
+               .In("Out@GRAD", {"s"})
+               .Out("X@GRAD", {"dx"})
+               .Out("Y@GRAD", {"db"})
+               .Build()};
+  c.inputs = {{"x", {batch, 17}}, {"w", {17, 3}}, {"b", {17}}};
+  c.outputs = {"m", "dx", "db"};
+  c.options.use_onednn = false;
+  return c;
+}
+
 proto::OpDesc ConvGradOp(const std::string& dconv, int64_t stride, int64_t pad) {
   return OpBuilder("conv2d_grad")
       .In("Input", {"x"})

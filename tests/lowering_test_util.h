@@ -78,6 +78,12 @@ std::vector<Tensor> RunCompiled(const jit::CompiledObject& obj, const runtime::P
 LoweringCase ConvBiasAct(const std::string& name, bool bias, const std::string& act, Dims input, Dims filter,
                          int64_t stride, int64_t pad, int64_t groups);
 
+// relu(x) -> r, matmul(r, w) -> m, elementwise_add(r, b) -> s of a [17]
+// bias row and its grad (dx, db: the bias gradient a sum over the rows), for
+// x [batch, 17], w [17, 3]; outputs m, dx, db; oneDNN off. Fragments of two
+// spaces with a matmul (another space) between them.
+LoweringCase ReluMatmulBiasGrad(const std::string& name, int64_t batch);
+
 // conv2d_grad of ConvBiasAct's conv (x, f; square stride and padding, one
 // group) from the gradient `dconv`, writing dx and df.
 proto::OpDesc ConvGradOp(const std::string& dconv, int64_t stride, int64_t pad);
