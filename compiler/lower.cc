@@ -14,6 +14,7 @@
 #include "compiler/lowering/elementwise_groups.h"
 #include "compiler/lowering/framework_fallback.h"
 #include "compiler/lowering/fused_attention.h"
+#include "compiler/lowering/kept_activations.h"
 #include "compiler/lowering/layout_ops.h"
 #include "compiler/lowering/matmul_epilogue.h"
 #include "compiler/lowering/max_pool_grad.h"
@@ -44,6 +45,9 @@ Units RunSteps(const Cluster& c, LoweringTrace& t) {
                                                              "or activation; before grouping takes relu and "
                                                              "relu_grad and the anchors conv2d, batch_norm and their "
                                                              "gradients"));
+  units = KeepActivations(c, std::move(units),
+                          t.Step(kKeptActivationsStep, "after blocked_batch_norm, whose batch norm, convolution and "
+                                                        "residual units it rewrites"));
   units = FoldWeightGradIntoSgd(c, std::move(units),
                                 t.Step(kWeightGradFoldStep, "before grouping, which would take the sgd step"));
   units = UseGemvAtBatchOne(c, std::move(units),

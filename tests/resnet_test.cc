@@ -67,6 +67,20 @@ TEST_F(ResnetTest, JitOnMatchesJitOffAndTheLossFalls) {
   EXPECT_NEAR(r.on.test_accuracy, r.off.test_accuracy, 1e-6);
 }
 
+// Widths of 16 and more channels (20: a partial block of 16), where the
+// JIT keeps the activations between the blocks in oneDNN's layout
+// (kept_activations), through a downsampling shortcut.
+TEST_F(ResnetTest, JitOnMatchesJitOffWithActivationsKept) {
+  const Dataset all = MakeSyntheticImages(96, 3, 8, 8, 10, /*seed=*/5);
+  auto [train, test] = SplitDataset(all, 0.8);
+  ResnetConfig c = Tiny();
+  c.widths = {16, 20};
+  c.blocks = 2;
+  const Model m = BuildResnet(c, test::AdamAt001());
+  const test::OffAndOn r = test::ExpectJitMatchesJitOff(m, train, test, /*batch=*/8, /*steps=*/6);
+  EXPECT_NEAR(r.on.test_accuracy, r.off.test_accuracy, 1e-6);
+}
+
 TEST_F(ResnetTest, BadConfigurationsNameTheirFlag) {
   auto message = [](const ResnetConfig& c) { return test::ErrorOf([&] { BuildResnet(c, TrainConfig{}); }); };
   ResnetConfig c = Tiny();

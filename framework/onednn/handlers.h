@@ -99,11 +99,17 @@ class ConvHandler : public OneDnnHandler {
   // The layout the forward primitive picks for its f32 dst when it is one a
   // cluster can keep (nChw8c, nChw16c, nhwc); kPlain otherwise.
   ActLayout ForwardDstLayout() const;
+  // Likewise for its f32 src (kPlain under bf16 compute).
+  ActLayout ForwardSrcLayout() const;
   // Binds the forward's dst (f32) and the backward's diff_dst (`diff_dst`:
   // f32, or bf16 under bf16 compute) in `layout` (PrimitiveKey::kept_layout,
   // kept_dtype); a backward primitive that runs faster in another layout
   // reorders diff_dst itself.
   void BindKept(ActLayout layout, DataType diff_dst = DataType::kFP32);
+  // Binds the f32 src (forward, weights' backward) and diff_src (data
+  // backward) in `layout` (PrimitiveKey::src_kept_layout): the input a
+  // chain keeps blocked. f32 compute only.
+  void BindKeptSrc(ActLayout layout);
   // The weights' backward also writes the bias gradient (DNNL_ARG_DIFF_BIAS,
   // [C_out], the sum of diff_dst over N, H and W).
   void WithDiffBias();
@@ -118,6 +124,7 @@ class ConvHandler : public OneDnnHandler {
 
  private:
   PrimitiveEntry CreateBackwardData() const;
+  ActLayout ForwardKeepableLayout(bool src) const;
   PrimitiveEntry CreateBackwardWeights() const;
   // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint) with
   // its activations in `layout` (the filter "any" unless kPlain).
@@ -126,6 +133,10 @@ class ConvHandler : public OneDnnHandler {
   // primitive in `layout` reads it.
   dnnl::memory::desc DiffDstUserDesc(const PrimitiveKey& key) const;
   dnnl::memory::desc DiffDstDesc(const PrimitiveKey& key, ConvLayout layout, dnnl::memory::data_type type) const;
+  // src (and diff_src) as the tensor binds it, and as the primitive in
+  // `layout` reads it.
+  dnnl::memory::desc SrcUserDesc(const PrimitiveKey& key) const;
+  dnnl::memory::desc SrcDesc(const PrimitiveKey& key, ConvLayout layout, dnnl::memory::data_type type) const;
   // The filter as `type` (f32: the tensor's own).
   dnnl::memory::desc FilterDesc(bool any, dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
 

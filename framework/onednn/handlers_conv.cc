@@ -112,7 +112,7 @@ dnnl::memory::desc ConvHandler::FilterDesc(bool any, dnnl::memory::data_type typ
 // With bf16 compute src and weights are bf16; dst and the bias stay f32.
 dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const PrimitiveKey& k, ConvLayout layout) const {
   const dnnl::memory::data_type type = OperandType(k.compute), f32 = dnnl::memory::data_type::f32;
-  const dnnl::memory::desc src = ActivationDesc(k.dims[0], layout, type);
+  const dnnl::memory::desc src = SrcDesc(k, layout, type);
   // A sum post-op reads dst: it stays plain, so the tensor's contents are
   // what the primitive adds to (an output reorder would start from garbage).
   const dnnl::memory::desc dst = detail::ReadsDst(k) ? PlainDesc(output_dims_)
@@ -140,12 +140,13 @@ dnnl::convolution_forward::primitive_desc ConvHandler::ForwardPd(const Primitive
 PrimitiveEntry ConvHandler::CreateForward() const {
   const PrimitiveKey& k = fwd_key_;
   using Pd = dnnl::convolution_forward::primitive_desc;
-  const Pd pd = k.kept_layout != ActLayout::kPlain ? ForwardPd(k, FamilyOf(k.kept_layout))
-                                     : ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
-                                                        [&](ConvLayout layout) { return ForwardPd(k, layout); });
+  const ActLayout kept = k.kept_layout != ActLayout::kPlain ? k.kept_layout : k.src_kept_layout;
+  const Pd pd = kept != ActLayout::kPlain ? ForwardPd(k, FamilyOf(kept))
+                                          : ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
+                                                             [&](ConvLayout layout) { return ForwardPd(k, layout); });
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_forward(pd));
   if (detail::BiasIsPostOp(k)) e.bias_arg = detail::kBiasPostOpArg;
-  AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
+  AddReorder(&e, DNNL_ARG_SRC, false, SrcUserDesc(k), pd.src_desc());
   AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
   AddReorder(&e, DNNL_ARG_DST, true, DiffDstUserDesc(k), pd.dst_desc());
   return e;
@@ -164,27 +165,53 @@ dnnl::memory::desc ConvHandler::DiffDstDesc(const PrimitiveKey& k, ConvLayout la
   return ActivationDesc(output_dims_, layout, type);
 }
 
-ActLayout ConvHandler::ForwardDstLayout() const {
-  if (!valid_ || detail::ReadsDst(fwd_key_)) return ActLayout::kPlain;
+dnnl::memory::desc ConvHandler::SrcUserDesc(const PrimitiveKey& k) const {
+  return KeptDesc(k.dims[0], k.src_kept_layout, dnnl::memory::data_type::f32);
+}
+
+dnnl::memory::desc ConvHandler::SrcDesc(const PrimitiveKey& k, ConvLayout layout, dnnl::memory::data_type type) const {
+  if (k.src_kept_layout != ActLayout::kPlain && layout == FamilyOf(k.src_kept_layout)) {
+    return KeptDesc(k.dims[0], k.src_kept_layout, type);
+  }
+  return ActivationDesc(k.dims[0], layout, type);
+}
+
+ActLayout ConvHandler::ForwardKeepableLayout(bool src) const {
+  if (!valid_ || detail::ReadsDst(fwd_key_) || (src && fwd_key_.compute != ComputeType::kF32)) {
+    return ActLayout::kPlain;
+  }
   PrimitiveKey k = fwd_key_;
   k.kept_layout = ActLayout::kPlain;
+  k.src_kept_layout = ActLayout::kPlain;
   using Pd = dnnl::convolution_forward::primitive_desc;
   try {
     const Pd pd = ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast},
                                    [&](ConvLayout layout) { return ForwardPd(k, layout); });
+    const dnnl::memory::desc& chosen = src ? pd.src_desc() : pd.dst_desc();
+    const Dims& dims = src ? k.dims[0] : output_dims_;
     for (ActLayout layout : {ActLayout::kNChw16c, ActLayout::kNChw8c, ActLayout::kNhwc}) {
-      if (pd.dst_desc() == KeptDesc(output_dims_, layout, dnnl::memory::data_type::f32)) return layout;
+      if (chosen == KeptDesc(dims, layout, dnnl::memory::data_type::f32)) return layout;
     }
   } catch (const dnnl::error&) {
   }
   return ActLayout::kPlain;
 }
 
+ActLayout ConvHandler::ForwardDstLayout() const { return ForwardKeepableLayout(/*src=*/false); }
+
+ActLayout ConvHandler::ForwardSrcLayout() const { return ForwardKeepableLayout(/*src=*/true); }
+
 void ConvHandler::BindKept(ActLayout layout, DataType diff_dst) {
   KILN_CHECK(diff_dst == DataType::kFP32 || (diff_dst == DataType::kBF16 && bwd_key_.compute == ComputeType::kBF16));
   fwd_key_.kept_layout = layout;
   bwd_key_.kept_layout = layout;
   bwd_key_.kept_dtype = diff_dst;
+}
+
+void ConvHandler::BindKeptSrc(ActLayout layout) {
+  KILN_CHECK(fwd_key_.compute == ComputeType::kF32);
+  fwd_key_.src_kept_layout = layout;
+  bwd_key_.src_kept_layout = layout;
 }
 
 void ConvHandler::WithDiffBias() { bwd_key_.bias = true; }
@@ -207,7 +234,7 @@ PrimitiveEntry ConvHandler::CreateBackwardData() const {
   using Pd = dnnl::convolution_backward_data::primitive_desc;
   auto make = [&](ConvLayout layout) {
     dnnl::convolution_backward_data::desc desc(
-        algorithm::convolution_direct, ActivationDesc(k.dims[0], layout, f32),
+        algorithm::convolution_direct, SrcDesc(k, layout, f32),
         FilterDesc(layout != ConvLayout::kPlain, type), DiffDstDesc(k, layout, type), D(k.strides),
         D(k.dilations), D(k.padding_l), D(k.padding_r));
     return Pd(desc, DefaultAttr(), Engine(), ForwardPd(k, layout));
@@ -219,7 +246,7 @@ PrimitiveEntry ConvHandler::CreateBackwardData() const {
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_data(pd));
   AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
   AddReorder(&e, DNNL_ARG_DIFF_DST, false, DiffDstUserDesc(k), pd.diff_dst_desc());
-  AddReorder(&e, DNNL_ARG_DIFF_SRC, true, PlainDesc(k.dims[0]), pd.diff_src_desc());
+  AddReorder(&e, DNNL_ARG_DIFF_SRC, true, SrcUserDesc(k), pd.diff_src_desc());
   return e;
 }
 
@@ -228,7 +255,7 @@ PrimitiveEntry ConvHandler::CreateBackwardWeights() const {
   const dnnl::memory::data_type type = OperandType(k.compute);
   using Pd = dnnl::convolution_backward_weights::primitive_desc;
   auto make = [&](ConvLayout layout) {
-    const dnnl::memory::desc src = ActivationDesc(k.dims[0], layout, type), diff_dst = DiffDstDesc(k, layout, type);
+    const dnnl::memory::desc src = SrcDesc(k, layout, type), diff_dst = DiffDstDesc(k, layout, type);
     if (k.bias) {
       dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, src, FilterDesc(true),
                                                     PlainDesc({k.dims[1][0]}), diff_dst, D(k.strides),
@@ -241,7 +268,7 @@ PrimitiveEntry ConvHandler::CreateBackwardWeights() const {
   };
   const Pd pd = ChooseLayout<Pd>({ConvLayout::kBlocked, ConvLayout::kChannelsLast}, make);
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_weights(pd));
-  AddReorder(&e, DNNL_ARG_SRC, false, PlainDesc(k.dims[0]), pd.src_desc());
+  AddReorder(&e, DNNL_ARG_SRC, false, SrcUserDesc(k), pd.src_desc());
   AddReorder(&e, DNNL_ARG_DIFF_DST, false, DiffDstUserDesc(k), pd.diff_dst_desc());
   AddReorder(&e, DNNL_ARG_DIFF_WEIGHTS, true, FilterDesc(false), pd.diff_weights_desc());
   return e;

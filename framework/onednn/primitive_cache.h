@@ -93,6 +93,9 @@ struct PrimitiveKey {
   // convolution backward: the kept diff_dst's stored type (kBF16 under bf16
   // compute: written in bf16 by the kernel that computes it).
   DataType kept_dtype = DataType::kFP32;
+  // convolution: the layout a chain keeps the f32 src (forward, weights'
+  // backward) and diff_src (data backward) in, bound without a reorder.
+  ActLayout src_kept_layout = ActLayout::kPlain;
   Dims kernel;               // pooling window
   Dims strides;
   Dims dilations;            // oneDNN convention: 0 = dense

@@ -17,6 +17,7 @@ std::string ConvShapes(const FusedConvSpec& spec) {
   return "input " + DimsToString(spec.input_dims) + " filter " + DimsToString(spec.filter_dims) + " strides " +
          DimsToString(spec.strides) + " paddings " + DimsToString(spec.paddings) + " dilations " +
          DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups) +
+         (spec.src_layout != ActLayout::kPlain ? std::string(" input in ") + ActLayoutName(spec.src_layout) : "") +
          (spec.dst_layout != ActLayout::kPlain ? std::string(" output ") + ActLayoutName(spec.dst_layout) : "");
 }
 
@@ -33,6 +34,12 @@ std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, co
                          "divisible by groups, 2 strides and dilations >= 1, 2 paddings >= 0, and a window that fits");
   }
   if (spec.dst_layout != ActLayout::kPlain) h->BindKept(spec.dst_layout);
+  if (spec.src_layout != ActLayout::kPlain) {
+    if (spec.compute != ComputeType::kF32) {
+      ThrowInvalidArgument("oneDNN convolution: ", ConvShapes(spec), ": a kept input needs f32 compute");
+    }
+    h->BindKeptSrc(spec.src_layout);
+  }
   return h;
 }
 
@@ -44,15 +51,20 @@ BoundEntry MakeFusedConv(const FusedConvSpec& spec, const onednn::Settings& sett
 
 // dInput = conv_backward_data(Filter, dY) and dFilter[, dBias] =
 // conv_backward_weights(Input, dY): one or two cached entries.
-// Resize's guard of a convolution: the new input [N, C, H, W] with the C it
-// was made for (N, H and W may change) and a window that fits; "" and its
-// output's [N, O, OH, OW] in `out`, else what is wrong.
-std::string ConvInputMismatch(const FusedConvSpec& spec, const Dims& input, Dims* out) {
+// Resize's guard of a convolution: the new input [N, C, H, W] (stored in
+// spec.src_layout) with the C it was made for (N, H and W may change) and a
+// window that fits; "" with its [N, C, H, W] in `nchw` and its output's
+// [N, O, OH, OW] in `out`, else what is wrong.
+std::string ConvInputMismatch(const FusedConvSpec& spec, const Dims& stored, Dims* nchw, Dims* out) {
   const int64_t c = spec.input_dims[1];
-  if (input.size() != 4 || input[1] != c || Numel(input) <= 0) {
-    return StrCat("Input must be [N, ", c, ", H, W] (the channels it was made for) without a zero dim, got ",
-                  DimsToString(input));
+  const Dims input = KeptLogicalDims(spec.src_layout, stored, c);
+  if (input.empty() || Numel(input) <= 0) {
+    return StrCat("Input must be [N, ", c, ", H, W] (the channels it was made for",
+                  spec.src_layout != ActLayout::kPlain ? std::string(", stored in ") + ActLayoutName(spec.src_layout)
+                                                       : std::string(),
+                  ") without a zero dim, got ", DimsToString(stored));
   }
+  *nchw = input;
   *out = {input[0], spec.filter_dims[0], 0, 0};
   for (int i = 0; i < 2; ++i) {
     const int64_t window = spec.dilations[i] * (spec.filter_dims[2 + i] - 1) + 1;
@@ -102,8 +114,8 @@ class ConvGradKernel final : public runtime::Kernel {
   }
   // Input, dY and dInput of new N, H, W: the primitives of those dims.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
-    Dims out;
-    std::string bad = dims.empty() ? "no argument dims" : ConvInputMismatch(spec_, dims[0], &out);
+    Dims in, out;
+    std::string bad = dims.empty() ? "no argument dims" : ConvInputMismatch(spec_, dims[0], &in, &out);
     if (bad.empty()) {
       std::vector<Dims> want = {{}, spec_.filter_dims, ActStoredDims(spec_.dst_layout, out)};
       if (want_dinput_) want.push_back(dims[0]);
@@ -113,7 +125,7 @@ class ConvGradKernel final : public runtime::Kernel {
     }
     if (!bad.empty()) return Refuse(name_, bad, why);
     FusedConvSpec spec = spec_;
-    spec.input_dims = dims[0];
+    spec.input_dims = in;
     return Remake(name_, [&] {
       return std::make_shared<ConvGradKernel>(spec, settings_, want_dinput_, want_dbias_, dy_dtype_, name_);
     }, why);
@@ -160,8 +172,8 @@ class FusedConvKernel final : public runtime::Kernel {
   // the layout it was made for (a reorder when the new primitive prefers
   // another).
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
-    Dims out;
-    std::string bad = dims.empty() ? "no argument dims" : ConvInputMismatch(spec_, dims[0], &out);
+    Dims in, out;
+    std::string bad = dims.empty() ? "no argument dims" : ConvInputMismatch(spec_, dims[0], &in, &out);
     if (bad.empty()) {
       std::vector<Dims> want = {{}, spec_.filter_dims};
       if (spec_.bias) want.push_back({spec_.filter_dims[0]});
@@ -170,7 +182,7 @@ class FusedConvKernel final : public runtime::Kernel {
     }
     if (!bad.empty()) return Refuse(name_, bad, why);
     FusedConvSpec spec = spec_;
-    spec.input_dims = dims[0];
+    spec.input_dims = in;
     return Remake(name_, [&] { return std::make_shared<FusedConvKernel>(spec, settings_, name_); }, why);
   }
 
@@ -191,7 +203,15 @@ std::shared_ptr<const runtime::Kernel> MakeFusedConvKernel(const FusedConvSpec& 
 ActLayout ConvForwardDstLayout(const FusedConvSpec& spec, const onednn::Settings& settings) {
   FusedConvSpec plain = spec;
   plain.dst_layout = ActLayout::kPlain;
+  plain.src_layout = ActLayout::kPlain;
   return ConvHandlerOf(plain, settings, /*fused=*/true)->ForwardDstLayout();
+}
+
+ActLayout ConvForwardSrcLayout(const FusedConvSpec& spec, const onednn::Settings& settings) {
+  FusedConvSpec plain = spec;
+  plain.dst_layout = ActLayout::kPlain;
+  plain.src_layout = ActLayout::kPlain;
+  return ConvHandlerOf(plain, settings, /*fused=*/true)->ForwardSrcLayout();
 }
 
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,

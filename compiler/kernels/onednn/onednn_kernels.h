@@ -108,11 +108,16 @@ struct FusedConvSpec {
   // The layout Output is bound in without a reorder (framework/act_layout.h:
   // nChw16c pads the channels with zeros).
   ActLayout dst_layout = ActLayout::kPlain;
+  // The layout Input (and the gradient's dInput) is bound in without a
+  // reorder: a chain keeps it as a batch norm wrote it (f32 compute).
+  ActLayout src_layout = ActLayout::kPlain;
 };
 
 // The layout oneDNN's forward primitive picks for `spec`'s f32 Output when it
 // is one a cluster can keep (nChw8c, nChw16c, nhwc); kPlain otherwise.
 ActLayout ConvForwardDstLayout(const FusedConvSpec& spec, const onednn::Settings& settings);
+// Likewise for its f32 Input (kPlain under bf16 compute).
+ActLayout ConvForwardSrcLayout(const FusedConvSpec& spec, const onednn::Settings& settings);
 
 // The gradients of a conv2d (and of the bias added after it): `conv` gives
 // the shapes, groups and compute type; dY comes in `conv.dst_layout`, as

@@ -195,21 +195,29 @@ namespace {
 
 std::set<std::string> Written(const ConvGradUnit::Operands& o) {
   std::set<std::string> w = {o.dfilter};
-  if (!o.dinput.empty()) w.insert(o.dinput);
+  if (!o.dinput.var.empty()) w.insert(o.dinput.Name());
   if (!o.dbias.empty()) w.insert(o.dbias);
   return w;
+}
+
+FusedConvSpec WithInput(FusedConvSpec spec, const ConvGradUnit::Operands& o) {
+  KILN_CHECK(o.input.kind == DerivedKind::kNone || o.input.kind == DerivedKind::kKeptLayout);
+  spec.src_layout = o.input.kind == DerivedKind::kKeptLayout ? o.input.layout : ActLayout::kPlain;
+  KILN_CHECK(o.dinput.var.empty() || (o.dinput.kind == o.input.kind && o.dinput.layout == o.input.layout),
+             "dInput ", o.dinput.Name(), " must be stored as Input ", o.input.Name());
+  return spec;
 }
 
 }  // namespace
 
 ConvGradUnit::ConvGradUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec, Operands operands)
-    : Unit(step, std::move(ops), {operands.input, operands.filter, operands.dy.Name()}, Written(operands)),
-      spec_(spec),
+    : Unit(step, std::move(ops), {operands.input.Name(), operands.filter, operands.dy.Name()}, Written(operands)),
+      spec_(WithInput(spec, operands)),
       o_(std::move(operands)) {}
 
 std::string ConvGradUnit::Describe(const Cluster&) const {
   std::string s = "oneDNN convolution backward: ";
-  if (!o_.dinput.empty()) s += o_.dinput + ", ";
+  if (!o_.dinput.var.empty()) s += o_.dinput.Name() + ", ";
   s += o_.dfilter;
   if (!o_.dbias.empty()) s += " and " + o_.dbias + " (the bias gradient in the weights' pass)";
   return s + " from " + o_.dy.Name();
@@ -217,10 +225,11 @@ std::string ConvGradUnit::Describe(const Cluster&) const {
 
 std::vector<EmittedKernel> ConvGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = MakeConvGradKernel(spec_, !o_.dinput.empty(), !o_.dbias.empty(), ctx.cluster().options().OneDnnSettings(),
-                                ctx.KernelName("conv_grad"), o_.dy.dtype);
-  k.args = {o_.input, o_.filter, o_.dy.Name()};
-  if (!o_.dinput.empty()) k.args.push_back(o_.dinput);
+  k.kernel = MakeConvGradKernel(spec_, !o_.dinput.var.empty(), !o_.dbias.empty(),
+                                ctx.cluster().options().OneDnnSettings(), ctx.KernelName("conv_grad"), o_.dy.dtype);
+  k.args = {o_.input.Name(), o_.filter, o_.dy.Name()};
+  if (!o_.dinput.var.empty()) k.args.push_back(o_.dinput.Name());
+  if (o_.dinput.derived()) k.new_vars.push_back(o_.dinput.Desc(ctx.cluster()));
   k.args.push_back(o_.dfilter);
   if (!o_.dbias.empty()) k.args.push_back(o_.dbias);
   k.num_inputs = 3;

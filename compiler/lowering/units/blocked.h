@@ -63,16 +63,22 @@ class BlockedMaxPoolGradUnit final : public Unit {
 class ConvGradUnit final : public Unit {
  public:
   struct Operands {
-    std::string input, filter;
+    // A var, or the var kept in spec.src_layout (KeptLayoutOf): then dinput
+    // is written in that layout too.
+    DerivedBuffer input;
+    std::string filter;
     // In spec.dst_layout (KeptLayoutOf); its dtype kBF16 when made in bf16
     // for bf16 compute.
     DerivedBuffer dy;
-    std::string dinput, dfilter, dbias;  // dinput, dbias: "" when not wanted
+    DerivedBuffer dinput;                 // "" when not wanted
+    std::string dfilter, dbias;           // dbias: "" when not wanted
   };
   ConvGradUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec, Operands operands);
   const char* kind() const override { return "onednn_conv_grad"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+  const FusedConvSpec& spec() const { return spec_; }
+  const Operands& operands() const { return o_; }
 
  private:
   FusedConvSpec spec_;

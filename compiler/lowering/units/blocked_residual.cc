@@ -1,5 +1,6 @@
 #include "compiler/lowering/units/blocked_residual.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "compiler/kernels/blocked_residual.h"
@@ -9,32 +10,40 @@
 namespace kiln::jit {
 namespace {
 
+bool Kept(const DerivedBuffer& b) { return b.kind == DerivedKind::kKeptLayout; }
+
 class ResidualKernel final : public runtime::Kernel {
  public:
-  ResidualKernel(std::string name, const Dims& dims, ActLayout layout, bool grad, bool want_ds)
-      : name_(std::move(name)), dims_(dims), layout_(layout), grad_(grad), want_ds_(want_ds) {}
+  ResidualKernel(std::string name, const Dims& dims, ActLayout layout, bool grad, bool want_ds,
+                 const ResidualLayouts& kept)
+      : name_(std::move(name)), dims_(dims), layout_(layout), grad_(grad), want_ds_(want_ds), kept_(kept) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return grad_ ? std::string("kiln relu and residual-sum gradient, da written in ") + ActLayoutName(layout_) +
-                       (want_ds_ ? ", the shortcut's plain" : "")
-                 : std::string("kiln residual sum + relu reading the batch norm's output in ") +
-                       ActLayoutName(layout_) + ", writing plain NCHW";
+    const std::string in = std::string(" in ") + ActLayoutName(layout_);
+    auto where = [&](bool kept) { return kept ? in : std::string(" plain"); };
+    return grad_ ? "kiln relu and residual-sum gradient, da written" + in + ", Out and dOut read" +
+                       where(kept_.out && kept_.dout) + (want_ds_ ? ", the shortcut's written" + where(kept_.ds) : "")
+                 : "kiln residual sum + relu reading the batch norm's output" + in + ", the shortcut" +
+                       where(kept_.s) + ", writing" + where(kept_.out);
   }
   // The loops take N, C, H * W as arguments: the same kernel for a new
   // N, H, W (the channels stay).
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
-    // The forward's a is kept; the backward's Out is plain.
+    // The forward's a is kept; the backward's Out as kept_.out says.
+    const bool first_kept = !grad_ || kept_.out;
     Dims x;
-    if (!dims.empty()) x = KeptLogicalDims(grad_ ? ActLayout::kPlain : layout_, dims[0], dims_[1]);
+    if (!dims.empty()) x = KeptLogicalDims(first_kept ? layout_ : ActLayout::kPlain, dims[0], dims_[1]);
     std::string bad;
     if (x.empty() || Numel(x) <= 0) {
       bad = StrCat(grad_ ? "Out" : "a", " must be an [N, ", dims_[1], ", H, W] activation",
-                   grad_ ? std::string() : std::string(" in ") + ActLayoutName(layout_), " without a zero dim, got ",
-                   dims.empty() ? std::string("none") : DimsToString(dims[0]));
+                   first_kept ? std::string(" in ") + ActLayoutName(layout_) : std::string(),
+                   " without a zero dim, got ", dims.empty() ? std::string("none") : DimsToString(dims[0]));
     } else {
       const Dims kept = ActStoredDims(layout_, x);
-      std::vector<Dims> want = grad_ ? std::vector<Dims>{x, x, kept} : std::vector<Dims>{kept, x, x};
-      if (grad_ && want_ds_) want.push_back(x);
+      auto as = [&](bool k) { return k ? kept : x; };
+      std::vector<Dims> want = grad_ ? std::vector<Dims>{as(kept_.out), as(kept_.dout), kept}
+                                     : std::vector<Dims>{kept, as(kept_.s), as(kept_.out)};
+      if (grad_ && want_ds_) want.push_back(as(kept_.ds));
       if (dims != want) {
         bad = StrCat("expected ", want.size(), " arguments of dims");
         for (const Dims& d : want) bad += " " + DimsToString(d);
@@ -46,27 +55,27 @@ class ResidualKernel final : public runtime::Kernel {
       if (why != nullptr) *why = name_ + ": " + bad;
       return nullptr;
     }
-    return std::make_shared<ResidualKernel>(name_, x, layout_, grad_, want_ds_);
+    return std::make_shared<ResidualKernel>(name_, x, layout_, grad_, want_ds_, kept_);
   }
-  // Element i of the plain output depends on element i of the plain input
+  // Element i of an output depends on element i of an input stored alike
   // alone, read first (compiler/kernels/blocked_residual.cc): Out may take
-  // s's memory, ds dOut's, when they die here.
+  // s's memory, ds dOut's, when they die here and are stored alike.
   std::vector<std::pair<int, int>> InplacePairs() const override {
-    if (!grad_) return {{1, 0}};
-    if (want_ds_) return {{1, 1}};
+    if (!grad_) return kept_.s == kept_.out ? std::vector<std::pair<int, int>>{{1, 0}} : std::vector<std::pair<int, int>>{};
+    if (want_ds_ && kept_.ds == kept_.dout) return {{1, 1}};
     return {};
   }
   // args: a (kept), s, Out; or Out, dOut, da (kept)[, ds].
   void Run(const runtime::BufferView* args) const override {
     const int64_t n = dims_[0], c = dims_[1], hw = dims_[2] * dims_[3], b = ActChannelGroup(layout_, c);
     if (!grad_) {
-      ResidualAddReluBlocked(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
-                             static_cast<float*>(args[2].data), n, c, hw, b);
+      ResidualAddRelu(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
+                      static_cast<float*>(args[2].data), n, c, hw, b, kept_);
       return;
     }
-    ResidualAddReluGradBlocked(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
-                               static_cast<float*>(args[2].data),
-                               want_ds_ ? static_cast<float*>(args[3].data) : nullptr, n, c, hw, b);
+    ResidualAddReluGrad(static_cast<const float*>(args[0].data), static_cast<const float*>(args[1].data),
+                        static_cast<float*>(args[2].data), want_ds_ ? static_cast<float*>(args[3].data) : nullptr, n,
+                        c, hw, b, kept_);
   }
 
  private:
@@ -74,51 +83,137 @@ class ResidualKernel final : public runtime::Kernel {
   Dims dims_;
   ActLayout layout_;
   bool grad_, want_ds_;
+  ResidualLayouts kept_;
 };
+
+class KeptSumKernel final : public runtime::Kernel {
+ public:
+  KeptSumKernel(std::string name, const Dims& stored, int count)
+      : name_(std::move(name)), stored_(stored), count_(count) {}
+  const std::string& name() const override { return name_; }
+  std::string Describe() const override {
+    return StrCat("kiln sum of ", count_, " buffers of ", DimsToString(stored_), " (a layout kept)");
+  }
+  // Every argument of one new dims (the stored dims of the new N, H, W).
+  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
+    const bool same = dims.size() == static_cast<size_t>(count_) + 1 && !dims[0].empty() &&
+                      dims[0].size() == stored_.size() && Numel(dims[0]) > 0 &&
+                      std::all_of(dims.begin(), dims.end(), [&](const Dims& d) { return d == dims[0]; });
+    if (!same) {
+      if (why != nullptr) {
+        *why = StrCat(name_, ": expected ", count_ + 1, " arguments of one ", stored_.size(), "-D dims, got");
+        for (const Dims& d : dims) *why += " " + DimsToString(d);
+      }
+      return nullptr;
+    }
+    return std::make_shared<KeptSumKernel>(name_, dims[0], count_);
+  }
+  std::vector<std::pair<int, int>> InplacePairs() const override { return {{0, 0}}; }
+  void Run(const runtime::BufferView* args) const override {
+    std::vector<const float*> in(count_);
+    for (int i = 0; i < count_; ++i) in[i] = static_cast<const float*>(args[i].data);
+    SumBuffers(in.data(), count_, static_cast<float*>(args[count_].data), Numel(stored_));
+  }
+
+ private:
+  std::string name_;
+  Dims stored_;
+  int count_;
+};
+
+std::set<std::string> Names(const std::vector<DerivedBuffer>& bufs) {
+  std::set<std::string> names;
+  for (const DerivedBuffer& b : bufs) names.insert(b.Name());
+  return names;
+}
 
 std::set<std::string> Written(const BlockedResidualGradUnit::Operands& o) {
   std::set<std::string> w = {o.da.Name()};
-  if (!o.ds.empty()) w.insert(o.ds);
+  if (!o.ds.var.empty()) w.insert(o.ds.Name());
   return w;
+}
+
+// A plain var, or one kept in `layout`.
+bool PlainOrKeptIn(const DerivedBuffer& b, ActLayout layout) {
+  return b.kind == DerivedKind::kNone || (Kept(b) && b.layout == layout);
 }
 
 }  // namespace
 
 BlockedResidualUnit::BlockedResidualUnit(const std::string& step, std::vector<int> ops, Operands operands)
-    : Unit(step, std::move(ops), {operands.a.Name(), operands.s}, {operands.out}), o_(std::move(operands)) {
-  KILN_CHECK(o_.a.kind == DerivedKind::kKeptLayout && o_.dims.size() == 4);
+    : Unit(step, std::move(ops), {operands.a.Name(), operands.s.Name()}, {operands.out.Name()}),
+      o_(std::move(operands)) {
+  KILN_CHECK(Kept(o_.a) && o_.dims.size() == 4 && PlainOrKeptIn(o_.s, o_.a.layout) &&
+             PlainOrKeptIn(o_.out, o_.a.layout));
 }
 
 std::string BlockedResidualUnit::Describe(const Cluster&) const {
-  return "kiln residual sum + relu kernel reading " + o_.a.Name() + " and " + o_.s + ", writing " + o_.out + " plain";
+  return "kiln residual sum + relu kernel reading " + o_.a.Name() + " and " + o_.s.Name() + ", writing " +
+         o_.out.Name() + (Kept(o_.out) ? "" : " plain");
 }
 
 std::vector<EmittedKernel> BlockedResidualUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
-  k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual"), o_.dims, o_.a.layout, false, false);
-  k.args = {o_.a.Name(), o_.s, o_.out};
+  ResidualLayouts kept;
+  kept.s = Kept(o_.s);
+  kept.out = Kept(o_.out);
+  k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual"), o_.dims, o_.a.layout, false, false, kept);
+  k.args = {o_.a.Name(), o_.s.Name(), o_.out.Name()};
   k.num_inputs = 2;
+  if (o_.out.derived()) k.new_vars.push_back(o_.out.Desc(ctx.cluster()));
   return {k};
 }
 
 BlockedResidualGradUnit::BlockedResidualGradUnit(const std::string& step, std::vector<int> ops, Operands operands)
-    : Unit(step, std::move(ops), {operands.out, operands.dout}, Written(operands)), o_(std::move(operands)) {
-  KILN_CHECK(o_.da.kind == DerivedKind::kKeptLayout && o_.dims.size() == 4);
+    : Unit(step, std::move(ops), {operands.out.Name(), operands.dout.Name()}, Written(operands)),
+      o_(std::move(operands)) {
+  KILN_CHECK(Kept(o_.da) && o_.dims.size() == 4 && PlainOrKeptIn(o_.out, o_.da.layout) &&
+             PlainOrKeptIn(o_.dout, o_.da.layout) && PlainOrKeptIn(o_.ds, o_.da.layout));
 }
 
 std::string BlockedResidualGradUnit::Describe(const Cluster&) const {
-  return "kiln relu and residual-sum gradient kernel: " + o_.da.Name() + (o_.ds.empty() ? "" : " and " + o_.ds) +
-         " from " + o_.dout;
+  return "kiln relu and residual-sum gradient kernel: " + o_.da.Name() +
+         (o_.ds.var.empty() ? "" : " and " + o_.ds.Name()) + " from " + o_.dout.Name();
 }
 
 std::vector<EmittedKernel> BlockedResidualGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
+  ResidualLayouts kept;
+  kept.out = Kept(o_.out);
+  kept.dout = Kept(o_.dout);
+  kept.ds = Kept(o_.ds);
   k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual_grad"), o_.dims, o_.da.layout, true,
-                                              !o_.ds.empty());
-  k.args = {o_.out, o_.dout, o_.da.Name()};
-  if (!o_.ds.empty()) k.args.push_back(o_.ds);
+                                              !o_.ds.var.empty(), kept);
+  k.args = {o_.out.Name(), o_.dout.Name(), o_.da.Name()};
+  if (!o_.ds.var.empty()) k.args.push_back(o_.ds.Name());
   k.num_inputs = 2;
   k.new_vars.push_back(o_.da.Desc(ctx.cluster()));
+  if (o_.ds.derived()) k.new_vars.push_back(o_.ds.Desc(ctx.cluster()));
+  return {k};
+}
+
+// ---- KeptSumUnit ----------------------------------------------------------------------
+
+KeptSumUnit::KeptSumUnit(const std::string& step, std::vector<int> ops, Operands operands)
+    : Unit(step, std::move(ops), Names(operands.x), {operands.out.Name()}), o_(std::move(operands)) {
+  KILN_CHECK(Kept(o_.out) && o_.x.size() >= 2 && o_.dims.size() == 4);
+  for (const DerivedBuffer& x : o_.x) KILN_CHECK(Kept(x) && x.layout == o_.out.layout);
+}
+
+std::string KeptSumUnit::Describe(const Cluster&) const {
+  std::string s = "kiln sum of";
+  for (const DerivedBuffer& x : o_.x) s += " " + x.Name();
+  return s + " into " + o_.out.Name();
+}
+
+std::vector<EmittedKernel> KeptSumUnit::Emit(EmitContext& ctx) const {
+  EmittedKernel k;
+  const int count = static_cast<int>(o_.x.size());
+  k.kernel = std::make_shared<KeptSumKernel>(ctx.KernelName("kept_sum"), ActStoredDims(o_.out.layout, o_.dims), count);
+  for (const DerivedBuffer& x : o_.x) k.args.push_back(x.Name());
+  k.num_inputs = count;
+  k.args.push_back(o_.out.Name());
+  k.new_vars.push_back(o_.out.Desc(ctx.cluster()));
   return {k};
 }
 

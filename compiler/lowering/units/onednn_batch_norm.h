@@ -28,6 +28,8 @@ class OneDnnBatchNormUnit final : public Unit {
   const char* kind() const override { return "onednn_batch_norm"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+  const BatchNormSpec& spec() const { return spec_; }
+  const Operands& operands() const { return o_; }
 
  private:
   BatchNormSpec spec_;
@@ -53,6 +55,8 @@ class OneDnnBatchNormGradUnit final : public Unit {
   const char* kind() const override { return "onednn_batch_norm_grad"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+  const BatchNormSpec& spec() const { return spec_; }
+  const Operands& operands() const { return o_; }
 
  private:
   BatchNormSpec spec_;

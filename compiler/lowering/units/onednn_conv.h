@@ -15,12 +15,15 @@ namespace kiln::jit {
 class OneDnnConvUnit final : public Unit {
  public:
   struct Operands {
-    std::string input, filter;
+    // A var, or the var kept in spec.src_layout (a batch norm's output).
+    DerivedBuffer input;
+    std::string filter;
     std::string bias;  // a [C_out] vector; "" when none
     // A var, or the var kept in spec.dst_layout (KeptLayoutOf).
     DerivedBuffer out;
   };
-  // `spec`'s bias says whether there is one; its dst_layout is out's.
+  // `spec`'s bias says whether there is one; its dst_layout is out's, its
+  // src_layout input's.
   OneDnnConvUnit(const std::string& step, std::vector<int> ops, const FusedConvSpec& spec, Operands operands);
   const char* kind() const override { return "onednn_conv"; }
   std::string Describe(const Cluster& c) const override;
