@@ -58,15 +58,6 @@ void ResidualAddRelu(const float* a, const float* s, float* out, int64_t n, int6
                      const ResidualLayouts& grouped) {
   if (!grouped.s && !grouped.out) return ResidualAddReluBlocked(a, s, out, n, c, hw, b);
   const int64_t groups = (c + b - 1) / b;
-  if (grouped.s && grouped.out) {  // one flat pass: the padded lanes are 0 + 0
-    const int64_t numel = n * groups * hw * b;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < numel; ++i) {
-      const float v = a[i] + s[i];
-      out[i] = v <= 0.f ? 0.f : v;  // NaN stays NaN
-    }
-    return;
-  }
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n * groups; ++t) {
     const int64_t img = t / groups, g = t % groups;
@@ -90,16 +81,6 @@ void ResidualAddReluGrad(const float* out, const float* dout, float* da, float* 
     return ResidualAddReluGradBlocked(out, dout, da, ds, n, c, hw, b);
   }
   const int64_t groups = (c + b - 1) / b;
-  if (grouped.out && grouped.dout && (ds == nullptr || grouped.ds)) {  // flat: padded lanes read 0
-    const int64_t numel = n * groups * hw * b;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < numel; ++i) {
-      const float d = out[i] > 0.f ? dout[i] : 0.f;
-      da[i] = d;
-      if (ds != nullptr) ds[i] = d;
-    }
-    return;
-  }
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n * groups; ++t) {
     const int64_t img = t / groups, g = t % groups;
@@ -119,15 +100,6 @@ void ResidualAddReluGrad(const float* out, const float* dout, float* da, float* 
         if (ds != nullptr) ds[At(grouped.ds, t, img, g, l, k, c, hw, b)] = d;
       }
     }
-  }
-}
-
-void SumBuffers(const float* const* in, int count, float* out, int64_t numel) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < numel; ++i) {
-    float v = in[0][i];
-    for (int j = 1; j < count; ++j) v += in[j][i];
-    out[i] = v;
   }
 }
 

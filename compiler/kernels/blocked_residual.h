@@ -28,16 +28,12 @@ struct ResidualLayouts {
 };
 
 // ResidualAddReluBlocked with s and out grouped or plain as `grouped` says;
-// a grouped out gets zeros in its padded lanes.
+// a grouped out gets zeros in its padded lanes. (With every operand grouped
+// the lowering emits a generated kernel instead: one flat pass.)
 void ResidualAddRelu(const float* a, const float* s, float* out, int64_t n, int64_t c, int64_t hw, int64_t b,
                      const ResidualLayouts& grouped);
 // ResidualAddReluGradBlocked with Out, dOut and ds grouped or plain.
 void ResidualAddReluGrad(const float* out, const float* dout, float* da, float* ds, int64_t n, int64_t c, int64_t hw,
                          int64_t b, const ResidualLayouts& grouped);
-
-// out = the sum of `count` buffers of `numel` floats each, elementwise (a
-// gradient summed over the readers of a grouped activation: the padded
-// lanes stay zero).
-void SumBuffers(const float* const* in, int count, float* out, int64_t numel);
 
 }  // namespace kiln::jit

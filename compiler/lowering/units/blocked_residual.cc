@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "compiler/codegen/ew_codegen.h"
+#include "compiler/codegen/ew_runtime_kernel.h"
 #include "compiler/kernels/blocked_residual.h"
 #include "compiler/kernels/onednn/onednn_kernels.h"
 #include "framework/error.h"
@@ -86,40 +88,20 @@ class ResidualKernel final : public runtime::Kernel {
   ResidualLayouts kept_;
 };
 
-class KeptSumKernel final : public runtime::Kernel {
- public:
-  KeptSumKernel(std::string name, const Dims& stored, int count)
-      : name_(std::move(name)), stored_(stored), count_(count) {}
-  const std::string& name() const override { return name_; }
-  std::string Describe() const override {
-    return StrCat("kiln sum of ", count_, " buffers of ", DimsToString(stored_), " (a layout kept)");
-  }
-  // Every argument of one new dims (the stored dims of the new N, H, W).
-  std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
-    const bool same = dims.size() == static_cast<size_t>(count_) + 1 && !dims[0].empty() &&
-                      dims[0].size() == stored_.size() && Numel(dims[0]) > 0 &&
-                      std::all_of(dims.begin(), dims.end(), [&](const Dims& d) { return d == dims[0]; });
-    if (!same) {
-      if (why != nullptr) {
-        *why = StrCat(name_, ": expected ", count_ + 1, " arguments of one ", stored_.size(), "-D dims, got");
-        for (const Dims& d : dims) *why += " " + DimsToString(d);
-      }
-      return nullptr;
-    }
-    return std::make_shared<KeptSumKernel>(name_, dims[0], count_);
-  }
-  std::vector<std::pair<int, int>> InplacePairs() const override { return {{0, 0}}; }
-  void Run(const runtime::BufferView* args) const override {
-    std::vector<const float*> in(count_);
-    for (int i = 0; i < count_; ++i) in[i] = static_cast<const float*>(args[i].data);
-    SumBuffers(in.data(), count_, static_cast<float*>(args[count_].data), Numel(stored_));
-  }
-
- private:
-  std::string name_;
-  Dims stored_;
-  int count_;
-};
+// A kernel generated for the cluster's ISA over `numel` elements of kept
+// buffers, read and written alike (their padded lanes follow the program:
+// zero in, zero out): `program` reads inputs, then stores outputs.
+std::shared_ptr<const runtime::Kernel> FlatKernel(const Cluster& c, const EwProgram& program, int inputs, int outputs,
+                                                  int64_t numel, const std::string& name, const std::string& what) {
+  const Isa isa = c.options().isa;
+  const EwLayout layout = CollapseLayout({numel}, std::vector<Dims>(inputs, Dims{numel}),
+                                         std::vector<Dims>(outputs, Dims{numel}));
+  auto kernel = std::make_shared<FusedElementwiseKernel>(name, program, layout, isa);
+  kernel->Create();
+  return MakeEwRuntimeKernel(kernel, std::string("generated ") + IsaName(isa) + " kernel, " + what + " over " +
+                                         kernel->layout().ToString(),
+                             FlatLayoutOf(std::vector<bool>(inputs, false)));
+}
 
 std::set<std::string> Names(const std::vector<DerivedBuffer>& bufs) {
   std::set<std::string> names;
@@ -157,7 +139,14 @@ std::vector<EmittedKernel> BlockedResidualUnit::Emit(EmitContext& ctx) const {
   ResidualLayouts kept;
   kept.s = Kept(o_.s);
   kept.out = Kept(o_.out);
-  k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual"), o_.dims, o_.a.layout, false, false, kept);
+  if (kept.s && kept.out) {  // one flat pass over the kept buffers
+    EwProgram p;
+    p.Store(0, p.Relu(p.Add(p.Load(0), p.Load(1))));
+    k.kernel = FlatKernel(ctx.cluster(), p, 2, 1, Numel(ActStoredDims(o_.a.layout, o_.dims)), ctx.KernelName("residual"),
+                          std::string("residual sum + relu of ") + ActLayoutName(o_.a.layout) + " buffers");
+  } else {
+    k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual"), o_.dims, o_.a.layout, false, false, kept);
+  }
   k.args = {o_.a.Name(), o_.s.Name(), o_.out.Name()};
   k.num_inputs = 2;
   if (o_.out.derived()) k.new_vars.push_back(o_.out.Desc(ctx.cluster()));
@@ -182,8 +171,19 @@ std::vector<EmittedKernel> BlockedResidualGradUnit::Emit(EmitContext& ctx) const
   kept.out = Kept(o_.out);
   kept.dout = Kept(o_.dout);
   kept.ds = Kept(o_.ds);
-  k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual_grad"), o_.dims, o_.da.layout, true,
-                                              !o_.ds.var.empty(), kept);
+  const bool want_ds = !o_.ds.var.empty();
+  if (kept.out && kept.dout && (!want_ds || kept.ds)) {  // one flat pass
+    EwProgram p;
+    const EwValue d = p.SelectGtZero(p.Load(0), p.Load(1));
+    p.Store(0, d);
+    if (want_ds) p.Store(1, d);
+    k.kernel = FlatKernel(ctx.cluster(), p, 2, want_ds ? 2 : 1, Numel(ActStoredDims(o_.da.layout, o_.dims)),
+                          ctx.KernelName("residual_grad"),
+                          std::string("relu and residual-sum gradient of ") + ActLayoutName(o_.da.layout) + " buffers");
+  } else {
+    k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual_grad"), o_.dims, o_.da.layout, true, want_ds,
+                                                kept);
+  }
   k.args = {o_.out.Name(), o_.dout.Name(), o_.da.Name()};
   if (!o_.ds.var.empty()) k.args.push_back(o_.ds.Name());
   k.num_inputs = 2;
@@ -209,7 +209,12 @@ std::string KeptSumUnit::Describe(const Cluster&) const {
 std::vector<EmittedKernel> KeptSumUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
   const int count = static_cast<int>(o_.x.size());
-  k.kernel = std::make_shared<KeptSumKernel>(ctx.KernelName("kept_sum"), ActStoredDims(o_.out.layout, o_.dims), count);
+  EwProgram p;
+  EwValue sum = p.Load(0);
+  for (int i = 1; i < count; ++i) sum = p.Add(sum, p.Load(i));
+  p.Store(0, sum);
+  k.kernel = FlatKernel(ctx.cluster(), p, count, 1, Numel(ActStoredDims(o_.out.layout, o_.dims)),
+                        ctx.KernelName("kept_sum"), std::string("sum of ") + ActLayoutName(o_.out.layout) + " buffers");
   for (const DerivedBuffer& x : o_.x) k.args.push_back(x.Name());
   k.num_inputs = count;
   k.args.push_back(o_.out.Name());
