@@ -4,6 +4,7 @@
 // (nChw16c, nChw8c or nhwc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -137,15 +138,20 @@ TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
       }
     }
     std::vector<float> out(n * ch * (h / 2) * (w / 2)), dout(out.size()), dx(blocked.size(), 5.f);
-    jit::MaxPool2x2BlockedToPlain(blocked.data(), out.data(), n, ch, h, w, b);
+    std::vector<uint8_t> argmax(out.size(), 0xff);
+    jit::MaxPool2x2BlockedToPlain(blocked.data(), out.data(), argmax.data(), n, ch, h, w, b);
     for (size_t i = 0; i < dout.size(); ++i) dout[i] = 1.f + static_cast<float>(i) / 3.f;  // not all exact in bf16
-    jit::MaxPool2x2GradPlainToBlocked(blocked.data(), out.data(), dout.data(), dx.data(), n, ch, h, w, b);
+    // The gradient reads only the argmax and dOut: X's memory may be reused.
+    std::vector<float> x_saved = blocked;
+    std::fill(blocked.begin(), blocked.end(), -7.f);
+    jit::MaxPool2x2GradPlainToBlocked(argmax.data(), dout.data(), dx.data(), n, ch, h, w, b);
+    blocked = x_saved;
     // With relu's gradient, stored in bf16: the same routing, zero where x <= 0, rounded as framework/bf16.h.
     // And the bias gradient: the f32 sum per channel of the values before rounding.
     std::vector<uint16_t> dx16(blocked.size(), 1);
     std::vector<float> db(ch, -1.f);
     std::vector<double> want_db(ch, 0.0);
-    jit::MaxPool2x2GradPlainToBlockedBf16(blocked.data(), out.data(), dout.data(), dx16.data(), n, ch, h, w, b,
+    jit::MaxPool2x2GradPlainToBlockedBf16(argmax.data(), dout.data(), dx16.data(), n, ch, h, w, b,
                                           jit::PoolGradThen::kReluGrad, db.data());
     for (size_t i = 0; i < dx.size(); ++i) {
       const float want = blocked[i] > 0.f ? dx[i] : 0.f;

@@ -40,26 +40,23 @@ __attribute__((target("avx512f"))) void PoolWindowsAvx512(const float* r0, const
   }
 }
 
-__attribute__((target("avx512f"))) void PoolGradWindowsAvx512(const float* r0, const float* r1, const float* m,
-                                                              const float* gv, float* d0, float* d1, int64_t n,
-                                                              int64_t g, PoolGradThen then) {
+// Routes gv to each window's maximum from its argmax code (pos | 4 when
+// that element is > 0; MaxPool2x2BlockedToPlain), zeros elsewhere, and
+// applies relu's gradient there when `relu`.
+__attribute__((target("avx512f"))) void PoolGradWindowsAvx512(const int32_t* pi, const float* gv, float* d0,
+                                                              float* d1, int64_t n, int64_t g, bool relu) {
   const __mmask16 k = static_cast<__mmask16>((1u << g) - 1);
-  const __m512 zero = _mm512_setzero_ps();
+  const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t at = 2 * g * j;
-    const __m512 mx = _mm512_maskz_loadu_ps(k, m + g * j), gg = _mm512_maskz_loadu_ps(k, gv + g * j);
-    const __m512 xa = _mm512_maskz_loadu_ps(k, r0 + at), xb = _mm512_maskz_loadu_ps(k, r0 + at + g);
-    const __m512 xc = _mm512_maskz_loadu_ps(k, r1 + at), xd = _mm512_maskz_loadu_ps(k, r1 + at + g);
-    __mmask16 ta = _mm512_cmp_ps_mask(xa, mx, _CMP_EQ_OQ);
-    __mmask16 tb = _mm512_cmp_ps_mask(xb, mx, _CMP_EQ_OQ) & ~ta;
-    __mmask16 tc = _mm512_cmp_ps_mask(xc, mx, _CMP_EQ_OQ) & ~(ta | tb);
-    __mmask16 td = static_cast<__mmask16>(~(ta | tb | tc));
-    if (then == PoolGradThen::kReluGrad) {
-      ta &= _mm512_cmp_ps_mask(xa, zero, _CMP_GT_OQ);
-      tb &= _mm512_cmp_ps_mask(xb, zero, _CMP_GT_OQ);
-      tc &= _mm512_cmp_ps_mask(xc, zero, _CMP_GT_OQ);
-      td &= _mm512_cmp_ps_mask(xd, zero, _CMP_GT_OQ);
-    }
+    const __m512i p = _mm512_maskz_loadu_epi32(k, pi + g * j);
+    const __m512 gg = _mm512_maskz_loadu_ps(k, gv + g * j);
+    const __m512i pos = _mm512_and_epi32(p, three);
+    const __mmask16 ok = relu ? _mm512_test_epi32_mask(p, four) : static_cast<__mmask16>(0xffff);
+    const __mmask16 ta = _mm512_cmpeq_epi32_mask(pos, _mm512_set1_epi32(0)) & ok;
+    const __mmask16 tb = _mm512_cmpeq_epi32_mask(pos, _mm512_set1_epi32(1)) & ok;
+    const __mmask16 tc = _mm512_cmpeq_epi32_mask(pos, _mm512_set1_epi32(2)) & ok;
+    const __mmask16 td = _mm512_cmpeq_epi32_mask(pos, three) & ok;
     _mm512_mask_storeu_ps(d0 + at, k, _mm512_maskz_mov_ps(ta, gg));
     _mm512_mask_storeu_ps(d0 + at + g, k, _mm512_maskz_mov_ps(tb, gg));
     _mm512_mask_storeu_ps(d1 + at, k, _mm512_maskz_mov_ps(tc, gg));
@@ -71,9 +68,18 @@ const bool kAvx512 = __builtin_cpu_supports("avx512f");
 
 // B: the channel group at compile time (8, 16), or 0 for `b` at run time
 // (nhwc, one group of all channels). m, gv: kChunk * b floats of scratch.
+// The argmax code of one window (a, b, c, d row-major) with maximum mx: the
+// first position equal to mx (3 when none is: a NaN maximum), | 4 when the
+// element there is > 0 (relu's gradient passes).
+inline uint8_t ArgmaxCode(float a, float b, float c, float d, float mx) {
+  const int pos = a == mx ? 0 : b == mx ? 1 : c == mx ? 2 : 3;
+  const float v = pos == 0 ? a : pos == 1 ? b : pos == 2 ? c : d;
+  return static_cast<uint8_t>(pos | (v > 0.f ? 4 : 0));
+}
+
 template <int B>
-inline void PoolRow(const float* plane, float* o, int64_t lanes, int64_t i, int64_t w, int64_t oh, int64_t ow,
-                    int64_t b, float* m) {
+inline void PoolRow(const float* plane, float* o, uint8_t* am, int64_t lanes, int64_t i, int64_t w, int64_t oh,
+                    int64_t ow, int64_t b, float* m) {
   const int64_t bb = B > 0 ? B : b;
   const float* r0 = plane + 2 * i * w * bb;
   const float* r1 = r0 + w * bb;
@@ -91,67 +97,72 @@ inline void PoolRow(const float* plane, float* o, int64_t lanes, int64_t i, int6
     }
     for (int64_t l = 0; l < lanes; ++l) {
       float* dst = o + (l * oh + i) * ow + j0;
-      for (int64_t j = 0; j < n; ++j) dst[j] = m[j * bb + l];
+      uint8_t* code = am + (l * oh + i) * ow + j0;
+      for (int64_t j = 0; j < n; ++j) {
+        const float mx = m[j * bb + l];
+        const float* a = r0 + 2 * (j0 + j) * bb + l;
+        const float* c = r1 + 2 * (j0 + j) * bb + l;
+        dst[j] = mx;
+        code[j] = ArgmaxCode(a[0], a[bb], c[0], c[bb], mx);
+      }
     }
   }
 }
 
 template <int B>
-inline void PoolGradRow(const float* plane, const float* o, const float* g, float* dplane, int64_t lanes, int64_t i,
-                        int64_t w, int64_t oh, int64_t ow, int64_t b, PoolGradThen then, float* m, float* gv) {
+inline void PoolGradRow(const uint8_t* am, const float* g, float* dplane, int64_t lanes, int64_t i, int64_t w,
+                        int64_t oh, int64_t ow, int64_t b, PoolGradThen then, int32_t* pi, float* gv) {
   const int64_t bb = B > 0 ? B : b;
   const bool relu = then == PoolGradThen::kReluGrad;
-  const float* r0 = plane + 2 * i * w * bb;
-  const float* r1 = r0 + w * bb;
   float* d0 = dplane + 2 * i * w * bb;
   float* d1 = d0 + w * bb;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
     for (int64_t l = 0; l < lanes; ++l) {
-      const float* src_m = o + (l * oh + i) * ow + j0;
+      const uint8_t* src_a = am + (l * oh + i) * ow + j0;
       const float* src_g = g + (l * oh + i) * ow + j0;
       for (int64_t j = 0; j < n; ++j) {
-        m[j * bb + l] = src_m[j];
+        pi[j * bb + l] = src_a[j];
         gv[j * bb + l] = src_g[j];
       }
     }
-    // Padded lanes: x is 0 there, so max 0 and gradient 0 write zeros.
+    // Padded lanes: gradient 0 writes zeros.
     for (int64_t j = 0; j < n; ++j) {
-      for (int64_t l = lanes; l < bb; ++l) m[j * bb + l] = gv[j * bb + l] = 0.f;
+      for (int64_t l = lanes; l < bb; ++l) {
+        pi[j * bb + l] = 0;
+        gv[j * bb + l] = 0.f;
+      }
     }
     if (kAvx512 && bb <= 16) {
-      PoolGradWindowsAvx512(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, then);
+      PoolGradWindowsAvx512(pi, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
       continue;
     }
     for (int64_t j = 0; j < n; ++j) {
       const int64_t at = 2 * (j0 + j) * bb;
 #pragma omp simd
       for (int64_t l = 0; l < bb; ++l) {
-        // First maximum in row-major order: a, b, c, d (branch-free).
-        const float mx = m[j * bb + l], gg = gv[j * bb + l];
-        const bool ta = r0[at + l] == mx;
-        const bool tb = !ta && r0[at + bb + l] == mx;
-        const bool tc = !ta && !tb && r1[at + l] == mx;
-        const bool td = !ta && !tb && !tc;
+        const int32_t p = pi[j * bb + l], pos = p & 3;
         // relu's gradient where it follows: out > 0 ? dout : 0.
-        d0[at + l] = ta && (!relu || r0[at + l] > 0.f) ? gg : 0.f;
-        d0[at + bb + l] = tb && (!relu || r0[at + bb + l] > 0.f) ? gg : 0.f;
-        d1[at + l] = tc && (!relu || r1[at + l] > 0.f) ? gg : 0.f;
-        d1[at + bb + l] = td && (!relu || r1[at + bb + l] > 0.f) ? gg : 0.f;
+        const float gg = !relu || (p & 4) != 0 ? gv[j * bb + l] : 0.f;
+        d0[at + l] = pos == 0 ? gg : 0.f;
+        d0[at + bb + l] = pos == 1 ? gg : 0.f;
+        d1[at + l] = pos == 2 ? gg : 0.f;
+        d1[at + bb + l] = pos == 3 ? gg : 0.f;
       }
     }
   }
 }
 
 template <int B>
-void PoolAll(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
+void PoolAll(const float* x, float* out, uint8_t* argmax, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
   const int64_t cb = (c + b - 1) / b, oh = h / 2, ow = w / 2;
 #pragma omp parallel for schedule(static) if (n * cb * h * w * b >= 64 * 1024)
   for (int64_t p = 0; p < n * cb; ++p) {
     const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
     std::vector<float> m(kChunk * b);
     for (int64_t i = 0; i < oh; ++i) {
-      PoolRow<B>(x + p * h * w * b, out + (img * c + blk * b) * oh * ow, lanes, i, w, oh, ow, b, m.data());
+      const int64_t plain = (img * c + blk * b) * oh * ow;
+      PoolRow<B>(x + p * h * w * b, out + plain, argmax + plain, lanes, i, w, oh, ow, b, m.data());
     }
   }
 }
@@ -175,24 +186,24 @@ void ToBf16(const float* src, uint16_t* dst, int64_t n) {
 // T: float, or uint16_t for bf16 (each pair of rows goes through a float
 // scratch pair and is converted).
 template <int B, typename T>
-void PoolGradAll(const float* x, const float* out, const float* dout, T* dx, int64_t n, int64_t c, int64_t h,
-                 int64_t w, int64_t b, PoolGradThen then, float* dbias) {
+void PoolGradAll(const uint8_t* argmax, const float* dout, T* dx, int64_t n, int64_t c, int64_t h, int64_t w,
+                 int64_t b, PoolGradThen then, float* dbias) {
   const int64_t cb = (c + b - 1) / b, oh = h / 2, ow = w / 2;
   std::vector<float> partial(dbias != nullptr ? n * cb * b : 0, 0.f);  // per (image, group, lane)
 #pragma omp parallel for schedule(static) if (n * cb * h * w * b >= 64 * 1024)
   for (int64_t p = 0; p < n * cb; ++p) {
     const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
     const int64_t plain = (img * c + blk * b) * oh * ow;
-    std::vector<float> m(kChunk * b), gv(kChunk * b), rows(std::is_same_v<T, float> ? 0 : 2 * w * b);
+    std::vector<int32_t> pi(kChunk * b);
+    std::vector<float> gv(kChunk * b), rows(std::is_same_v<T, float> ? 0 : 2 * w * b);
     for (int64_t i = 0; i < oh; ++i) {
       T* dplane = dx + p * h * w * b;
       if constexpr (std::is_same_v<T, float>) {
-        PoolGradRow<B>(x + p * h * w * b, out + plain, dout + plain, dplane, lanes, i, w, oh, ow, b, then, m.data(),
-                       gv.data());
+        PoolGradRow<B>(argmax + plain, dout + plain, dplane, lanes, i, w, oh, ow, b, then, pi.data(), gv.data());
       } else {
         // The row pair 2i, 2i+1 into rows (as the plane's rows 0 and 1).
-        PoolGradRow<B>(x + p * h * w * b + 2 * i * w * b, out + plain + i * ow, dout + plain + i * ow,
-                       rows.data(), lanes, 0, w, oh, ow, b, then, m.data(), gv.data());
+        PoolGradRow<B>(argmax + plain + i * ow, dout + plain + i * ow, rows.data(), lanes, 0, w, oh, ow, b, then,
+                       pi.data(), gv.data());
         ToBf16(rows.data(), dplane + 2 * i * w * b, 2 * w * b);
         if (dbias != nullptr) {
           float* part = partial.data() + p * b;
@@ -210,37 +221,38 @@ void PoolGradAll(const float* x, const float* out, const float* dout, T* dx, int
   }
 }
 
-void PoolAny(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
+void PoolAny(const float* x, float* out, uint8_t* argmax, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
   KILN_CHECK(b >= 1 && (b >= c || b == 8 || b == 16));
-  if (b == 16) return PoolAll<16>(x, out, n, c, h, w, b);
-  if (b == 8) return PoolAll<8>(x, out, n, c, h, w, b);
-  PoolAll<0>(x, out, n, c, h, w, b);
+  if (b == 16) return PoolAll<16>(x, out, argmax, n, c, h, w, b);
+  if (b == 8) return PoolAll<8>(x, out, argmax, n, c, h, w, b);
+  PoolAll<0>(x, out, argmax, n, c, h, w, b);
 }
 
 template <typename T>
-void PoolGradAny(const float* x, const float* out, const float* dout, T* dx, int64_t n, int64_t c, int64_t h,
-                 int64_t w, int64_t b, PoolGradThen then, float* dbias = nullptr) {
+void PoolGradAny(const uint8_t* argmax, const float* dout, T* dx, int64_t n, int64_t c, int64_t h, int64_t w,
+                 int64_t b, PoolGradThen then, float* dbias = nullptr) {
   KILN_CHECK(b >= 1 && (b >= c || b == 8 || b == 16));
   KILN_CHECK((dbias == nullptr || !std::is_same_v<T, float>));
-  if (b == 16) return PoolGradAll<16>(x, out, dout, dx, n, c, h, w, b, then, dbias);
-  if (b == 8) return PoolGradAll<8>(x, out, dout, dx, n, c, h, w, b, then, dbias);
-  PoolGradAll<0>(x, out, dout, dx, n, c, h, w, b, then, dbias);
+  if (b == 16) return PoolGradAll<16>(argmax, dout, dx, n, c, h, w, b, then, dbias);
+  if (b == 8) return PoolGradAll<8>(argmax, dout, dx, n, c, h, w, b, then, dbias);
+  PoolGradAll<0>(argmax, dout, dx, n, c, h, w, b, then, dbias);
 }
 
 }  // namespace
 
-void MaxPool2x2BlockedToPlain(const float* x, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t b) {
-  PoolAny(x, out, n, c, h, w, b);
+void MaxPool2x2BlockedToPlain(const float* x, float* out, uint8_t* argmax, int64_t n, int64_t c, int64_t h, int64_t w,
+                              int64_t b) {
+  PoolAny(x, out, argmax, n, c, h, w, b);
 }
 
-void MaxPool2x2GradPlainToBlocked(const float* x, const float* out, const float* dout, float* dx, int64_t n,
-                                  int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then) {
-  PoolGradAny(x, out, dout, dx, n, c, h, w, b, then);
+void MaxPool2x2GradPlainToBlocked(const uint8_t* argmax, const float* dout, float* dx, int64_t n, int64_t c,
+                                  int64_t h, int64_t w, int64_t b, PoolGradThen then) {
+  PoolGradAny(argmax, dout, dx, n, c, h, w, b, then);
 }
 
-void MaxPool2x2GradPlainToBlockedBf16(const float* x, const float* out, const float* dout, uint16_t* dx, int64_t n,
-                                      int64_t c, int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias) {
-  PoolGradAny(x, out, dout, dx, n, c, h, w, b, then, dbias);
+void MaxPool2x2GradPlainToBlockedBf16(const uint8_t* argmax, const float* dout, uint16_t* dx, int64_t n, int64_t c,
+                                      int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias) {
+  PoolGradAny(argmax, dout, dx, n, c, h, w, b, then, dbias);
 }
 
 }  // namespace kiln::jit

@@ -131,7 +131,8 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
                                   c.Out(m.gconv, GradVarName("Filter")), m.bias_in_pool_grad ? "" : m.db};
   std::vector<int> grad_ops = {m.pool_grad, m.relu_grad}, gconv_ops = {m.add, m.gconv};
   const Dims yd = c.dims(m.y);
-  BlockedMaxPoolGradUnit::Operands go{yb, m.p, m.dp, dsb, "", yd};
+  const DerivedBuffer argmax = PoolArgmaxOf(m.p);
+  BlockedMaxPoolGradUnit::Operands go{argmax, m.dp, dsb, "", yd};
   if (m.bias_in_pool_grad) {
     grad_ops.push_back(m.add);
     gconv_ops = {m.gconv};
@@ -139,7 +140,7 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
   }
   co.out = yb;
   units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, conv_ops, spec, co);
-  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, BlockedMaxPoolUnit::Operands{yb, m.p, yd});
+  units[m.pool_u] = std::make_unique<BlockedMaxPoolUnit>(kStep, m.pool, BlockedMaxPoolUnit::Operands{yb, m.p, argmax, yd});
   // dy is never stored: the pooling gradient kernel applies relu's.
   units[m.grad_u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, grad_ops, go, PoolGradThen::kReluGrad);
   units[m.relu_u].reset();

@@ -49,14 +49,14 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
     Dims x;
     std::string bad = PooledXMismatch(x_, layout_, dims, &x);
-    if (bad.empty()) bad = ArgsMismatch(dims, {dims[0], Pooled(x)});
+    if (bad.empty()) bad = ArgsMismatch(dims, {dims[0], Pooled(x), Pooled(x)});
     if (!bad.empty()) return Refused(name_, bad, why);
     return std::make_shared<BlockedMaxPoolKernel>(name_, x, layout_);
   }
-  // args: X (kept), Out.
+  // args: X (kept), Out, argmax.
   void Run(const runtime::BufferView* args) const override {
-    MaxPool2x2BlockedToPlain(static_cast<const float*>(args[0].data), static_cast<float*>(args[1].data), x_[0], x_[1],
-                             x_[2], x_[3], group_);
+    MaxPool2x2BlockedToPlain(static_cast<const float*>(args[0].data), static_cast<float*>(args[1].data),
+                             static_cast<uint8_t*>(args[2].data), x_[0], x_[1], x_[2], x_[3], group_);
   }
 
  private:
@@ -84,37 +84,30 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
            ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
            (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (first maximum of each window)";
   }
-  // dX (f32) over X: each 2x2 window's four X values are read before any of
-  // its dX values is written, and windows do not overlap (stride 2, even H and
-  // W), so dX may take the memory of an X that dies here: the blocked X is the
-  // largest activation of a small-channel convolution (padded to 16 lanes).
-  // Not in bf16, where dX is narrower than X.
-  std::vector<std::pair<int, int>> InplacePairs() const override {
-    if (out_ != DataType::kFP32) return {};
-    return {{0, 0}};
-  }
   // The loops take N, H and W as arguments: the same kernel for a new X.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
     Dims x;
-    std::string bad = PooledXMismatch(x_, layout_, dims, &x);
+    // dX (argument 2) is the kept activation.
+    std::vector<Dims> kept_dx;
+    if (dims.size() > 2) kept_dx = {dims[2]};
+    std::string bad = PooledXMismatch(x_, layout_, kept_dx, &x);
     if (bad.empty()) {
-      std::vector<Dims> want = {dims[0], Pooled(x), Pooled(x), dims[0]};
+      std::vector<Dims> want = {Pooled(x), Pooled(x), dims[2]};
       if (with_dbias_) want.push_back({x[1]});
       bad = ArgsMismatch(dims, want);
     }
     if (!bad.empty()) return Refused(name_, bad, why);
     return std::make_shared<BlockedMaxPoolGradKernel>(name_, x, layout_, then_, out_, with_dbias_);
   }
-  // args: X (kept), Out, dOut, dX (kept)[, dBias].
+  // args: argmax, dOut, dX (kept)[, dBias].
   void Run(const runtime::BufferView* args) const override {
-    const auto* x = static_cast<const float*>(args[0].data);
-    const auto* out = static_cast<const float*>(args[1].data);
-    const auto* dout = static_cast<const float*>(args[2].data);
+    const auto* argmax = static_cast<const uint8_t*>(args[0].data);
+    const auto* dout = static_cast<const float*>(args[1].data);
     if (out_ == DataType::kBF16) {
-      MaxPool2x2GradPlainToBlockedBf16(x, out, dout, static_cast<uint16_t*>(args[3].data), x_[0], x_[1], x_[2], x_[3],
-                                       group_, then_, with_dbias_ ? static_cast<float*>(args[4].data) : nullptr);
+      MaxPool2x2GradPlainToBlockedBf16(argmax, dout, static_cast<uint16_t*>(args[2].data), x_[0], x_[1], x_[2], x_[3],
+                                       group_, then_, with_dbias_ ? static_cast<float*>(args[3].data) : nullptr);
     } else {
-      MaxPool2x2GradPlainToBlocked(x, out, dout, static_cast<float*>(args[3].data), x_[0], x_[1], x_[2], x_[3], group_,
+      MaxPool2x2GradPlainToBlocked(argmax, dout, static_cast<float*>(args[2].data), x_[0], x_[1], x_[2], x_[3], group_,
                                    then_);
     }
   }
@@ -134,19 +127,21 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
 // ---- BlockedMaxPoolUnit --------------------------------------------------------------
 
 BlockedMaxPoolUnit::BlockedMaxPoolUnit(const std::string& step, int op, Operands operands)
-    : Unit(step, {op}, {operands.x.Name()}, {operands.out}), o_(std::move(operands)) {
-  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout);
+    : Unit(step, {op}, {operands.x.Name()}, {operands.out, operands.argmax.Name()}), o_(std::move(operands)) {
+  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout && o_.argmax.kind == DerivedKind::kPoolArgmax);
 }
 
 std::string BlockedMaxPoolUnit::Describe(const Cluster&) const {
-  return "kiln max-pool 2x2/2 kernel reading " + o_.x.Name() + ", writing " + o_.out + " plain";
+  return "kiln max-pool 2x2/2 kernel reading " + o_.x.Name() + ", writing " + o_.out + " plain and " +
+         o_.argmax.Name();
 }
 
 std::vector<EmittedKernel> BlockedMaxPoolUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
   k.kernel = std::make_shared<BlockedMaxPoolKernel>(ctx.KernelName("maxpool"), o_.x_dims, o_.x.layout);
-  k.args = {o_.x.Name(), o_.out};
+  k.args = {o_.x.Name(), o_.out, o_.argmax.Name()};
   k.num_inputs = 1;
+  k.new_vars.push_back(o_.argmax.Desc(ctx.cluster()));
   return {k};
 }
 
@@ -164,27 +159,26 @@ std::set<std::string> Written(const BlockedMaxPoolGradUnit::Operands& o) {
 
 BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops, Operands operands,
                                                PoolGradThen then)
-    : Unit(step, std::move(ops), {operands.x.Name(), operands.out, operands.dout}, Written(operands)),
+    : Unit(step, std::move(ops), {operands.argmax.Name(), operands.dout}, Written(operands)),
       o_(std::move(operands)),
       then_(then) {
-  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout && o_.dx.kind == DerivedKind::kKeptLayout &&
-             o_.x.layout == o_.dx.layout);
+  KILN_CHECK(o_.argmax.kind == DerivedKind::kPoolArgmax && o_.dx.kind == DerivedKind::kKeptLayout);
 }
 
 std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {
   return "kiln max-pool 2x2/2 gradient" + std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") +
-         " kernel reading " + o_.x.Name() + ", writing " + o_.dx.Name();
+         " kernel reading " + o_.argmax.Name() + " and " + o_.dout + ", writing " + o_.dx.Name();
 }
 
 std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
   const bool with_dbias = !o_.dbias.empty();
   KILN_CHECK(!with_dbias || o_.dx.dtype == DataType::kBF16);
-  k.kernel = std::make_shared<BlockedMaxPoolGradKernel>(ctx.KernelName("maxpool_grad"), o_.x_dims, o_.x.layout, then_,
-                                                        o_.dx.dtype, with_dbias);
-  k.args = {o_.x.Name(), o_.out, o_.dout, o_.dx.Name()};
+  k.kernel = std::make_shared<BlockedMaxPoolGradKernel>(ctx.KernelName("maxpool_grad"), o_.x_dims, o_.dx.layout,
+                                                        then_, o_.dx.dtype, with_dbias);
+  k.args = {o_.argmax.Name(), o_.dout, o_.dx.Name()};
   if (with_dbias) k.args.push_back(o_.dbias);
-  k.num_inputs = 3;
+  k.num_inputs = 2;
   k.new_vars.push_back(o_.dx.Desc(ctx.cluster()));
   return {k};
 }

@@ -13,13 +13,15 @@
 
 namespace kiln::jit {
 
-// pool2d (max, 2x2, stride 2) of a kept X into a plain Out. Kernel args:
-// X (kept) -> Out.
+// pool2d (max, 2x2, stride 2) of a kept X into a plain Out, and where each
+// window took its maximum (the gradient's routing: X need not live until
+// the backward). Kernel args: X (kept) -> Out, argmax.
 class BlockedMaxPoolUnit final : public Unit {
  public:
   struct Operands {
     DerivedBuffer x;  // KeptLayoutOf the pooled var
     std::string out;
+    DerivedBuffer argmax;  // PoolArgmaxOf out
     Dims x_dims;  // X's logical [N,C,H,W]
   };
   BlockedMaxPoolUnit(const std::string& step, int op, Operands operands);
@@ -32,17 +34,17 @@ class BlockedMaxPoolUnit final : public Unit {
 };
 
 // pool2d_grad (max, 2x2, stride 2), and the relu_grad after it (on X, relu's
-// Out) when given: X kept, Out and dOut plain, the result kept as dx (f32,
-// or bf16 for bf16 convolutions to read). With a dbias (bf16 only), also
-// the bias gradient: the f32 sum of the result over N, H, W before its
-// rounding (the elementwise_add_grad among `ops`). Kernel args: X (kept),
-// Out, dOut -> dX (kept)[, dBias].
+// Out) when given, from the forward's argmax: dOut plain, the result kept as
+// dx (f32, or bf16 for bf16 convolutions to read). With a dbias (bf16
+// only), also the bias gradient: the f32 sum of the result over N, H, W
+// before its rounding (the elementwise_add_grad among `ops`). Kernel args:
+// argmax, dOut -> dX (kept)[, dBias].
 class BlockedMaxPoolGradUnit final : public Unit {
  public:
   struct Operands {
-    DerivedBuffer x;  // KeptLayoutOf the pooled var
-    std::string out, dout;
-    DerivedBuffer dx;   // KeptLayoutOf dX or relu_grad's X@GRAD, in x's layout
+    DerivedBuffer argmax;  // PoolArgmaxOf the pooled output
+    std::string dout;
+    DerivedBuffer dx;   // KeptLayoutOf dX or relu_grad's X@GRAD
     std::string dbias;  // "" when not wanted
     Dims x_dims;        // X's logical [N,C,H,W]
   };

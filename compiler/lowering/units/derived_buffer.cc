@@ -12,6 +12,7 @@ std::string DerivedBuffer::Name() const {
     case DerivedKind::kBf16Copy: return var + "@BF16";
     case DerivedKind::kKeptLayout: return var + "@" + ActLayoutName(layout);
     case DerivedKind::kReluMask: return var + "@RELU_MASK";
+    case DerivedKind::kPoolArgmax: return var + "@ARGMAX";
   }
   return var;
 }
@@ -29,6 +30,7 @@ proto::VarDesc DerivedBuffer::Desc(const Cluster& c) const {
     v.clear_dims();
     v.add_dims(BatchNormReluMaskBytes(layout, d));
   }
+  if (kind == DerivedKind::kPoolArgmax) v.set_dtype(proto::BOOL);  // a byte per element, the var's dims
   if (kind == DerivedKind::kKeptLayout) {
     const Dims d = c.dims(var);
     KILN_CHECK(d.size() == 4 && c.IsF32(var));

@@ -27,6 +27,10 @@ enum class DerivedKind : uint8_t {
   // dims in `layout` (BatchNormReluMaskBytes,
   // compiler/kernels/onednn/batch_norm_kernels.h).
   kReluMask,
+  // Where each window of a 2x2 max pooling took its maximum
+  // (blocked_layout; compiler/kernels/blocked_pool.h), a byte per element
+  // of the var, the pooled output (dtype bool): "<var>@ARGMAX".
+  kPoolArgmax,
 };
 
 // A buffer a unit binds: a var of the cluster (kNone; converts from the
@@ -66,6 +70,9 @@ inline DerivedBuffer Bf16CopyOf(std::string var) {
 }
 inline DerivedBuffer ReluMaskOf(std::string var, ActLayout layout) {
   return {std::move(var), DerivedKind::kReluMask, layout, DataType::kBOOL};
+}
+inline DerivedBuffer PoolArgmaxOf(std::string var) {
+  return {std::move(var), DerivedKind::kPoolArgmax, ActLayout::kPlain, DataType::kBOOL};
 }
 inline DerivedBuffer KeptLayoutOf(std::string var, ActLayout layout, DataType dtype = DataType::kFP32) {
   return {std::move(var), DerivedKind::kKeptLayout, layout, dtype};
