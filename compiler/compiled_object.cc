@@ -163,8 +163,13 @@ std::string CompiledObject::Listing() const {
     }
     os << "\n";
   }
-  os << "# arena " << program.plan.arena_bytes << " bytes planned, " << program.plan.arena_bytes_no_reuse
-     << " without reuse";
+  const runtime::BufferPlan& plan = program.plan;
+  os << "# arena " << plan.arena_bytes << " bytes planned";
+  if (plan.arena_bytes != plan.temp_arena_bytes) {
+    os << " (" << plan.temp_arena_bytes << " for temps, the rest kernel scratch)";
+  }
+  os << ", " << plan.arena_bytes_no_reuse << " without reuse";
+  if (plan.scratch_bytes > 0) os << "; kernel scratch up to " << plan.scratch_bytes << " bytes an instruction";
   if (program.plan.donated_bytes > 0) os << "; " << program.plan.donated_bytes << " bytes of temps in dying inputs";
   if (program.plan.output_region_bytes > 0) {
     os << "; " << program.plan.output_region_bytes << " bytes of temps in outputs not written yet";

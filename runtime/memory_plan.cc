@@ -96,6 +96,28 @@ class Planner {
     std::sort(plan_.output_regions.begin(), plan_.output_regions.end());
   }
 
+  // Each instruction's scratch (Kernel::ScratchBytes), live at that
+  // instruction alone: after the temps, the lowest arena offset free there
+  // (with reuse: a step's largest oneDNN reorder buffers go where the
+  // forward's dead activations were); without reuse, one slot at the end
+  // that every instruction shares.
+  void PlaceScratch(bool reuse) {
+    plan_.scratch_offset.assign(instructions_.size(), BufferPlan::kNoScratch);
+    plan_.scratch_bytes = 0;
+    plan_.temp_arena_bytes = plan_.arena_bytes;
+    const size_t shared = plan_.arena_bytes;
+    for (int i = 0; i < static_cast<int>(instructions_.size()); ++i) {
+      const Kernel* k = instructions_[i].kernel.get();
+      const size_t bytes = k != nullptr ? k->ScratchBytes() : 0;
+      if (bytes == 0) continue;
+      const size_t size = AlignUp(bytes);
+      plan_.scratch_bytes = std::max(plan_.scratch_bytes, size);
+      const size_t offset = reuse ? *FirstFit(placed_, i, i, size, std::numeric_limits<size_t>::max()) : shared;
+      plan_.scratch_offset[i] = offset;
+      plan_.arena_bytes = std::max(plan_.arena_bytes, offset + size);
+    }
+  }
+
   // Views take their root's place (a temp root's region and offset).
   void PlaceViews() {
     for (int b = 0; b < n_; ++b) {
@@ -276,6 +298,7 @@ void PlanArena(const std::vector<Instruction>& instructions, BufferPlan* plan, b
   plan->output_region_bytes = 0;
   Planner planner(instructions, plan);
   planner.PlaceAll(reuse);
+  planner.PlaceScratch(reuse);
   planner.PlaceViews();
   planner.Schedule();
 }
@@ -300,6 +323,9 @@ ArenaPeak ArenaPeakOf(const std::vector<Instruction>& instructions, const Buffer
       if (first[b] < 0 || first[b] > i || last[b] < i) continue;
       busy.emplace_back(info.offset, info.offset + AlignUp(std::max<size_t>(info.bytes(), 1)));
       live.push_back(b);
+    }
+    if (static_cast<size_t>(i) < plan.scratch_offset.size() && plan.scratch_offset[i] != BufferPlan::kNoScratch) {
+      busy.emplace_back(plan.scratch_offset[i], plan.scratch_offset[i] + AlignUp(instructions[i].kernel->ScratchBytes()));
     }
     std::sort(busy.begin(), busy.end());
     size_t used = 0, end = 0;

@@ -8,9 +8,9 @@
 
 namespace kiln::runtime {
 
-void Profiler::RunTimed(const Kernel& kernel, const BufferView* args) {
+void Profiler::RunTimed(const Kernel& kernel, const BufferView* args, void* scratch) {
   const auto t0 = std::chrono::steady_clock::now();
-  kernel.Run(args);
+  kernel.RunWithScratch(args, scratch);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(mu_);
   Row& r = rows_[kernel.name() + "  " + kernel.Describe()];

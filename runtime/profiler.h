@@ -16,7 +16,8 @@ namespace kiln::runtime {
 class Profiler {
  public:
   // Runs `kernel` on `args` and adds its time to the kernel's row.
-  void RunTimed(const Kernel& kernel, const BufferView* args);
+  // With `scratch`, RunWithScratch (Kernel::ScratchBytes).
+  void RunTimed(const Kernel& kernel, const BufferView* args, void* scratch = nullptr);
   // Time per kernel (name and what it does), slowest first, as a table.
   std::string Report() const;
   struct Entry {

@@ -32,6 +32,17 @@ class Kernel {
   virtual std::string Describe() const = 0;
   // args[i] is the buffer bound to argument i of the instruction.
   virtual void Run(const BufferView* args) const = 0;
+  // Working memory a Run needs beside its arguments (oneDNN's reordered
+  // arguments and scratchpads): the arena plans ScratchBytes() at the
+  // instruction (BufferPlan::scratch_offset) and the runner calls
+  // RunWithScratch with it, 64-byte aligned, the kernel's alone for the call.
+  // Run alone (tests, the executor's per-instruction path) takes it from the
+  // allocator instead.
+  virtual size_t ScratchBytes() const { return 0; }
+  virtual void RunWithScratch(const BufferView* args, void* scratch) const {
+    (void)scratch;
+    Run(args);
+  }
 
   // For dumps (kiln dump, --jit_dump_dir); the defaults suit kernels that run
   // no code of their own. Generated machine code (valid while the kernel lives):
@@ -133,6 +144,12 @@ struct BufferPlan {
   // holding a temp that instruction i first writes, output_regions), for a
   // launch that allocates outputs only when they are about to be used.
   std::vector<std::vector<int>> alloc_before;
+  // scratch_offset[i]: the arena offset of instruction i's scratch
+  // (Kernel::ScratchBytes), kNoScratch for none.
+  static constexpr size_t kNoScratch = static_cast<size_t>(-1);
+  std::vector<size_t> scratch_offset;
+  size_t scratch_bytes = 0;     // the largest scratch of one instruction
+  size_t temp_arena_bytes = 0;  // the arena the temps alone take (arena_bytes less what scratch adds)
 };
 
 struct Program {

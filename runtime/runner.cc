@@ -114,10 +114,14 @@ void Runner::Run(const Program& program, const std::vector<void*>& inputs, const
     for (int b : ins.args) args.push_back(views[b]);
     {
       TraceSpan span("kernel", ins.kernel->name());
+      void* scratch = nullptr;
+      if (i < plan.scratch_offset.size() && plan.scratch_offset[i] != BufferPlan::kNoScratch && arena != nullptr) {
+        scratch = arena + plan.scratch_offset[i];
+      }
       if (profiler != nullptr) {
-        profiler->RunTimed(*ins.kernel, args.data());
+        profiler->RunTimed(*ins.kernel, args.data(), scratch);
       } else {
-        ins.kernel->Run(args.data());
+        ins.kernel->RunWithScratch(args.data(), scratch);
       }
       if (Tracer::Global().on()) span.Arg("does", ins.kernel->Describe());
     }

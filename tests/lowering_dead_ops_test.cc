@@ -108,7 +108,7 @@ TEST(DeadOpsTest, ADeadReaderDoesNotBlockAFusion) {
   c.outputs = {"o"};
   const auto obj = CheckLoweringNumerics(c);
   EXPECT_TRUE(StepMatched(*obj, "matmul_epilogue")) << obj->lowering;
-  EXPECT_EQ(obj->program.plan.arena_bytes, 0u) << obj->Listing();
+  EXPECT_EQ(obj->program.plan.temp_arena_bytes, 0u) << obj->Listing();  // no temp: the dead scale keeps none
 }
 
 // The program builder's invariant: a var the units read as data must be

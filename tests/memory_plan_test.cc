@@ -61,6 +61,36 @@ TEST(PlanArenaDonorTest, TempWrittenAfterTheLastReadGoesIntoTheDyingInput) {
   EXPECT_EQ(peak.live, (std::vector<int>{2, 3}));
 }
 
+// Scratch lives at its instruction alone: it goes where no temp is live
+// then (the hole a dead temp left), and grows the arena only past that.
+TEST(PlanArenaScratchTest, ScratchTakesTheMemoryOfTempsDeadAtItsInstruction) {
+  runtime::BufferPlan plan = SmallPlan(257, /*x_donatable=*/false);
+  std::vector<runtime::Instruction> ins = SmallInstructions();
+  // 3: out = k(c, w) with 1000 bytes of scratch: c (1088 bytes at 0) is
+  // live there, b (832 bytes at 1088) is not.
+  ins[3] = Ins({4, 1}, {5}, std::make_shared<test::ScratchKernel>(800));
+  runtime::PlanArena(ins, &plan, /*reuse=*/true);
+  EXPECT_EQ(plan.temp_arena_bytes, 1088u + 832u);
+  ASSERT_EQ(plan.scratch_offset.size(), 4u);
+  EXPECT_EQ(plan.scratch_offset[0], runtime::BufferPlan::kNoScratch);
+  EXPECT_EQ(plan.scratch_offset[3], 1088u);
+  EXPECT_EQ(plan.arena_bytes, 1088u + 832u) << "the scratch fits where b was";
+  EXPECT_EQ(plan.scratch_bytes, 832u);
+  // Bigger than the hole: the arena grows by the difference only.
+  ins[3] = Ins({4, 1}, {5}, std::make_shared<test::ScratchKernel>(2000));
+  runtime::PlanArena(ins, &plan, true);
+  EXPECT_EQ(plan.scratch_offset[3], 1088u);
+  EXPECT_EQ(plan.arena_bytes, 1088u + 2048u);
+  EXPECT_EQ(plan.temp_arena_bytes, 1088u + 832u);
+  const runtime::ArenaPeak peak = runtime::ArenaPeakOf(ins, plan);
+  EXPECT_EQ(peak.bytes, 1088u + 2048u);
+  EXPECT_EQ(peak.instruction, 3);
+  // Without reuse: one slot after the temps, shared by every instruction.
+  runtime::PlanArena(ins, &plan, false);
+  EXPECT_EQ(plan.scratch_offset[3], plan.temp_arena_bytes);
+  EXPECT_EQ(plan.arena_bytes, plan.temp_arena_bytes + 2048u);
+}
+
 TEST(PlanArenaDonorTest, TempTooBigForTheInputGoesToTheArena) {
   runtime::BufferPlan plan = SmallPlan(257);
   runtime::PlanArena(SmallInstructions(), &plan, true);

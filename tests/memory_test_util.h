@@ -47,6 +47,17 @@ class NopKernel : public runtime::Kernel {
   std::string name_ = "nop";
 };
 
+// A NopKernel that needs `bytes` of scratch (Kernel::ScratchBytes: oneDNN's
+// reorder buffers).
+class ScratchKernel : public NopKernel {
+ public:
+  explicit ScratchKernel(size_t bytes) : bytes_(bytes) {}
+  size_t ScratchBytes() const override { return bytes_; }
+
+ private:
+  size_t bytes_;
+};
+
 // A buffer of `floats` FP32 elements; a temp gets a bogus place the planner
 // must overwrite.
 inline runtime::BufferInfo Buffer(const std::string& name, runtime::BufferRole role, int64_t floats, int io = -1,

@@ -77,20 +77,24 @@ std::string MemoryReport(const MemoryFigures& f, bool caching) {
   for (const auto& obj : objects) {
     const auto& plan = obj->program.plan;
     const runtime::ArenaPeak peak = runtime::ArenaPeakOf(obj->program.instructions, plan);
-    const size_t saved = plan.arena_bytes_no_reuse - std::min(plan.arena_bytes, plan.arena_bytes_no_reuse);
+    const size_t saved = plan.arena_bytes_no_reuse - std::min(plan.temp_arena_bytes, plan.arena_bytes_no_reuse);
     const auto& ins = obj->signature.inputs;
     const std::string first = ins.empty() ? "" : ", first " + std::string(DataTypeName(ins[0].dtype)) +
                                                      DimsToString(ins[0].dims);
     s += "  cluster " + obj->key + " (" + std::to_string(ins.size()) + " inputs" + first +
          "): planned " + FormatBytes(plan.arena_bytes) + " (at most " +
-         FormatBytes(peak.bytes) + " in use at one instruction)" +
+         FormatBytes(peak.bytes) + " in use at one instruction" +
+         (plan.scratch_bytes > 0 ? ", kernel scratch included: oneDNN's reordered arguments and scratchpads, up to " +
+                                       FormatBytes(plan.scratch_bytes) + " an instruction"
+                                 : std::string()) +
+         ")" +
          (plan.donated_bytes > 0 ? " + " + FormatBytes(plan.donated_bytes) + " in " +
                                        std::to_string(plan.donors.size()) + " dying inputs"
                                  : std::string()) +
          (plan.output_region_bytes > 0 ? " + " + FormatBytes(plan.output_region_bytes) + " in " +
                                              std::to_string(plan.output_regions.size()) + " outputs not written yet"
                                        : std::string()) +
-         ", without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n" +
+         ", temps without reuse " + FormatBytes(plan.arena_bytes_no_reuse) + ", saved " + FormatBytes(saved) + "\n" +
          ArenaPeakLine(obj->program, peak);
   }
   const jit::LaunchStats ls = jit::DefaultJit().stats().launch;

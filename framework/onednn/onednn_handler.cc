@@ -173,12 +173,16 @@ dnnl::memory OneDnnHandler::AcquireMemory(const dnnl::memory::desc& md, Tensor* 
 // come from the caching allocator (its free lists serve them again on the
 // next step, so steady-state execution takes nothing from the system) and go
 // back to it right after, so they count as live only while an op runs.
-void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads) {
+void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads,
+                      void* scratchpad) {
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
   std::unique_ptr<Allocation> scratch;
   if (scratch_md.get_size() > 0) {
-    scratch = std::make_unique<Allocation>(scratch_md.get_size());
-    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, OneDnnHandler::Engine(), scratch->ptr());
+    if (scratchpad == nullptr) {
+      scratch = std::make_unique<Allocation>(scratch_md.get_size());
+      scratchpad = scratch->ptr();
+    }
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_md, OneDnnHandler::Engine(), scratchpad);
   }
   dnnl::stream& stream = OneDnnHandler::ThreadStream();
   DeterministicThreads one_thread(threads == 1);
@@ -186,18 +190,39 @@ void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base&
   stream.wait();
 }
 
-void ExecuteEntry(const PrimitiveEntry& e, ExecArgs args) {
+namespace {
+
+constexpr size_t kScratchAlign = 64;
+
+size_t AlignScratch(size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+}  // namespace
+
+size_t EntryScratchBytes(const PrimitiveEntry& e) {
+  size_t bytes = AlignScratch(e.pd.scratchpad_desc().get_size());
+  for (const ArgReorder& r : e.reorders) bytes += AlignScratch(r.prim_md.get_size());
+  return bytes;
+}
+
+void ExecuteEntry(const PrimitiveEntry& e, ExecArgs args, void* scratch) {
   KILN_CHECK(e.primitive, "executing a primitive cache entry without primitive");
   // Outputs are reordered back into the user's buffers after the primitive
   // ran: (index into e.reorders, the user's memory).
   std::vector<std::pair<size_t, dnnl::memory>> outputs;
   std::vector<std::unique_ptr<Allocation>> held;  // the reordered arguments, for this execution
+  auto* next = static_cast<uint8_t*>(scratch);     // the scratch not taken yet
   for (size_t i = 0; i < e.reorders.size(); ++i) {
     const ArgReorder& r = e.reorders[i];
     auto it = args.find(r.arg);
     KILN_CHECK(it != args.end(), "argument ", r.arg, " of ", e.impl, " is not bound");
-    held.push_back(std::make_unique<Allocation>(r.prim_md.get_size()));
-    dnnl::memory internal(r.prim_md, OneDnnHandler::Engine(), held.back()->ptr());
+    void* buffer = next;
+    if (next != nullptr) {
+      next += AlignScratch(r.prim_md.get_size());
+    } else {
+      held.push_back(std::make_unique<Allocation>(r.prim_md.get_size()));
+      buffer = held.back()->ptr();
+    }
+    dnnl::memory internal(r.prim_md, OneDnnHandler::Engine(), buffer);
     if (r.output) {
       outputs.emplace_back(i, it->second);
     } else {
@@ -205,7 +230,7 @@ void ExecuteEntry(const PrimitiveEntry& e, ExecArgs args) {
     }
     it->second = internal;
   }
-  ExecutePrimitive(e.primitive, e.pd, args, e.threads);
+  ExecutePrimitive(e.primitive, e.pd, args, e.threads, next);
   for (const auto& [i, user] : outputs) {
     const ArgReorder& r = e.reorders[i];
     ExecutePrimitive(r.reorder, r.pd, {{DNNL_ARG_FROM, args.at(r.arg)}, {DNNL_ARG_TO, user}}, e.threads);

@@ -66,11 +66,19 @@ dnnl::memory::desc UserDesc(const PrimitiveEntry& entry, int arg);
 // afterwards. Runs on the calling thread's stream and waits, on one OpenMP
 // thread when the entry was created for one (PrimitiveEntry::threads).
 // Thread-safe: one entry may run on several threads at once.
-void ExecuteEntry(const PrimitiveEntry& entry, ExecArgs args);
+// With `scratch` (EntryScratchBytes(entry) bytes, 64-byte aligned, the
+// caller's alone for the call: compiled code plans it in its arena) the
+// reordered arguments and the main primitive's scratchpad are carved from it
+// instead.
+void ExecuteEntry(const PrimitiveEntry& entry, ExecArgs args, void* scratch = nullptr);
+// The bytes ExecuteEntry's `scratch` must hold for `entry`.
+size_t EntryScratchBytes(const PrimitiveEntry& entry);
 // One primitive of an entry (an aux primitive, a reorder) with a scratchpad
-// held for this execution, on one thread when `threads` is 1 (the entry's
-// PrimitiveEntry::threads).
-void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads);
+// held for this execution (or `scratchpad`, when given: at least the
+// primitive's scratchpad size), on one thread when `threads` is 1 (the
+// entry's PrimitiveEntry::threads).
+void ExecutePrimitive(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, ExecArgs args, int threads,
+                      void* scratchpad = nullptr);
 
 // ---- What the reorders are (kiln dump's reorders.txt) -------------------------------------
 // oneDNN's name of an execution argument ("src", "diff_dst"; "arg N" for

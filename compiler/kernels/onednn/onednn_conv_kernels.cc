@@ -1,6 +1,7 @@
 // The fused convolution and the convolution gradient kernels
 // (onednn_kernels.h), and their Resize: the primitives of the new input dims
 // from the global primitive cache.
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -131,15 +132,20 @@ class ConvGradKernel final : public runtime::Kernel {
     }, why);
   }
   // args: Input, Filter, dY, [dInput,] dFilter[, dBias].
-  void Run(const runtime::BufferView* args) const override {
+  void Run(const runtime::BufferView* args) const override { RunWithScratch(args, nullptr); }
+  // The two passes run one after the other: one scratch serves both.
+  size_t ScratchBytes() const override {
+    return std::max(data_ ? data_->ScratchBytes() : 0, weights_->ScratchBytes());
+  }
+  void RunWithScratch(const runtime::BufferView* args, void* scratch) const override {
     const size_t out = want_dinput_ ? 4 : 3;
     if (data_) {
       const runtime::BufferView bound[3] = {args[1], args[2], args[3]};
-      data_->Run(bound);
+      data_->Run(bound, scratch);
     }
     runtime::BufferView bound[4] = {args[0], args[2], args[out], {}};
     if (want_dbias_) bound[3] = args[out + 1];
-    weights_->Run(bound);
+    weights_->Run(bound, scratch);
   }
   std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override {
     std::vector<onednn::ReorderNote> notes = data_ ? data_->Reorders() : std::vector<onednn::ReorderNote>{};
@@ -167,6 +173,8 @@ class FusedConvKernel final : public runtime::Kernel {
            FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
+  size_t ScratchBytes() const override { return bound_.ScratchBytes(); }
+  void RunWithScratch(const runtime::BufferView* args, void* scratch) const override { bound_.Run(args, scratch); }
   std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override { return bound_.Reorders(); }
   // Input and Output of new N, H, W: the primitive of those dims, Output in
   // the layout it was made for (a reorder when the new primitive prefers

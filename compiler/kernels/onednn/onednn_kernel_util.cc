@@ -69,10 +69,10 @@ std::string BoundEntry::ReorderText() const {
 
 std::vector<onednn::ReorderNote> BoundEntry::Reorders() const { return onednn::EntryReorders(*entry_); }
 
-void BoundEntry::Run(const runtime::BufferView* bound) const {
+void BoundEntry::Run(const runtime::BufferView* bound, void* scratch) const {
   ExecArgs args;
   for (size_t i = 0; i < args_.size(); ++i) args[args_[i].first] = Bind(args_[i].second, bound[i].data);
-  onednn::ExecuteEntry(*entry_, std::move(args));
+  onednn::ExecuteEntry(*entry_, std::move(args), scratch);
 }
 
 std::vector<int> ForwardArgs(const PrimitiveEntry& entry, bool bias) {

@@ -44,7 +44,10 @@ class BoundEntry {
   std::string ReorderText() const;
   // Those reorders as Run does them (runtime::Kernel::Reorders).
   std::vector<onednn::ReorderNote> Reorders() const;
-  void Run(const runtime::BufferView* bound) const;
+  // With `scratch` (ScratchBytes(), runtime::Kernel::ScratchBytes) the
+  // reordered arguments and the scratchpad live there.
+  void Run(const runtime::BufferView* bound, void* scratch = nullptr) const;
+  size_t ScratchBytes() const { return onednn::EntryScratchBytes(*entry_); }
 
  private:
   std::shared_ptr<const onednn::PrimitiveEntry> entry_;

@@ -78,6 +78,8 @@ class FusedMatmulKernel final : public runtime::Kernel {
            (spec_.x_dtype == DataType::kBF16 ? ", X stored in bf16" : "") + FusionSuffix(spec_.bias, spec_.activation);
   }
   void Run(const runtime::BufferView* args) const override { bound_.Run(args); }
+  size_t ScratchBytes() const override { return bound_.ScratchBytes(); }
+  void RunWithScratch(const runtime::BufferView* args, void* scratch) const override { bound_.Run(args, scratch); }
   std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override { return bound_.Reorders(); }
   // The primitive of the new M from the global cache (a lookup for an M
   // seen before), with the same fusion, compute type and operand types.
