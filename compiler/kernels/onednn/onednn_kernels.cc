@@ -175,6 +175,11 @@ class MatmulSgdKernel final : public runtime::Kernel {
   std::vector<onednn::ReorderNote> Reorders(const runtime::BufferView*) const override {
     return onednn::EntryReorders(*entry_);
   }
+  // The scaled operand is the operand it scales, element for element (each
+  // read once, before it is written): it may take that operand's memory
+  // when the operand dies here (the planner checks dtype and size: a bf16
+  // copy never does). On the MLP's classifier that is lr * dY over dY.
+  std::vector<std::pair<int, int>> InplacePairs() const override { return {{scale_x_ ? 0 : 1, keep_old_ ? 1 : 0}}; }
   // The primitive of the new M (X's and dY's rows) from the global cache;
   // the bf16 scaling kernel is generated anew for the new element count.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
