@@ -138,7 +138,7 @@ TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
       }
     }
     std::vector<float> out(n * ch * (h / 2) * (w / 2)), dout(out.size()), dx(blocked.size(), 5.f);
-    std::vector<uint8_t> argmax(out.size(), 0xff);
+    std::vector<uint8_t> argmax(n * cb * (h / 2) * (w / 2) * b, 0xff);
     jit::MaxPool2x2BlockedToPlain(blocked.data(), out.data(), argmax.data(), n, ch, h, w, b);
     for (size_t i = 0; i < dout.size(); ++i) dout[i] = 1.f + static_cast<float>(i) / 3.f;  // not all exact in bf16
     // The gradient reads only the argmax and dOut: X's memory may be reused.

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -25,31 +26,70 @@ inline float MaxKeepNaN(float m, float v) { return m != m ? m : (!(v <= m) ? v :
 // (16 for nChw16c, C for nhwc): the forward's maximum (into m) and the
 // gradient's routing (from m and gv), as the lane loops below compute them;
 // m and gv hold g floats per window.
-__attribute__((target("avx512f"))) void PoolWindowsAvx512(const float* r0, const float* r1, float* m, int64_t n,
-                                                          int64_t g) {
+// g argmax codes (bytes) at `at` from the low g lanes of `code`.
+__attribute__((target("avx512f"))) inline void StoreCodes(uint8_t* at, __m512i code, int64_t g) {
+  const __m128i bytes = _mm512_maskz_cvtepi32_epi8(0xffff, code);  // (the unmasked form warns in GCC 12)
+  if (g == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at), bytes);
+  } else if (g == 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(at), bytes);
+  } else {
+    alignas(16) uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), bytes);
+    std::memcpy(at, tmp, g);
+  }
+}
+
+// g argmax codes (bytes) from `at` into the low g lanes.
+__attribute__((target("avx512f"))) inline __m512i LoadCodes(const uint8_t* at, int64_t g) {
+  if (g == 16) return _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+  if (g == 8) return _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
+  alignas(16) uint8_t tmp[16] = {};
+  std::memcpy(tmp, at, g);
+  return _mm512_maskz_cvtepu8_epi32(0xffff, _mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+}
+
+// ... and each window's argmax code (ArgmaxCode below) into codes, g bytes
+// per window (the channel group's layout).
+__attribute__((target("avx512f"))) void PoolWindowsAvx512(const float* r0, const float* r1, float* m, uint8_t* codes,
+                                                          int64_t n, int64_t g) {
   const __mmask16 k = static_cast<__mmask16>((1u << g) - 1);
+  const __m512 zero = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    __m512 v = _mm512_maskz_loadu_ps(k, r0 + 2 * g * j);
-    for (const float* p : {r0 + 2 * g * j + g, r1 + 2 * g * j, r1 + 2 * g * j + g}) {
-      const __m512 x = _mm512_maskz_loadu_ps(k, p);
+    const __m512 x[4] = {_mm512_maskz_loadu_ps(k, r0 + 2 * g * j), _mm512_maskz_loadu_ps(k, r0 + 2 * g * j + g),
+                         _mm512_maskz_loadu_ps(k, r1 + 2 * g * j), _mm512_maskz_loadu_ps(k, r1 + 2 * g * j + g)};
+    __m512 v = x[0];
+    for (int q = 1; q < 4; ++q) {
       // Take x where it is NaN or greater, unless v is NaN already.
-      const __mmask16 take = _mm512_cmp_ps_mask(x, v, _CMP_NLE_UQ) & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-      v = _mm512_mask_mov_ps(v, take, x);
+      const __mmask16 take = _mm512_cmp_ps_mask(x[q], v, _CMP_NLE_UQ) & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+      v = _mm512_mask_mov_ps(v, take, x[q]);
     }
     _mm512_mask_storeu_ps(m + g * j, k, v);
+    // The first position equal to the maximum (3 when none is), and the
+    // relu bit of the element there.
+    __mmask16 left = 0xffff, relu = 0;
+    __m512i code = _mm512_set1_epi32(3);
+    for (int q = 0; q < 4; ++q) {
+      const __mmask16 at = q < 3 ? static_cast<__mmask16>(_mm512_cmp_ps_mask(x[q], v, _CMP_EQ_OQ) & left) : left;
+      code = _mm512_mask_mov_epi32(code, at, _mm512_set1_epi32(q));
+      relu |= at & _mm512_cmp_ps_mask(x[q], zero, _CMP_GT_OQ);
+      left &= static_cast<__mmask16>(~at);
+    }
+    code = _mm512_mask_or_epi32(code, relu, code, _mm512_set1_epi32(4));
+    StoreCodes(codes + g * j, code, g);
   }
 }
 
 // Routes gv to each window's maximum from its argmax code (pos | 4 when
 // that element is > 0; MaxPool2x2BlockedToPlain), zeros elsewhere, and
 // applies relu's gradient there when `relu`.
-__attribute__((target("avx512f"))) void PoolGradWindowsAvx512(const int32_t* pi, const float* gv, float* d0,
+__attribute__((target("avx512f"))) void PoolGradWindowsAvx512(const uint8_t* codes, const float* gv, float* d0,
                                                               float* d1, int64_t n, int64_t g, bool relu) {
   const __mmask16 k = static_cast<__mmask16>((1u << g) - 1);
   const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t at = 2 * g * j;
-    const __m512i p = _mm512_maskz_loadu_epi32(k, pi + g * j);
+    const __m512i p = LoadCodes(codes + g * j, g);
     const __m512 gg = _mm512_maskz_loadu_ps(k, gv + g * j);
     const __m512i pos = _mm512_and_epi32(p, three);
     const __mmask16 ok = relu ? _mm512_test_epi32_mask(p, four) : static_cast<__mmask16>(0xffff);
@@ -77,8 +117,10 @@ inline uint8_t ArgmaxCode(float a, float b, float c, float d, float mx) {
   return static_cast<uint8_t>(pos | (v > 0.f ? 4 : 0));
 }
 
+// m: kChunk * b floats of scratch; codes: the row's argmax codes, b bytes a
+// window.
 template <int B>
-inline void PoolRow(const float* plane, float* o, uint8_t* am, int64_t lanes, int64_t i, int64_t w, int64_t oh,
+inline void PoolRow(const float* plane, float* o, uint8_t* codes, int64_t lanes, int64_t i, int64_t w, int64_t oh,
                     int64_t ow, int64_t b, float* m) {
   const int64_t bb = B > 0 ? B : b;
   const float* r0 = plane + 2 * i * w * bb;
@@ -86,32 +128,29 @@ inline void PoolRow(const float* plane, float* o, uint8_t* am, int64_t lanes, in
   const bool wide = kAvx512 && bb <= 16;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    if (wide) PoolWindowsAvx512(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, n, bb);
+    if (wide) PoolWindowsAvx512(r0 + 2 * j0 * bb, r1 + 2 * j0 * bb, m, codes + j0 * bb, n, bb);
     for (int64_t j = wide ? n : 0; j < n; ++j) {
       const float* a = r0 + 2 * (j0 + j) * bb;
       const float* c = r1 + 2 * (j0 + j) * bb;
+      uint8_t* code = codes + (j0 + j) * bb;
 #pragma omp simd
       for (int64_t l = 0; l < bb; ++l) {
-        m[j * bb + l] = MaxKeepNaN(MaxKeepNaN(MaxKeepNaN(a[l], a[bb + l]), c[l]), c[bb + l]);
+        const float mx = MaxKeepNaN(MaxKeepNaN(MaxKeepNaN(a[l], a[bb + l]), c[l]), c[bb + l]);
+        m[j * bb + l] = mx;
+        code[l] = ArgmaxCode(a[l], a[bb + l], c[l], c[bb + l], mx);
       }
     }
     for (int64_t l = 0; l < lanes; ++l) {
       float* dst = o + (l * oh + i) * ow + j0;
-      uint8_t* code = am + (l * oh + i) * ow + j0;
-      for (int64_t j = 0; j < n; ++j) {
-        const float mx = m[j * bb + l];
-        const float* a = r0 + 2 * (j0 + j) * bb + l;
-        const float* c = r1 + 2 * (j0 + j) * bb + l;
-        dst[j] = mx;
-        code[j] = ArgmaxCode(a[0], a[bb], c[0], c[bb], mx);
-      }
+      for (int64_t j = 0; j < n; ++j) dst[j] = m[j * bb + l];
     }
   }
 }
 
+// codes: the row's argmax codes, b bytes a window.
 template <int B>
-inline void PoolGradRow(const uint8_t* am, const float* g, float* dplane, int64_t lanes, int64_t i, int64_t w,
-                        int64_t oh, int64_t ow, int64_t b, PoolGradThen then, int32_t* pi, float* gv) {
+inline void PoolGradRow(const uint8_t* codes, const float* g, float* dplane, int64_t lanes, int64_t i, int64_t w,
+                        int64_t oh, int64_t ow, int64_t b, PoolGradThen then, float* gv) {
   const int64_t bb = B > 0 ? B : b;
   const bool relu = then == PoolGradThen::kReluGrad;
   float* d0 = dplane + 2 * i * w * bb;
@@ -119,29 +158,23 @@ inline void PoolGradRow(const uint8_t* am, const float* g, float* dplane, int64_
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
     for (int64_t l = 0; l < lanes; ++l) {
-      const uint8_t* src_a = am + (l * oh + i) * ow + j0;
       const float* src_g = g + (l * oh + i) * ow + j0;
-      for (int64_t j = 0; j < n; ++j) {
-        pi[j * bb + l] = src_a[j];
-        gv[j * bb + l] = src_g[j];
-      }
+      for (int64_t j = 0; j < n; ++j) gv[j * bb + l] = src_g[j];
     }
     // Padded lanes: gradient 0 writes zeros.
     for (int64_t j = 0; j < n; ++j) {
-      for (int64_t l = lanes; l < bb; ++l) {
-        pi[j * bb + l] = 0;
-        gv[j * bb + l] = 0.f;
-      }
+      for (int64_t l = lanes; l < bb; ++l) gv[j * bb + l] = 0.f;
     }
     if (kAvx512 && bb <= 16) {
-      PoolGradWindowsAvx512(pi, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
+      PoolGradWindowsAvx512(codes + j0 * bb, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
       continue;
     }
     for (int64_t j = 0; j < n; ++j) {
       const int64_t at = 2 * (j0 + j) * bb;
+      const uint8_t* code = codes + (j0 + j) * bb;
 #pragma omp simd
       for (int64_t l = 0; l < bb; ++l) {
-        const int32_t p = pi[j * bb + l], pos = p & 3;
+        const int32_t p = code[l], pos = p & 3;
         // relu's gradient where it follows: out > 0 ? dout : 0.
         const float gg = !relu || (p & 4) != 0 ? gv[j * bb + l] : 0.f;
         d0[at + l] = pos == 0 ? gg : 0.f;
@@ -162,7 +195,7 @@ void PoolAll(const float* x, float* out, uint8_t* argmax, int64_t n, int64_t c, 
     std::vector<float> m(kChunk * b);
     for (int64_t i = 0; i < oh; ++i) {
       const int64_t plain = (img * c + blk * b) * oh * ow;
-      PoolRow<B>(x + p * h * w * b, out + plain, argmax + plain, lanes, i, w, oh, ow, b, m.data());
+      PoolRow<B>(x + p * h * w * b, out + plain, argmax + (p * oh + i) * ow * b, lanes, i, w, oh, ow, b, m.data());
     }
   }
 }
@@ -194,16 +227,15 @@ void PoolGradAll(const uint8_t* argmax, const float* dout, T* dx, int64_t n, int
   for (int64_t p = 0; p < n * cb; ++p) {
     const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
     const int64_t plain = (img * c + blk * b) * oh * ow;
-    std::vector<int32_t> pi(kChunk * b);
     std::vector<float> gv(kChunk * b), rows(std::is_same_v<T, float> ? 0 : 2 * w * b);
     for (int64_t i = 0; i < oh; ++i) {
       T* dplane = dx + p * h * w * b;
       if constexpr (std::is_same_v<T, float>) {
-        PoolGradRow<B>(argmax + plain, dout + plain, dplane, lanes, i, w, oh, ow, b, then, pi.data(), gv.data());
+        PoolGradRow<B>(argmax + (p * oh + i) * ow * b, dout + plain, dplane, lanes, i, w, oh, ow, b, then, gv.data());
       } else {
         // The row pair 2i, 2i+1 into rows (as the plane's rows 0 and 1).
-        PoolGradRow<B>(argmax + plain + i * ow, dout + plain + i * ow, rows.data(), lanes, 0, w, oh, ow, b, then,
-                       pi.data(), gv.data());
+        PoolGradRow<B>(argmax + (p * oh + i) * ow * b, dout + plain + i * ow, rows.data(), lanes, 0, w, oh, ow, b,
+                       then, gv.data());
         ToBf16(rows.data(), dplane + 2 * i * w * b, 2 * w * b);
         if (dbias != nullptr) {
           float* part = partial.data() + p * b;

@@ -11,8 +11,9 @@
 namespace kiln::jit {
 
 // out [N, C, H/2, W/2] (plain NCHW): the maximum of each window of x
-// (grouped); NaN when the window holds one, as kiln's pool2d. argmax (plain,
-// a byte per window) gets where the gradient goes: the first element of the
+// (grouped); NaN when the window holds one, as kiln's pool2d. argmax (a byte
+// per window, grouped as x: [N, ceil(C/b), H/2, W/2, b], the padded lanes'
+// codes included) gets where the gradient goes: the first element of the
 // window (row-major, 0..3) equal to its maximum, 3 when none is (a NaN
 // maximum), plus 4 when that element is > 0. The gradient then needs
 // neither x nor out.
@@ -27,7 +28,8 @@ enum class PoolGradThen { kNothing, kReluGrad };
 // each window, dout at the element argmax names and 0 elsewhere (as
 // compiler/kernels/gemv.h's MaxPool2x2Grad does for plain tensors: the first
 // maximum, or the window's last element for a NaN maximum); then `then`.
-// argmax and dout are plain [N, C, H/2, W/2].
+// argmax is grouped (as MaxPool2x2BlockedToPlain writes it), dout plain
+// [N, C, H/2, W/2].
 void MaxPool2x2GradPlainToBlocked(const uint8_t* argmax, const float* dout, float* dx, int64_t n, int64_t c,
                                   int64_t h, int64_t w, int64_t b, PoolGradThen then = PoolGradThen::kNothing);
 // The same with dx stored in bf16 (round to nearest even, as

@@ -131,7 +131,7 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
                                   c.Out(m.gconv, GradVarName("Filter")), m.bias_in_pool_grad ? "" : m.db};
   std::vector<int> grad_ops = {m.pool_grad, m.relu_grad}, gconv_ops = {m.add, m.gconv};
   const Dims yd = c.dims(m.y);
-  const DerivedBuffer argmax = PoolArgmaxOf(m.p);
+  const DerivedBuffer argmax = PoolArgmaxOf(m.p, layout);
   BlockedMaxPoolGradUnit::Operands go{argmax, m.dp, dsb, "", yd};
   if (m.bias_in_pool_grad) {
     grad_ops.push_back(m.add);

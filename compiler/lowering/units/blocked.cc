@@ -43,13 +43,13 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
       : name_(std::move(name)), x_(x_dims), layout_(layout), group_(ActChannelGroup(layout, x_dims[1])) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
-    return std::string("kiln max-pool 2x2/2 from ") + ActLayoutName(layout_) + " into plain NCHW";
+    return std::string("kiln max-pool 2x2/2 from ") + ActLayoutName(layout_) + " into plain NCHW, and its argmax";
   }
   // The loops take N, H and W as arguments: the same kernel for a new X.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
     Dims x;
     std::string bad = PooledXMismatch(x_, layout_, dims, &x);
-    if (bad.empty()) bad = ArgsMismatch(dims, {dims[0], Pooled(x), Pooled(x)});
+    if (bad.empty()) bad = ArgsMismatch(dims, {dims[0], Pooled(x), ActStoredDims(layout_, Pooled(x))});
     if (!bad.empty()) return Refused(name_, bad, why);
     return std::make_shared<BlockedMaxPoolKernel>(name_, x, layout_);
   }
@@ -82,7 +82,7 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
     return "kiln max-pool 2x2/2 gradient" +
            std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") + ", X and dX in " +
            ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
-           (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (first maximum of each window)";
+           (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (routed by the forward's argmax)";
   }
   // The loops take N, H and W as arguments: the same kernel for a new X.
   std::shared_ptr<const runtime::Kernel> Resize(const std::vector<Dims>& dims, std::string* why) const override {
@@ -92,7 +92,7 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
     if (dims.size() > 2) kept_dx = {dims[2]};
     std::string bad = PooledXMismatch(x_, layout_, kept_dx, &x);
     if (bad.empty()) {
-      std::vector<Dims> want = {Pooled(x), Pooled(x), dims[2]};
+      std::vector<Dims> want = {ActStoredDims(layout_, Pooled(x)), Pooled(x), dims[2]};
       if (with_dbias_) want.push_back({x[1]});
       bad = ArgsMismatch(dims, want);
     }
@@ -128,7 +128,8 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
 
 BlockedMaxPoolUnit::BlockedMaxPoolUnit(const std::string& step, int op, Operands operands)
     : Unit(step, {op}, {operands.x.Name()}, {operands.out, operands.argmax.Name()}), o_(std::move(operands)) {
-  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout && o_.argmax.kind == DerivedKind::kPoolArgmax);
+  KILN_CHECK(o_.x.kind == DerivedKind::kKeptLayout && o_.argmax.kind == DerivedKind::kPoolArgmax &&
+             o_.argmax.layout == o_.x.layout);
 }
 
 std::string BlockedMaxPoolUnit::Describe(const Cluster&) const {
@@ -162,7 +163,8 @@ BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vec
     : Unit(step, std::move(ops), {operands.argmax.Name(), operands.dout}, Written(operands)),
       o_(std::move(operands)),
       then_(then) {
-  KILN_CHECK(o_.argmax.kind == DerivedKind::kPoolArgmax && o_.dx.kind == DerivedKind::kKeptLayout);
+  KILN_CHECK(o_.argmax.kind == DerivedKind::kPoolArgmax && o_.dx.kind == DerivedKind::kKeptLayout &&
+             o_.argmax.layout == o_.dx.layout);
 }
 
 std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {

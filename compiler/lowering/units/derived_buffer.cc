@@ -30,7 +30,13 @@ proto::VarDesc DerivedBuffer::Desc(const Cluster& c) const {
     v.clear_dims();
     v.add_dims(BatchNormReluMaskBytes(layout, d));
   }
-  if (kind == DerivedKind::kPoolArgmax) v.set_dtype(proto::BOOL);  // a byte per element, the var's dims
+  if (kind == DerivedKind::kPoolArgmax) {  // a byte per element, grouped as `layout`
+    const Dims d = c.dims(var);
+    KILN_CHECK(d.size() == 4);
+    v.set_dtype(proto::BOOL);
+    v.clear_dims();
+    for (int64_t x : ActStoredDims(layout, d)) v.add_dims(x);
+  }
   if (kind == DerivedKind::kKeptLayout) {
     const Dims d = c.dims(var);
     KILN_CHECK(d.size() == 4 && c.IsF32(var));

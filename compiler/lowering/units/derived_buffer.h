@@ -29,7 +29,8 @@ enum class DerivedKind : uint8_t {
   kReluMask,
   // Where each window of a 2x2 max pooling took its maximum
   // (blocked_layout; compiler/kernels/blocked_pool.h), a byte per element
-  // of the var, the pooled output (dtype bool): "<var>@ARGMAX".
+  // of the var, the pooled output, grouped as the pooled activation is kept
+  // (`layout`'s stored dims; dtype bool): "<var>@ARGMAX".
   kPoolArgmax,
 };
 
@@ -71,8 +72,8 @@ inline DerivedBuffer Bf16CopyOf(std::string var) {
 inline DerivedBuffer ReluMaskOf(std::string var, ActLayout layout) {
   return {std::move(var), DerivedKind::kReluMask, layout, DataType::kBOOL};
 }
-inline DerivedBuffer PoolArgmaxOf(std::string var) {
-  return {std::move(var), DerivedKind::kPoolArgmax, ActLayout::kPlain, DataType::kBOOL};
+inline DerivedBuffer PoolArgmaxOf(std::string var, ActLayout layout) {
+  return {std::move(var), DerivedKind::kPoolArgmax, layout, DataType::kBOOL};
 }
 inline DerivedBuffer KeptLayoutOf(std::string var, ActLayout layout, DataType dtype = DataType::kFP32) {
   return {std::move(var), DerivedKind::kKeptLayout, layout, dtype};
