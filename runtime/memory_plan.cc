@@ -325,7 +325,8 @@ ArenaPeak ArenaPeakOf(const std::vector<Instruction>& instructions, const Buffer
       live.push_back(b);
     }
     if (static_cast<size_t>(i) < plan.scratch_offset.size() && plan.scratch_offset[i] != BufferPlan::kNoScratch) {
-      busy.emplace_back(plan.scratch_offset[i], plan.scratch_offset[i] + AlignUp(instructions[i].kernel->ScratchBytes()));
+      const size_t at = plan.scratch_offset[i];
+      busy.emplace_back(at, at + AlignUp(instructions[i].kernel->ScratchBytes()));
     }
     std::sort(busy.begin(), busy.end());
     size_t used = 0, end = 0;

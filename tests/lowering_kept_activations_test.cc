@@ -97,12 +97,15 @@ LoweringCase TwoLayers(const std::string& name, const Dims& x, int64_t c1, int64
   return c;
 }
 
-// The stats of a ConvBn of prefix p over `ch` channels, as case inputs.
+// The inputs (filter, scale, shift, running statistics) and the outputs (the
+// statistics updated, the gradients) of MakeConvBn(p, ...) with `filter`.
 void AddConvBnInputs(LoweringCase* c, const std::string& p, const Dims& filter) {
   c->inputs.push_back({p + "f", filter});
   for (const char* v : {"scale", "shift", "mean", "var"}) c->inputs.push_back({p + v, {filter[0]}});
-  for (const char* v : {"mean", "var", "scale", "shift"}) c->outputs.push_back((std::string(v) == "mean" || std::string(v) == "var" ? p : "d" + p) + v);
-  c->outputs.push_back("d" + p + "f");
+  for (const char* v : {"mean", "var", "dscale", "dshift", "df"}) {
+    const std::string name = v;
+    c->outputs.push_back(name[0] == 'd' ? "d" + p + name.substr(1) : p + name);
+  }
 }
 
 // A resnet block of `ch` channels on `in` (gradient `din`, which it sums):
@@ -117,7 +120,8 @@ ConvBn ResidualBlock(const std::string& p, const std::string& in, const std::str
   r.fwd.push_back(OpBuilder("relu").In("X", {p + "sum"}).Out("Out", {p + "o"}).Build());
   r.out = p + "o";
   r.dout = "d" + p + "o";
-  r.bwd.push_back(OpBuilder("relu_grad").In("Out", {r.out}).In("Out@GRAD", {r.dout}).Out("X@GRAD", {"d" + p + "sum"}).Build());
+  r.bwd.push_back(
+      OpBuilder("relu_grad").In("Out", {r.out}).In("Out@GRAD", {r.dout}).Out("X@GRAD", {"d" + p + "sum"}).Build());
   r.bwd.push_back(OpBuilder("elementwise_add_grad")
                       .In("Y", {in})
                       .In("Out@GRAD", {"d" + p + "sum"})
@@ -252,7 +256,9 @@ TEST(KeptActivationsTest, ResidualBlocksKeepTheirInputsAndOutputs) {
     // Kept: sr (the stem's), each block's first relu, each block output but
     // the last, and their gradients; a kept sum for each block's input.
     size_t sums = 0;
-    for (size_t at = listing.find(": kept_sum_"); at != std::string::npos; at = listing.find(": kept_sum_", at + 1)) ++sums;
+    for (size_t at = listing.find(": kept_sum_"); at != std::string::npos; at = listing.find(": kept_sum_", at + 1)) {
+      ++sums;
+    }
     EXPECT_EQ(sums, static_cast<size_t>(blocks)) << listing;
     EXPECT_EQ(listing.find("reorders dst to nchw"), std::string::npos) << listing;
     EXPECT_EQ(listing.find("reorders diff_dst from nchw"), std::string::npos) << listing;

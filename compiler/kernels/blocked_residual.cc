@@ -52,11 +52,12 @@ inline int64_t At(bool grouped, int64_t t, int64_t img, int64_t g, int64_t l, in
   return grouped ? (t * hw + k) * b + l : (img * c + g * b + l) * hw + k;
 }
 
-}  // namespace
-
-void ResidualAddRelu(const float* a, const float* s, float* out, int64_t n, int64_t c, int64_t hw, int64_t b,
-                     const ResidualLayouts& grouped) {
-  if (!grouped.s && !grouped.out) return ResidualAddReluBlocked(a, s, out, n, c, hw, b);
+// Calls f(at_grouped, at_plain, padded) for every element (image, channel
+// g * b + l, pixel k) of a grouped [n, c, hw] activation, its offsets in the
+// grouped and the plain layout (padded: lane l past c, no plain element),
+// one (image, group) a task.
+template <class F>
+void ForEachElement(int64_t n, int64_t c, int64_t hw, int64_t b, const F& f) {
   const int64_t groups = (c + b - 1) / b;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n * groups; ++t) {
@@ -64,15 +65,25 @@ void ResidualAddRelu(const float* a, const float* s, float* out, int64_t n, int6
     const int64_t lanes = c - g * b < b ? c - g * b : b;
     for (int64_t k = 0; k < hw; ++k) {
       for (int64_t l = 0; l < b; ++l) {
-        if (l >= lanes) {
-          if (grouped.out) out[At(true, t, img, g, l, k, c, hw, b)] = 0.f;
-          continue;
-        }
-        const float v = a[At(true, t, img, g, l, k, c, hw, b)] + s[At(grouped.s, t, img, g, l, k, c, hw, b)];
-        out[At(grouped.out, t, img, g, l, k, c, hw, b)] = v <= 0.f ? 0.f : v;
+        f(At(true, t, img, g, l, k, c, hw, b), At(false, t, img, g, l, k, c, hw, b), l >= lanes);
       }
     }
   }
+}
+
+}  // namespace
+
+void ResidualAddRelu(const float* a, const float* s, float* out, int64_t n, int64_t c, int64_t hw, int64_t b,
+                     const ResidualLayouts& grouped) {
+  if (!grouped.s && !grouped.out) return ResidualAddReluBlocked(a, s, out, n, c, hw, b);
+  ForEachElement(n, c, hw, b, [&](int64_t kept, int64_t plain, bool padded) {
+    if (padded) {
+      if (grouped.out) out[kept] = 0.f;
+      return;
+    }
+    const float v = a[kept] + s[grouped.s ? kept : plain];
+    out[grouped.out ? kept : plain] = v <= 0.f ? 0.f : v;  // NaN stays NaN
+  });
 }
 
 void ResidualAddReluGrad(const float* out, const float* dout, float* da, float* ds, int64_t n, int64_t c, int64_t hw,
@@ -80,27 +91,16 @@ void ResidualAddReluGrad(const float* out, const float* dout, float* da, float* 
   if (!grouped.out && !grouped.dout && (ds == nullptr || !grouped.ds)) {
     return ResidualAddReluGradBlocked(out, dout, da, ds, n, c, hw, b);
   }
-  const int64_t groups = (c + b - 1) / b;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n * groups; ++t) {
-    const int64_t img = t / groups, g = t % groups;
-    const int64_t lanes = c - g * b < b ? c - g * b : b;
-    for (int64_t k = 0; k < hw; ++k) {
-      for (int64_t l = 0; l < b; ++l) {
-        const int64_t kept = At(true, t, img, g, l, k, c, hw, b);
-        if (l >= lanes) {
-          da[kept] = 0.f;
-          if (ds != nullptr && grouped.ds) ds[kept] = 0.f;
-          continue;
-        }
-        const float d = out[At(grouped.out, t, img, g, l, k, c, hw, b)] > 0.f
-                            ? dout[At(grouped.dout, t, img, g, l, k, c, hw, b)]
-                            : 0.f;
-        da[kept] = d;
-        if (ds != nullptr) ds[At(grouped.ds, t, img, g, l, k, c, hw, b)] = d;
-      }
+  ForEachElement(n, c, hw, b, [&](int64_t kept, int64_t plain, bool padded) {
+    if (padded) {
+      da[kept] = 0.f;
+      if (ds != nullptr && grouped.ds) ds[kept] = 0.f;
+      return;
     }
-  }
+    const float d = out[grouped.out ? kept : plain] > 0.f ? dout[grouped.dout ? kept : plain] : 0.f;
+    da[kept] = d;
+    if (ds != nullptr) ds[grouped.ds ? kept : plain] = d;
+  });
 }
 
 }  // namespace kiln::jit

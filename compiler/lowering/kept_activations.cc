@@ -110,7 +110,8 @@ bool MatchReaders(const Cluster& c, const Units& units, const VarUses& uses, Val
       m->convs.push_back(r);
     } else if (const auto* grad = UnitAt<ConvGradUnit>(units, r)) {
       const ConvGradUnit::Operands& o = grad->operands();
-      if (!IsPlain(o.input, m->v) || grad->spec().compute != ComputeType::kF32 || grad->spec().groups != 1) return false;
+      const FusedConvSpec& s = grad->spec();
+      if (!IsPlain(o.input, m->v) || s.compute != ComputeType::kF32 || s.groups != 1) return false;
       if (!o.dinput.var.empty()) {
         if (!IsPlain(o.dinput, o.dinput.var)) return false;
         m->parts.push_back(o.dinput.var);
@@ -120,9 +121,8 @@ bool MatchReaders(const Cluster& c, const Units& units, const VarUses& uses, Val
       const BlockedResidualUnit::Operands& o = sum->operands();
       if (!IsPlain(o.s, m->v) || o.a.layout != m->layout) return false;
       const std::string& out = o.out.var;
-      const int g = Find<BlockedResidualGradUnit>(units, uses.Readers(o.out.Name()), [&](const BlockedResidualGradUnit& u) {
-        return u.operands().out.var == out;
-      });
+      const int g = Find<BlockedResidualGradUnit>(
+          units, uses.Readers(o.out.Name()), [&](const BlockedResidualGradUnit& u) { return u.operands().out.var == out; });
       if (g < 0 || !Usable(c, units[g].get())) return false;
       const DerivedBuffer& ds = UnitAt<BlockedResidualGradUnit>(units, g)->operands().ds;
       if (!ds.var.empty()) {

@@ -63,8 +63,8 @@ class ResidualKernel final : public runtime::Kernel {
   // alone, read first (compiler/kernels/blocked_residual.cc): Out may take
   // s's memory, ds dOut's, when they die here and are stored alike.
   std::vector<std::pair<int, int>> InplacePairs() const override {
-    if (!grad_) return kept_.s == kept_.out ? std::vector<std::pair<int, int>>{{1, 0}} : std::vector<std::pair<int, int>>{};
-    if (want_ds_ && kept_.ds == kept_.dout) return {{1, 1}};
+    if (!grad_ && kept_.s == kept_.out) return {{1, 0}};
+    if (grad_ && want_ds_ && kept_.ds == kept_.dout) return {{1, 1}};
     return {};
   }
   // args: a (kept), s, Out; or Out, dOut, da (kept)[, ds].
@@ -142,7 +142,8 @@ std::vector<EmittedKernel> BlockedResidualUnit::Emit(EmitContext& ctx) const {
   if (kept.s && kept.out) {  // one flat pass over the kept buffers
     EwProgram p;
     p.Store(0, p.Relu(p.Add(p.Load(0), p.Load(1))));
-    k.kernel = FlatKernel(ctx.cluster(), p, 2, 1, Numel(ActStoredDims(o_.a.layout, o_.dims)), ctx.KernelName("residual"),
+    k.kernel = FlatKernel(ctx.cluster(), p, 2, 1, Numel(ActStoredDims(o_.a.layout, o_.dims)),
+                          ctx.KernelName("residual"),
                           std::string("residual sum + relu of ") + ActLayoutName(o_.a.layout) + " buffers");
   } else {
     k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual"), o_.dims, o_.a.layout, false, false, kept);
