@@ -227,10 +227,11 @@ TEST(KeptActivationsTest, DoesNotFireWhenTheValueLeavesOrHasAnotherReader) {
   const Dims x = {2, 5, 7, 9};
   LoweringCase leaves = TwoLayers("kept_activations_not_fired", x, 20, 17);
   leaves.outputs.push_back("ar");
-  CheckLoweringGolden(leaves);
+  // The golden is an AVX-512 CPU's, where oneDNN writes nChw16c.
+  if (FirstConvOutput(x, 20) == ActLayout::kNChw16c) CheckLoweringGolden(leaves);
   auto obj = CheckLoweringNumerics(leaves, 3e-4, 3e-4);
   EXPECT_FALSE(StepMatched(*obj, "kept_activations")) << obj->lowering;
-  EXPECT_TRUE(StepMatched(*obj, "blocked_batch_norm")) << obj->lowering;
+  EXPECT_EQ(StepMatched(*obj, "blocked_batch_norm"), FirstConvOutput(x, 20) != ActLayout::kPlain) << obj->lowering;
 
   LoweringCase plain = TwoLayers("kept_activations_plain_reader", x, 20, 17);
   plain.ops.insert(plain.ops.begin() + 5, OpBuilder("scale").In("X", {"ar"}).Out("Out", {"ar_scaled"}).Build());
@@ -245,13 +246,13 @@ TEST(KeptActivationsTest, DoesNotFireWhenTheValueLeavesOrHasAnotherReader) {
 TEST(KeptActivationsTest, ResidualBlocksKeepTheirInputsAndOutputs) {
   const Dims x = {2, 5, 6, 7};
   const LoweringCase one = Blocks("kept_activations_residual", x, 20, 1);
-  if (SecondConvInput(x, 20, 20) != ActLayout::kNChw16c || FirstConvOutput(x, 20) != ActLayout::kNChw16c) {
-    GTEST_SKIP() << "the goldens are an AVX-512 CPU's";
-  }
-  CheckLoweringGolden(one);
+  const ActLayout in = SecondConvInput(x, 20, 20), out = FirstConvOutput(x, 20);
+  // The golden is an AVX-512 CPU's, where oneDNN keeps nChw16c.
+  if (in == ActLayout::kNChw16c && out == ActLayout::kNChw16c) CheckLoweringGolden(one);
   for (int blocks : {1, 2, 3}) {
     SCOPED_TRACE(std::to_string(blocks) + " blocks");
     const auto obj = CheckLoweringNumerics(Blocks("kept_activations_blocks", x, 20, blocks), 5e-4, 5e-4, blocks);
+    if (in == ActLayout::kPlain || in != out) continue;  // numerics only: nothing to keep on this CPU
     const std::string listing = obj->Listing();
     // Kept: sr (the stem's), each block's first relu, each block output but
     // the last, and their gradients; a kept sum for each block's input.

@@ -97,8 +97,9 @@ bool MatchBackward(const Cluster& c, const Units& units, const VarUses& uses, Ch
   m->db = c.Out(m->add, GradVarName("Y"));
   m->gconv_u = OnlyReader(c, uses, dz, m->add_u);
   const int g = m->gconv = PendingOfType(c, units, m->gconv_u, "conv2d_grad");
-  if (g < 0 || DerivedBuffer(c.In(g, "Input")) != co.input || c.In(g, "Filter") != co.filter || c.In(g, GradVarName("Output")) != dz ||
-      c.Out(g, GradVarName("Filter")).empty() || c.Attr<int64_t>(g, "groups") != 1) {
+  if (g < 0 || DerivedBuffer(c.In(g, "Input")) != co.input || c.In(g, "Filter") != co.filter ||
+      c.In(g, GradVarName("Output")) != dz || c.Out(g, GradVarName("Filter")).empty() ||
+      c.Attr<int64_t>(g, "groups") != 1) {
     return false;
   }
   for (const char* attr : {"strides", "paddings", "dilations"}) {

@@ -91,10 +91,14 @@ bool MatchWriter(const Cluster& c, const Units& units, const VarUses& uses, int 
 }
 
 // A convolution reading v as its src, in f32 with one group, that oneDNN
-// would run with its src in v's layout by itself.
+// would run with its src in v's layout by itself. A kept dst must be of the
+// same family (blocked or channels-last): the primitive is made in the
+// dst's, and a src of the other would be reordered on every run.
 bool ConvReads(const Cluster& c, const OneDnnConvUnit& conv, const Value& m) {
   const FusedConvSpec& s = conv.spec();
-  return IsPlain(conv.operands().input, m.v) && s.compute == ComputeType::kF32 && s.groups == 1 &&
+  const bool same_family =
+      s.dst_layout == ActLayout::kPlain || (s.dst_layout == ActLayout::kNhwc) == (m.layout == ActLayout::kNhwc);
+  return IsPlain(conv.operands().input, m.v) && s.compute == ComputeType::kF32 && s.groups == 1 && same_family &&
          ConvForwardSrcLayout(s, c.options().OneDnnSettings()) == m.layout;
 }
 

@@ -9,13 +9,14 @@
 namespace kiln::jit {
 namespace {
 
-// Resize's guard of the blocked pooling kernels: X (argument 0) kept in
+// Resize's guard of the blocked pooling kernels: X (dims[0]) kept in
 // `layout` with the channels `made` has, H and W even (2x2 windows, stride
 // 2); "" and X's new [N, C, H, W] in `x`, else what is wrong.
-std::string PooledXMismatch(const Dims& made, ActLayout layout, const std::vector<Dims>& dims, Dims* x) {
+std::string PooledXMismatch(const Dims& made, ActLayout layout, const std::vector<Dims>& dims, Dims* x,
+                            const char* arg = "X") {
   *x = dims.empty() ? Dims{} : KeptLogicalDims(layout, dims[0], made[1]);
   if (x->empty() || Numel(*x) <= 0 || (*x)[2] % 2 != 0 || (*x)[3] % 2 != 0) {
-    return StrCat("X must be an [N, ", made[1], ", H, W] activation in ", ActLayoutName(layout),
+    return StrCat(arg, " must be an [N, ", made[1], ", H, W] activation in ", ActLayoutName(layout),
                   " with H and W even and no zero dim, got ", dims.empty() ? std::string("none") : DimsToString(dims[0]));
   }
   return "";
@@ -90,7 +91,7 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
     // dX (argument 2) is the kept activation.
     std::vector<Dims> kept_dx;
     if (dims.size() > 2) kept_dx = {dims[2]};
-    std::string bad = PooledXMismatch(x_, layout_, kept_dx, &x);
+    std::string bad = PooledXMismatch(x_, layout_, kept_dx, &x, "dX");
     if (bad.empty()) {
       std::vector<Dims> want = {ActStoredDims(layout_, Pooled(x)), Pooled(x), dims[2]};
       if (with_dbias_) want.push_back({x[1]});

@@ -1,6 +1,7 @@
 #include "compiler/lowering/units/blocked_residual.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "compiler/codegen/ew_codegen.h"
@@ -88,19 +89,37 @@ class ResidualKernel final : public runtime::Kernel {
   ResidualLayouts kept_;
 };
 
-// A kernel generated for the cluster's ISA over `numel` elements of kept
-// buffers, read and written alike (their padded lanes follow the program:
-// zero in, zero out): `program` reads inputs, then stores outputs.
+// A kernel generated for the cluster's ISA over kept buffers of one
+// activation ([N,C,H,W] `dims` stored in `layout`), read and written alike
+// (their padded lanes follow the program: zero in, zero out): `program`
+// reads `inputs` of them, then stores `outputs`. It resizes to every
+// argument one activation of C channels stored in `layout`, of new N, H, W.
 std::shared_ptr<const runtime::Kernel> FlatKernel(const Cluster& c, const EwProgram& program, int inputs, int outputs,
-                                                  int64_t numel, const std::string& name, const std::string& what) {
+                                                  ActLayout layout, const Dims& dims, const std::string& name,
+                                                  const std::string& what) {
   const Isa isa = c.options().isa;
-  const EwLayout layout = CollapseLayout({numel}, std::vector<Dims>(inputs, Dims{numel}),
-                                         std::vector<Dims>(outputs, Dims{numel}));
-  auto kernel = std::make_shared<FusedElementwiseKernel>(name, program, layout, isa);
+  const int64_t numel = Numel(ActStoredDims(layout, dims)), channels = dims[1];
+  const EwLayout flat = CollapseLayout({numel}, std::vector<Dims>(inputs, Dims{numel}),
+                                       std::vector<Dims>(outputs, Dims{numel}));
+  auto kernel = std::make_shared<FusedElementwiseKernel>(name, program, flat, isa);
   kernel->Create();
+  const EwLayoutOf elements = FlatLayoutOf(std::vector<bool>(inputs, false));
+  EwLayoutOf guarded = [=](const std::vector<Dims>& args, std::string* why) -> std::optional<EwLayout> {
+    for (size_t k = 0; k < args.size(); ++k) {
+      const Dims x = KeptLogicalDims(layout, args[k], channels);
+      if (x.empty() || Numel(x) <= 0 || args[k] != args[0]) {
+        if (why != nullptr) {
+          *why = StrCat("arg ", k, " ", DimsToString(args[k]), " must be an [N, ", channels, ", H, W] activation in ",
+                        ActLayoutName(layout), " without a zero dim, as every other argument");
+        }
+        return std::nullopt;
+      }
+    }
+    return elements(args, why);
+  };
   return MakeEwRuntimeKernel(kernel, std::string("generated ") + IsaName(isa) + " kernel, " + what + " over " +
                                          kernel->layout().ToString(),
-                             FlatLayoutOf(std::vector<bool>(inputs, false)));
+                             std::move(guarded));
 }
 
 std::set<std::string> Names(const std::vector<DerivedBuffer>& bufs) {
@@ -142,8 +161,7 @@ std::vector<EmittedKernel> BlockedResidualUnit::Emit(EmitContext& ctx) const {
   if (kept.s && kept.out) {  // one flat pass over the kept buffers
     EwProgram p;
     p.Store(0, p.Relu(p.Add(p.Load(0), p.Load(1))));
-    k.kernel = FlatKernel(ctx.cluster(), p, 2, 1, Numel(ActStoredDims(o_.a.layout, o_.dims)),
-                          ctx.KernelName("residual"),
+    k.kernel = FlatKernel(ctx.cluster(), p, 2, 1, o_.a.layout, o_.dims, ctx.KernelName("residual"),
                           std::string("residual sum + relu of ") + ActLayoutName(o_.a.layout) + " buffers");
   } else {
     k.kernel = std::make_shared<ResidualKernel>(ctx.KernelName("residual"), o_.dims, o_.a.layout, false, false, kept);
@@ -178,7 +196,7 @@ std::vector<EmittedKernel> BlockedResidualGradUnit::Emit(EmitContext& ctx) const
     const EwValue d = p.SelectGtZero(p.Load(0), p.Load(1));
     p.Store(0, d);
     if (want_ds) p.Store(1, d);
-    k.kernel = FlatKernel(ctx.cluster(), p, 2, want_ds ? 2 : 1, Numel(ActStoredDims(o_.da.layout, o_.dims)),
+    k.kernel = FlatKernel(ctx.cluster(), p, 2, want_ds ? 2 : 1, o_.da.layout, o_.dims,
                           ctx.KernelName("residual_grad"),
                           std::string("relu and residual-sum gradient of ") + ActLayoutName(o_.da.layout) + " buffers");
   } else {
@@ -214,7 +232,7 @@ std::vector<EmittedKernel> KeptSumUnit::Emit(EmitContext& ctx) const {
   EwValue sum = p.Load(0);
   for (int i = 1; i < count; ++i) sum = p.Add(sum, p.Load(i));
   p.Store(0, sum);
-  k.kernel = FlatKernel(ctx.cluster(), p, count, 1, Numel(ActStoredDims(o_.out.layout, o_.dims)),
+  k.kernel = FlatKernel(ctx.cluster(), p, count, 1, o_.out.layout, o_.dims,
                         ctx.KernelName("kept_sum"), std::string("sum of ") + ActLayoutName(o_.out.layout) + " buffers");
   for (const DerivedBuffer& x : o_.x) k.args.push_back(x.Name());
   k.num_inputs = count;
