@@ -272,6 +272,38 @@ TEST(OneDnnJitKernelsTest, PerRunBuffersComeFromTheCachingAllocator) {
   EXPECT_EQ(allocations_of(*matmul, {&a, &bw, &out}), wants_scratch ? 1 : 0) << matmul->Describe();
 }
 
+// Given the scratch it declares (Kernel::ScratchBytes, planned in the arena),
+// a kernel takes nothing from the allocator, stays inside it (a canary after
+// it is untouched) and computes what Run computes.
+TEST(OneDnnJitKernelsTest, ScratchHoldsEveryPerRunBuffer) {
+  std::mt19937 rng(17);
+  const ConvCase cc{{2, 8, 10, 10}, {16, 8, 3, 3}, 1, 1, 1, 1, true, MatmulActivation::kRelu};
+  Buf x = Random(cc.input, rng), f = Random(cc.filter, rng), b = Random({16}, rng), dy = Random({2, 16, 10, 10}, rng);
+  Buf y = Zeros({2, 16, 10, 10}), dx = Zeros(cc.input), df = Zeros(cc.filter), db = Zeros({16});
+  const auto conv = MakeFusedConvKernel(SpecOf(cc), onednn::Settings{}, "conv_0");
+  const auto grad = MakeConvGradKernel(SpecOf(cc), true, true, onednn::Settings{}, "conv_grad_0");
+  for (const auto& [kernel, args] : std::vector<std::pair<const runtime::Kernel*, std::vector<Buf*>>>{
+           {conv.get(), {&x, &f, &b, &y}}, {grad.get(), {&x, &f, &dy, &dx, &df, &db}}}) {
+    SCOPED_TRACE(kernel->Describe());
+    const size_t bytes = kernel->ScratchBytes();
+    EXPECT_GT(bytes, 0u);  // these shapes reorder their activations
+    RunKernel(*kernel, args);
+    std::vector<std::vector<float>> want;
+    for (Buf* a : args) want.push_back(a->data);
+    constexpr size_t kCanary = 4096;
+    Allocation scratch(bytes + kCanary);
+    auto* raw = static_cast<uint8_t*>(scratch.ptr());
+    std::fill(raw + bytes, raw + bytes + kCanary, uint8_t{0x5a});
+    std::vector<runtime::BufferView> views;
+    for (Buf* a : args) views.push_back({a->data.data(), DataType::kFP32, &a->dims});
+    const AllocatorStats before = CachingAllocator::Global().stats();
+    kernel->RunWithScratch(views.data(), raw);
+    EXPECT_EQ(CachingAllocator::Global().stats().allocations, before.allocations);
+    EXPECT_TRUE(std::all_of(raw + bytes, raw + bytes + kCanary, [](uint8_t v) { return v == 0x5a; }));
+    for (size_t i = 0; i < args.size(); ++i) EXPECT_EQ(args[i]->data, want[i]) << "argument " << i;
+  }
+}
+
 // One kernel (one cached primitive with its reorders) run by 4 threads at
 // once on their own buffers gives each the single-threaded result.
 TEST(OneDnnJitKernelsTest, FourThreadsRunOneKernelConcurrently) {
