@@ -136,24 +136,29 @@ ConvBn ResidualBlock(const std::string& p, const std::string& in, const std::str
 
 // A stem conv + batch norm + relu on x [n, c0, h, w] to `ch` channels,
 // then `blocks` residual blocks of `ch` channels; the last block's output
-// leaves, with its gradient given.
-LoweringCase Blocks(const std::string& name, const Dims& x, int64_t ch, int blocks) {
+// leaves, with its gradient given. Without the stem the first block reads
+// x itself (c0 = ch), a cluster input, and x's gradient leaves.
+LoweringCase Blocks(const std::string& name, const Dims& x, int64_t ch, int blocks, bool with_stem = true) {
   const ConvBn stem = MakeConvBn("s", "x", "", true);
   std::vector<ConvBn> bs;
-  std::string in = stem.out;
+  std::string in = with_stem ? stem.out : "x";
   for (int i = 0; i < blocks; ++i) {
     bs.push_back(ResidualBlock("k" + std::to_string(i), in, "d" + in));
     in = bs.back().out;
   }
   LoweringCase c;
   c.name = name;
-  c.ops = stem.fwd;
+  if (with_stem) c.ops = stem.fwd;
   for (const ConvBn& b : bs) c.ops.insert(c.ops.end(), b.fwd.begin(), b.fwd.end());
   for (auto b = bs.rbegin(); b != bs.rend(); ++b) c.ops.insert(c.ops.end(), b->bwd.begin(), b->bwd.end());
-  c.ops.insert(c.ops.end(), stem.bwd.begin(), stem.bwd.end());
+  if (with_stem) c.ops.insert(c.ops.end(), stem.bwd.begin(), stem.bwd.end());
   c.inputs = {{"x", x}};
   c.outputs = {in};
-  AddConvBnInputs(&c, "s", {ch, x[1], 3, 3});
+  if (with_stem) {
+    AddConvBnInputs(&c, "s", {ch, x[1], 3, 3});
+  } else {
+    c.outputs.push_back("dx");
+  }
   for (int i = 0; i < blocks; ++i) {
     for (const char* half : {"a", "b"}) AddConvBnInputs(&c, "k" + std::to_string(i) + half, {ch, ch, 3, 3});
   }
@@ -271,6 +276,20 @@ TEST(KeptActivationsTest, ResidualBlocksKeepTheirInputsAndOutputs) {
     EXPECT_NE(listing.rfind("(%", src), std::string::npos);
     EXPECT_NE(listing.substr(listing.rfind('\n', src) + 1, 40).find(":x,"), std::string::npos) << listing;
   }
+}
+
+// A first block whose input is a cluster input: its sum reads the shortcut
+// plain and writes its output kept (the next block reads it), and its
+// gradient writes the shortcut's gradient plain from a kept dOut.
+TEST(KeptActivationsTest, AShortcutFromOutsideStaysPlainBesideKeptOutputs) {
+  const Dims x = {2, 20, 6, 7};
+  const auto obj = CheckLoweringNumerics(Blocks("kept_activations_outside", x, 20, 2, false), 5e-4, 5e-4, 3);
+  const ActLayout in = SecondConvInput(x, 20, 20), out = FirstConvOutput({2, 20, 6, 7}, 20);
+  if (in == ActLayout::kPlain || in != out) return;  // numerics only: nothing to keep on this CPU
+  const std::string listing = obj->Listing();
+  EXPECT_NE(listing.find(std::string("the shortcut plain, writing in ") + ActLayoutName(in)), std::string::npos)
+      << listing;
+  EXPECT_NE(listing.find("the shortcut's written plain"), std::string::npos) << listing;
 }
 
 TEST(KeptActivationsTest, KernelsResizeToOtherBatchesAndImageSizes) {
