@@ -62,6 +62,42 @@ LoweringCase ConvBnChain(const std::string& name, Dims x, Dims f, int64_t stride
   return c;
 }
 
+// Every argument `from` of `op` renamed `to`.
+void Rename(proto::OpDesc* op, const std::string& from, const std::string& to) {
+  for (auto* vars : {op->mutable_inputs(), op->mutable_outputs()}) {
+    for (auto& var : *vars) {
+      for (auto& arg : *var.mutable_args()) {
+        if (arg == from) arg = to;
+      }
+    }
+  }
+}
+
+// ConvBnChain with a [C_out] bias added after the conv (conv_epilogue's
+// conv + bias): elementwise_add(conv, b) -> sum is what the batch norm
+// reads, and elementwise_add_grad(dsum) -> dconv, db before conv2d_grad.
+LoweringCase BiasConvBnChain(const std::string& name, Dims x, Dims f, bool relu) {
+  LoweringCase c = ConvBnChain(name, x, f, 1, 1, relu);
+  for (proto::OpDesc& op : c.ops) {
+    if (op.type() != "batch_norm" && op.type() != "batch_norm_grad") continue;
+    Rename(&op, "conv", "sum");
+    Rename(&op, "dconv", "dsum");
+  }
+  c.ops.insert(c.ops.begin() + 1,
+               OpBuilder("elementwise_add").In("X", {"conv"}).In("Y", {"b"}).Out("Out", {"sum"}).Attr("axis", int64_t{1})
+                   .Build());
+  c.ops.insert(c.ops.end() - 1, OpBuilder("elementwise_add_grad")
+                                    .In("Y", {"b"})
+                                    .In("Out@GRAD", {"dsum"})
+                                    .Out("X@GRAD", {"dconv"})
+                                    .Out("Y@GRAD", {"db"})
+                                    .Attr("axis", int64_t{1})
+                                    .Build());
+  c.inputs.insert(c.inputs.begin() + 2, {"b", {f[0]}});
+  c.outputs.push_back("db");
+  return c;
+}
+
 // The chain without relu whose z is a resnet block's residual sum:
 // o = relu(z + sc) (z as the add's X, or as its Y when `z_second`), and its
 // backward from do: relu_grad, elementwise_add_grad (dz and dsc).
@@ -131,6 +167,24 @@ TEST(BlockedBatchNormTest, ConvBatchNormReluAndTheirGradientsStayBlocked) {
   // The golden is an AVX-512 CPU's, where oneDNN writes nChw16c.
   if (ConvLayout(x, f, 1, 1) == ActLayout::kNChw16c) CheckLoweringGolden(c);
   CheckChain(x, f, 1, 1, true, 1);
+}
+
+// A conv with a bias (conv_epilogue's unit) keeps its output blocked for
+// the batch norm as well; its weights pass sums the bias gradient.
+TEST(BlockedBatchNormTest, AConvWithABiasKeepsItsOutputBlockedToo) {
+  for (bool relu : {true, false}) {
+    const Dims x = {2, 3, 9, 7}, f = {13, 3, 3, 3};
+    const LoweringCase c = BiasConvBnChain("blocked_batch_norm_bias", x, f, relu);
+    SCOPED_TRACE(relu ? "relu" : "no relu");
+    if (relu && ConvLayout(x, f, 1, 1) == ActLayout::kNChw16c) CheckLoweringGolden(c);
+    const auto obj = CheckLoweringNumerics(c, 2e-4, 2e-4, 5);
+    const bool fires = ConvLayout(x, f, 1, 1) != ActLayout::kPlain;
+    EXPECT_EQ(StepMatched(*obj, "blocked_batch_norm"), fires) << obj->lowering;
+    if (!fires) continue;
+    const std::string listing = obj->Listing();
+    EXPECT_NE(listing.find("weights and bias"), std::string::npos) << listing;
+    EXPECT_EQ(listing.find("elementwise_add_grad"), std::string::npos) << listing;
+  }
 }
 
 // oneDNN's jit batch norm keeps the fused relu's mask as a bit an element

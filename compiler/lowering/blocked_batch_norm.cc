@@ -40,15 +40,46 @@ struct Chain {
   std::string y, dy, z, dz;    // conv out, its gradient; bn Y and its gradient
   std::string r, dr;           // relu's Out and dOut (fused relu)
   FusedConvSpec spec;
+  // A conv with a bias (conv_epilogue's unit: conv2d + elementwise_add):
+  // its ops, the bias, and the bias gradient's elementwise_add_grad, whose
+  // sum the conv gradient's weights pass takes over.
+  std::vector<int> conv_ops;
+  std::string bias, dbias;
+  int addg_u = -1, addg = -1;
 };
 
-// conv2d (no bias, f32, 4-D) writing y, read by exactly batch_norm and
-// batch_norm_grad.
+// conv_epilogue's conv2d + bias (no activation, f32, plain dst): its conv2d
+// op in *i, its output in y; -1 otherwise.
+int BiasedConv(const Cluster& c, const Units& units, int u, Chain* m) {
+  const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
+  if (conv == nullptr || !conv->spec().bias || conv->spec().activation != MatmulActivation::kNone ||
+      conv->spec().dst_layout != ActLayout::kPlain || conv->spec().src_layout != ActLayout::kPlain ||
+      conv->operands().out.derived() || conv->operands().input.derived() || conv->ops().size() != 2) {
+    return -1;
+  }
+  for (int op : conv->ops()) {
+    if (c.Excluded(kStep, op)) return -1;
+  }
+  const int i = conv->ops().front();
+  if (c.type(i) != "conv2d" || c.In(i, "Input") != conv->operands().input.var) return -1;
+  m->conv_ops = conv->ops();
+  m->bias = conv->operands().bias;
+  m->y = conv->operands().out.var;
+  return i;
+}
+
+// conv2d (f32, 4-D; a pending op, or with its bias as conv_epilogue's unit)
+// writing y, read by exactly batch_norm and batch_norm_grad.
 bool MatchConv(const Cluster& c, const Units& units, const VarUses& uses, int u, Chain* m) {
-  const int i = m->conv = PendingOfType(c, units, u, "conv2d");
+  int i = m->conv = PendingOfType(c, units, u, "conv2d");
+  if (i >= 0) {
+    m->y = c.Out(i, "Output");
+    m->conv_ops = {i};
+  } else {
+    i = m->conv = BiasedConv(c, units, u, m);
+  }
   if (i < 0) return false;
   const std::string in = c.In(i, "Input"), filter = c.In(i, "Filter");
-  m->y = c.Out(i, "Output");
   if (in.empty() || filter.empty() || m->y.empty() || !c.IsF32(in) || !c.IsF32(filter) || !c.IsF32(m->y)) return false;
   FusedConvSpec& s = m->spec;
   s.input_dims = c.dims(in);
@@ -58,6 +89,7 @@ bool MatchConv(const Cluster& c, const Units& units, const VarUses& uses, int u,
   s.paddings = c.Attr<std::vector<int64_t>>(i, "paddings");
   s.dilations = c.Attr<std::vector<int64_t>>(i, "dilations");
   s.compute = c.options().amp_compute;
+  s.bias = !m->bias.empty();
   m->conv_u = u;
   if (c.IsOutput(m->y) || uses.Writers(m->y) != std::vector<int>{u}) return false;
   const std::vector<int>& readers = uses.Readers(m->y);
@@ -89,16 +121,31 @@ bool MatchNormAndGrad(const Cluster& c, const Units& units, const VarUses& uses,
   m->dy = c.Out(g, GradVarName("X"));
   if (m->dz.empty() || !c.IsF32(m->dz)) return false;
   m->gconv_u = OnlyReader(c, uses, m->dy, m->bng_u);
+  std::string dconv = m->dy;  // what conv2d_grad reads: dy, or the bias gradient's X@GRAD
+  if (!m->bias.empty()) {
+    m->addg_u = m->gconv_u;
+    const int a = m->addg = PendingOfType(c, units, m->addg_u, "elementwise_add_grad");
+    if (a < 0 || c.In(a, GradVarName("Out")) != m->dy || c.In(a, "Y") != m->bias || c.Attr<int64_t>(a, "axis") != 1) {
+      return false;
+    }
+    dconv = c.Out(a, GradVarName("X"));
+    m->dbias = c.Out(a, GradVarName("Y"));
+    m->gconv_u = OnlyReader(c, uses, dconv, m->addg_u);
+  }
   const int gc = m->gconv = PendingOfType(c, units, m->gconv_u, "conv2d_grad");
   if (gc < 0 || c.In(gc, "Input") != c.In(m->conv, "Input") || c.In(gc, "Filter") != c.In(m->conv, "Filter") ||
-      c.In(gc, GradVarName("Output")) != m->dy || c.Out(gc, GradVarName("Filter")).empty() ||
+      c.In(gc, GradVarName("Output")) != dconv || c.Out(gc, GradVarName("Filter")).empty() ||
       c.Attr<int64_t>(gc, "groups") != 1) {
     return false;
   }
   for (const char* attr : {"strides", "paddings", "dilations"}) {
     if (c.Attr<std::vector<int64_t>>(gc, attr) != c.Attr<std::vector<int64_t>>(m->conv, attr)) return false;
   }
-  return true;
+  // The bias gradient moves down to the conv gradient (its weights pass).
+  std::set<std::string> bias_writes = {dconv};
+  if (!m->dbias.empty()) bias_writes.insert(m->dbias);
+  return m->bias.empty() ||
+         NothingBetweenTouches(units, m->addg_u, m->gconv_u, {m->dy}, bias_writes, {m->addg_u, m->gconv_u});
 }
 
 // The relu_grad that alone writes `dx`, read by unit `reader` alone, from
@@ -219,23 +266,30 @@ void Apply(const Cluster& c, Units& units, const Chain& m, bool fuse_relu, bool 
                                              dyin, mask, dyb, c.Out(g, GradVarName("Scale")),
                                              c.Out(g, GradVarName("Bias"))};
   const ConvGradUnit::Operands ga{in, filter, dyb, c.Out(m.gconv, GradVarName("Input")),
-                                  c.Out(m.gconv, GradVarName("Filter")), ""};
+                                  c.Out(m.gconv, GradVarName("Filter")), m.dbias};
   std::vector<int> fwd_ops = {b}, bwd_ops = {g};
   if (fuse_relu) {
     fwd_ops.push_back(m.relu);
     bwd_ops.insert(bwd_ops.begin(), m.relug);
     if (bwd_ops[0] > bwd_ops[1]) std::swap(bwd_ops[0], bwd_ops[1]);
   }
-  units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, std::vector<int>{m.conv}, spec,
-                                                     OneDnnConvUnit::Operands{in, filter, "", yb});
+  units[m.conv_u] = std::make_unique<OneDnnConvUnit>(kStep, m.conv_ops, spec,
+                                                     OneDnnConvUnit::Operands{in, filter, m.bias, yb});
   units[m.bn_u] = std::make_unique<OneDnnBatchNormUnit>(kStep, fwd_ops, bs, fo);
   units[m.bng_u] = std::make_unique<OneDnnBatchNormGradUnit>(kStep, bwd_ops, bs, go);
-  units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, std::vector<int>{m.gconv}, spec, ga);
+  std::vector<int> gconv_ops = {m.gconv};
+  if (m.addg >= 0) {
+    gconv_ops.insert(gconv_ops.begin(), m.addg);
+    units[m.addg_u].reset();
+  }
+  units[m.gconv_u] = std::make_unique<ConvGradUnit>(kStep, gconv_ops, spec, ga);
   if (fuse_relu) {
     units[m.relu_u].reset();
     units[m.relug_u].reset();
   }
-  std::vector<int> all = {m.conv, b, g, m.gconv};
+  std::vector<int> all = m.conv_ops;
+  all.insert(all.end(), {b, g, m.gconv});
+  if (m.addg >= 0) all.push_back(m.addg);
   if (fuse_relu) all.insert(all.end(), {m.relu, m.relug});
   std::sort(all.begin(), all.end());
   trace.Match(OpList(c, all) + " -> " + m.y + " and " + m.dy + " kept in " + ActLayoutName(layout) +

@@ -1,5 +1,7 @@
-// Lowering step: a convolution without bias whose output is batch-normalised
-// (training) keeps that output, and the gradient flowing back into the
+// Lowering step: a convolution (without bias, or with the bias
+// conv_epilogue fused; its elementwise_add_grad then moves into the conv
+// gradient's weights pass) whose output is batch-normalised (training)
+// keeps that output, and the gradient flowing back into the
 // convolution, in the layout its oneDNN primitive writes
 // (framework/act_layout.h: nChw16c, nChw8c or nhwc), and runs the batch
 // norm and its gradient as oneDNN primitives in that layout; a relu that is
