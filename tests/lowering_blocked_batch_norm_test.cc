@@ -86,13 +86,7 @@ LoweringCase BiasConvBnChain(const std::string& name, Dims x, Dims f, bool relu)
   c.ops.insert(c.ops.begin() + 1,
                OpBuilder("elementwise_add").In("X", {"conv"}).In("Y", {"b"}).Out("Out", {"sum"}).Attr("axis", int64_t{1})
                    .Build());
-  c.ops.insert(c.ops.end() - 1, OpBuilder("elementwise_add_grad")
-                                    .In("Y", {"b"})
-                                    .In("Out@GRAD", {"dsum"})
-                                    .Out("X@GRAD", {"dconv"})
-                                    .Out("Y@GRAD", {"db"})
-                                    .Attr("axis", int64_t{1})
-                                    .Build());
+  c.ops.insert(c.ops.end() - 1, BiasAddGradOp());
   c.inputs.insert(c.inputs.begin() + 2, {"b", {f[0]}});
   c.outputs.push_back("db");
   return c;

@@ -36,13 +36,7 @@ LoweringCase ConvPoolChain(const std::string& name, Dims x, Dims f, bool want_dx
                       .Attr("strides", window)
                       .Build());
   c.ops.push_back(OpBuilder("relu_grad").In("Out", {"act"}).In("Out@GRAD", {"dact"}).Out("X@GRAD", {"dsum"}).Build());
-  c.ops.push_back(OpBuilder("elementwise_add_grad")
-                      .In("Y", {"b"})
-                      .In("Out@GRAD", {"dsum"})
-                      .Out("X@GRAD", {"dconv"})
-                      .Out("Y@GRAD", {"db"})
-                      .Attr("axis", int64_t{1})
-                      .Build());
+  c.ops.push_back(BiasAddGradOp());
   OpBuilder g("conv2d_grad");
   g.In("Input", {"x"}).In("Filter", {"f"}).In("Output@GRAD", {"dconv"}).Out("Filter@GRAD", {"df"});
   g.Out("Input@GRAD", {want_dx ? "dx" : kEmptyVarName});

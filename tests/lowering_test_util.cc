@@ -243,6 +243,16 @@ proto::OpDesc ConvGradOp(const std::string& dconv, int64_t stride, int64_t pad) 
       .Build();
 }
 
+proto::OpDesc BiasAddGradOp() {
+  return OpBuilder("elementwise_add_grad")
+      .In("Y", {"b"})
+      .In("Out@GRAD", {"dsum"})
+      .Out("X@GRAD", {"dconv"})
+      .Out("Y@GRAD", {"db"})
+      .Attr("axis", int64_t{1})
+      .Build();
+}
+
 LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx) {
   LoweringCase c;
   c.name = name;

@@ -88,6 +88,10 @@ LoweringCase ReluMatmulBiasGrad(const std::string& name, int64_t batch);
 // group) from the gradient `dconv`, writing dx and df.
 proto::OpDesc ConvGradOp(const std::string& dconv, int64_t stride, int64_t pad);
 
+// elementwise_add_grad of ConvBiasAct's bias add (b at axis 1) from dsum:
+// dconv and the bias gradient db.
+proto::OpDesc BiasAddGradOp();
+
 // matmul_grad of x[m,k] and w[k,n] with dY [m,n] (dX wanted or not), whose
 // weight gradient dw feeds sgd(w, lr): the weight-gradient fold's pattern.
 LoweringCase GradAndSgd(const std::string& name, int64_t m, int64_t k, int64_t n, bool want_dx);
