@@ -66,13 +66,6 @@ namespace {
 
 constexpr const char* kStep = kBatchOneStep;
 
-bool Excluded(const Cluster& c, const Unit& u) {
-  for (int op : u.ops()) {
-    if (c.Excluded(kStep, op)) return true;
-  }
-  return false;
-}
-
 // A one-row matmul without transposes, alpha or GELU.
 std::unique_ptr<Unit> ForwardGemv(const OneDnnMatmulUnit& m) {
   const FusedMatmulSpec& s = m.spec();
@@ -103,7 +96,7 @@ Units UseGemvAtBatchOne(const Cluster& c, Units units, StepTrace& trace) {
   // stay oneDNN bf16 products, as they are with the JIT off.
   if (c.options().amp_compute != ComputeType::kF32) return units;
   for (size_t u = 0; u < units.size(); ++u) {
-    if (!units[u] || Excluded(c, *units[u])) continue;
+    if (!units[u] || AnyOpExcluded(c, kStep, *units[u])) continue;
     std::unique_ptr<Unit> gemv;
     if (const auto* m = dynamic_cast<const OneDnnMatmulUnit*>(units[u].get())) {
       gemv = ForwardGemv(*m);

@@ -54,11 +54,9 @@ int BiasedConv(const Cluster& c, const Units& units, int u, Chain* m) {
   const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
   if (conv == nullptr || !conv->spec().bias || conv->spec().activation != MatmulActivation::kNone ||
       conv->spec().dst_layout != ActLayout::kPlain || conv->spec().src_layout != ActLayout::kPlain ||
-      conv->operands().out.derived() || conv->operands().input.derived() || conv->ops().size() != 2) {
+      conv->operands().out.derived() || conv->operands().input.derived() || conv->ops().size() != 2 ||
+      AnyOpExcluded(c, kStep, *conv)) {
     return -1;
-  }
-  for (int op : conv->ops()) {
-    if (c.Excluded(kStep, op)) return -1;
   }
   const int i = conv->ops().front();
   if (c.type(i) != "conv2d" || c.In(i, "Input") != conv->operands().input.var) return -1;

@@ -44,10 +44,7 @@ struct Chain {
 // y's three readers (the pooling, its gradient and relu's gradient).
 bool MatchForward(const Cluster& c, const Units& units, const VarUses& uses, int u, Chain* m) {
   const auto* conv = dynamic_cast<const OneDnnConvUnit*>(units[u].get());
-  if (conv == nullptr || conv->ops().size() != 3) return false;
-  for (int op : conv->ops()) {
-    if (c.Excluded(kStep, op)) return false;
-  }
+  if (conv == nullptr || conv->ops().size() != 3 || AnyOpExcluded(c, kStep, *conv)) return false;
   const FusedConvSpec& spec = conv->spec();
   if (spec.dst_layout != ActLayout::kPlain || !spec.bias || spec.activation != MatmulActivation::kRelu ||
       spec.groups != 1) {

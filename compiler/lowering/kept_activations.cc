@@ -22,10 +22,7 @@ const U* UnitAt(const Units& units, int u) {
   return u < 0 ? nullptr : dynamic_cast<const U*>(units[u].get());
 }
 
-bool Usable(const Cluster& c, const Unit* unit) {
-  return unit != nullptr &&
-         std::none_of(unit->ops().begin(), unit->ops().end(), [&](int op) { return c.Excluded(kStep, op); });
-}
+bool Usable(const Cluster& c, const Unit* unit) { return unit != nullptr && !AnyOpExcluded(c, kStep, *unit); }
 
 bool IsPlain(const DerivedBuffer& b, const std::string& var) { return !var.empty() && b == DerivedBuffer(var); }
 
@@ -63,11 +60,9 @@ bool MatchWriter(const Cluster& c, const Units& units, const VarUses& uses, int 
       return g.operands().x == x && g.operands().mask == bn->operands().mask && g.spec().layout == m->layout;
     });
     if (m->grad < 0) return false;
-    m->dv = UnitAt<OneDnnBatchNormGradUnit>(units, m->grad)->operands().dy.var;
-    if (!IsPlain(bn->operands().y, m->v) ||
-        !IsPlain(UnitAt<OneDnnBatchNormGradUnit>(units, m->grad)->operands().dy, m->dv)) {
-      return false;
-    }
+    const DerivedBuffer& dy = UnitAt<OneDnnBatchNormGradUnit>(units, m->grad)->operands().dy;
+    m->dv = dy.var;
+    if (!IsPlain(bn->operands().y, m->v) || !IsPlain(dy, m->dv)) return false;
   } else if (const auto* sum = UnitAt<BlockedResidualUnit>(units, u)) {
     m->v = sum->operands().out.var;
     m->layout = sum->operands().a.layout;
@@ -76,8 +71,9 @@ bool MatchWriter(const Cluster& c, const Units& units, const VarUses& uses, int 
       return IsPlain(g.operands().out, m->v);
     });
     if (m->grad < 0) return false;
-    m->dv = UnitAt<BlockedResidualGradUnit>(units, m->grad)->operands().dout.var;
-    if (!IsPlain(UnitAt<BlockedResidualGradUnit>(units, m->grad)->operands().dout, m->dv)) return false;
+    const DerivedBuffer& dout = UnitAt<BlockedResidualGradUnit>(units, m->grad)->operands().dout;
+    m->dv = dout.var;
+    if (!IsPlain(dout, m->dv)) return false;
   } else {
     return false;
   }
@@ -161,8 +157,8 @@ bool MatchGradient(const Cluster& c, const Units& units, const VarUses& uses, Va
   return true;
 }
 
-// The unit at `u` rebuilt by `make` from its own operands, changed by
-// `change`.
+// The unit at `u` rebuilt for this step from its own operands (and spec),
+// changed by `change`.
 template <class U, class Change>
 void Rewrite(Units& units, int u, const Change& change) {
   const U& unit = *UnitAt<U>(units, u);

@@ -31,6 +31,13 @@ int PendingOpOf(const Unit& unit) {
   return p == nullptr ? -1 : p->op();
 }
 
+bool AnyOpExcluded(const Cluster& c, std::string_view step, const Unit& unit) {
+  for (int op : unit.ops()) {
+    if (c.Excluded(step, op)) return true;
+  }
+  return false;
+}
+
 std::vector<int> UnitOfOps(const Cluster& c, const Units& units) {
   std::vector<int> out(c.num_ops(), -1);
   for (size_t u = 0; u < units.size(); ++u) {

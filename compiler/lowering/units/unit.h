@@ -104,6 +104,9 @@ class PendingOp final : public Unit {
 
 // The op of a pending unit, or -1 for any other kind.
 int PendingOpOf(const Unit& unit);
+// Whether an op of `unit` is kept out of `step` (Cluster::Excluded: a unit
+// that step made could not be compiled).
+bool AnyOpExcluded(const Cluster& c, std::string_view step, const Unit& unit);
 // The unit holding each op (-1 when none does).
 std::vector<int> UnitOfOps(const Cluster& c, const Units& units);
 
