@@ -35,7 +35,8 @@ struct ShapeSignature {
 };
 
 struct CompileOptions {
-  Isa isa = Isa::kAvx512;
+  // The host's (DefaultIsa): code for an ISA the CPU lacks cannot run.
+  Isa isa = DefaultIsa();
   bool use_onednn = true;          // anchors through oneDNN kernels
   bool fuse_elementwise = true;    // elementwise groups as generated kernels
   bool reuse_buffers = true;       // arena plan reuses dead intermediates

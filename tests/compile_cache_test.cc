@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "compiler/codegen/isa.h"
 #include "framework/error.h"
 #include "tests/compile_cache_test_util.h"
 
@@ -46,6 +47,14 @@ class CompileCacheTest : public ::testing::Test {
   static void SetUpTestSuite() { test::RegisterGateOp(); }
   void TearDown() override { test::g_gate = nullptr; }
 };
+
+// The options' default ISA is this CPU's: with AVX-512 on a CPU that has
+// only AVX2 the elementwise code could not be generated (every group fell
+// back to framework kernels) and fused attention refused to run.
+TEST(CompileOptionsTest, TheDefaultIsaIsTheHosts) {
+  EXPECT_EQ(jit::CompileOptions{}.isa, HostIsa());
+  EXPECT_TRUE(IsaSupported(jit::CompileOptions{}.isa));
+}
 
 TEST_F(CompileCacheTest, EightThreadsAskingForOneSignatureCompileItOnce) {
   jit::CompileCache compiler(Options());

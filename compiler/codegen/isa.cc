@@ -52,4 +52,6 @@ Isa HostIsa() {
   ThrowUnimplemented("jit: this CPU has neither AVX-512F nor AVX2+FMA");
 }
 
+Isa DefaultIsa() { return IsaSupported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kAvx2; }
+
 }  // namespace kiln

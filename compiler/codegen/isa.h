@@ -25,5 +25,8 @@ bool AmxUsable();
 // The best ISA of this CPU; throws kiln::Error (kUnimplemented) when the CPU
 // has neither.
 Isa HostIsa();
+// HostIsa(), or kAvx2 on a CPU with neither (compiling for it then fails
+// with HostIsa's error): the default of CompileOptions, which never throws.
+Isa DefaultIsa();
 
 }  // namespace kiln
