@@ -22,6 +22,13 @@ using test::RandomTensor;
 
 enum class Expect { kOneDnn, kFallback };
 
+// oneDNN 2.6 has its jit log-softmax backward for AVX-512 (avx512_core)
+// only; other CPUs get its generic one, which the kernels refuse by default.
+Expect LogSoftmaxBackwardByDefault() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? Expect::kOneDnn
+                                                                                 : Expect::kFallback;
+}
+
 std::mt19937& Rng() {
   static std::mt19937 rng(77);
   return rng;
@@ -139,7 +146,8 @@ TEST(OneDnnLogSoftmaxTest, MatchesReferenceOnTheInnermostAxis) {
   for (const Dims& dims : {Dims{1, 1}, Dims{7, 17}, Dims{33}, Dims{2, 3, 65}, Dims{5, 1000}}) {
     const Tensor x = Rand(dims);
     ExpectParity(LogSoftmaxOp(-1), {{"x", x}}, Expect::kOneDnn);
-    ExpectParity(LogSoftmaxGradOp(-1), {{"y", LogSoftmaxOf(x, -1)}, {"dy", Rand(dims)}}, Expect::kOneDnn);
+    ExpectParity(LogSoftmaxGradOp(-1), {{"y", LogSoftmaxOf(x, -1)}, {"dy", Rand(dims)}},
+                 LogSoftmaxBackwardByDefault());
   }
   // Large logits: oneDNN subtracts the max too.
   ExpectParity(LogSoftmaxOp(-1), {{"x", test::FloatTensor({2, 2}, {-1000, 0, 1000, 1001})}}, Expect::kOneDnn);

@@ -25,6 +25,14 @@ constexpr double kRtol = 1e-4;
 
 enum class Expect { kOneDnn, kFallback };
 
+// oneDNN 2.6 has its jit softmax and log-softmax backward for AVX-512
+// (avx512_core) only; other CPUs get its generic one, which the kernels
+// refuse by default (SlowImplementationsFallBackByDefault).
+inline Expect SoftmaxBackwardByDefault() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? Expect::kOneDnn
+                                                                                 : Expect::kFallback;
+}
+
 struct Tolerance {
   double atol = kAtol;
   double rtol = kRtol;

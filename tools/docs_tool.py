@@ -14,6 +14,12 @@
         writes nothing and fails when a committed excerpt differs
         (bash tools/gen_docs.sh runs this).
 
+The excerpts show what kiln prints on an AVX-512 CPU (EXCERPTS_CPU): oneDNN's
+implementation names, the generated code and the layouts it keeps depend on
+the CPU. On a CPU of another class `gen --check` still runs every excerpt's
+command (each must succeed) but compares none, and says so; `gen` refuses to
+rewrite them there.
+
 Markers, on the line before a ```console block:
     <!-- docs-test: EXTRA -->        append EXTRA to each command of the block
                                      (to shorten long runs: --max_steps 20)
@@ -41,6 +47,20 @@ MASKS = [
     (re.compile(r"\b\d+(\.\d+)? samples/s\b"), "# samples/s"),
     (re.compile(r"^(\| c\d+ \|.*\| )[0-9.]+( \|)$", re.M), r"\1#\2"),  # index.md's compile ms column
 ]
+
+
+# The class of CPU the committed excerpts were generated on (cpu_class()).
+EXCERPTS_CPU = "avx512"
+
+
+def cpu_class():
+    """"avx512" on a CPU with AVX-512 F and BW (oneDNN's avx512_core), else "avx2"."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "avx512" if "avx512f" in flags and "avx512bw" in flags else "avx2"
 
 
 def mask(text):
@@ -157,6 +177,10 @@ GEN = re.compile(r"^([ \t]*)(<!-- gen( exact)?: (.*?) -->\n[ \t]*```[a-z]*\n)(.*
 
 def generate(build, check):
     stale = 0
+    same_cpu = cpu_class() == EXCERPTS_CPU
+    if not same_cpu and not check:
+        raise SystemExit("the excerpts show an %s CPU's kernels and this CPU is %s: regenerate them on an %s CPU"
+                         % (EXCERPTS_CPU, cpu_class(), EXCERPTS_CPU))
     for doc in DOCS:
         path = os.path.join(ROOT, doc)
         text = open(path).read()
@@ -175,7 +199,7 @@ def generate(build, check):
             new = GEN.sub(render, text)
         finally:
             box.close()
-        if new == text:
+        if new == text or not same_cpu:
             continue
         stale += 1
         if check:
@@ -184,6 +208,9 @@ def generate(build, check):
             with open(path, "w") as f:
                 f.write(new)
             print("regenerated " + doc)
+    if not same_cpu:
+        print("ran every excerpt's command; compared none: they show an %s CPU's kernels and this CPU is %s"
+              % (EXCERPTS_CPU, cpu_class()))
     if check and stale:
         print("\n%d file(s) differ from what their commands print now: run `bash tools/gen_docs.sh`" % stale)
     return 1 if check and stale else 0
