@@ -40,7 +40,8 @@ int IsaRank(const std::string& impl) {
   static const std::vector<std::pair<const char*, int>> kIsas = {
       {"avx512_core_amx", 6}, {"avx512_core_bf16", 5}, {"avx512_core", 4}, {"avx512", 3},
       {"avx2", 2},            {"avx", 1},              {"sse41", 1}};
-  if (impl.find("gemm") != std::string::npos || impl.rfind("ref", 0) == 0) return 0;
+  if (IsSlowImplementation(impl)) return -1;
+  if (impl.find("gemm") != std::string::npos) return 0;
   for (const auto& [name, rank] : kIsas) {
     if (impl.find(name) != std::string::npos) return rank;
   }

@@ -44,7 +44,8 @@ dnnl::memory::desc TransposedLastTwoDesc(const Dims& dims,
 bool IsSlowImplementation(const std::string& impl);
 // Rank of the instruction set named in an implementation string
 // ("jit:avx512_core", "brgconv:avx512_core_amx", "x64:gemm:jit"): higher is
-// the newer ISA; gemm-based and reference implementations rank 0.
+// the newer ISA; gemm-based implementations rank 0, slow ones
+// (IsSlowImplementation: reference) -1.
 int IsaRank(const std::string& impl);
 
 // True when every tensor is FP32 (the only dtype these kernels handle) and

@@ -44,6 +44,12 @@ std::shared_ptr<const PrimitiveEntry> AcquiredEntry(const onednn::OneDnnHandler&
                                                     const std::string& what) {
   std::shared_ptr<const PrimitiveEntry> entry = h.acquired_entry();
   if (!entry || !entry->primitive) ThrowUnimplemented("oneDNN has no ", what, " (", key.ToString(), ")");
+  // As the framework's kernels: a slow implementation is refused (the unit
+  // then falls back) unless the settings allow it.
+  if (entry->slow_impl && !h.settings().allow_slow_impls) {
+    ThrowUnimplemented("oneDNN has only a slow implementation (", entry->impl, ") of ", what, " (", key.ToString(),
+                       ")");
+  }
   return entry;
 }
 
