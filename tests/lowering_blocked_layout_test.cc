@@ -48,6 +48,68 @@ LoweringCase ConvPoolChain(const std::string& name, Dims x, Dims f, bool want_dx
   return c;
 }
 
+// ConvPoolChain (no dx) and a second chain on its pooled output p: conv2d
+// (3x3, pad 1, filter f2) + bias b2 + relu -> act2, pool -> p2, and the
+// backward from dp2 down to the second conv's gradient, whose dInput is dp,
+// the first chain's pooled gradient (a LeNet's two layers).
+LoweringCase TwoConvPoolChains(const std::string& name, Dims x, Dims f, Dims f2) {
+  LoweringCase c = ConvPoolChain(name, x, f, false);
+  const std::vector<int64_t> window = {2, 2}, ones = {1, 1};
+  std::vector<proto::OpDesc> second;
+  second.push_back(OpBuilder("conv2d")
+                      .In("Input", {"p"})
+                      .In("Filter", {"f2"})
+                      .Out("Output", {"conv2"})
+                      .Attr("strides", ones)
+                      .Attr("paddings", ones)
+                      .Attr("groups", int64_t{1})
+                      .Build());
+  second.push_back(OpBuilder("elementwise_add")
+                      .In("X", {"conv2"})
+                      .In("Y", {"b2"})
+                      .Out("Out", {"sum2"})
+                      .Attr("axis", int64_t{1})
+                      .Build());
+  second.push_back(OpBuilder("relu").In("X", {"sum2"}).Out("Out", {"act2"}).Build());
+  second.push_back(
+      OpBuilder("pool2d").In("X", {"act2"}).Out("Out", {"p2"}).Attr("ksize", window).Attr("strides", window).Build());
+  second.push_back(OpBuilder("pool2d_grad")
+                      .In("X", {"act2"})
+                      .In("Out", {"p2"})
+                      .In("Out@GRAD", {"dp2"})
+                      .Out("X@GRAD", {"dact2"})
+                      .Attr("ksize", window)
+                      .Attr("strides", window)
+                      .Build());
+  second.push_back(
+      OpBuilder("relu_grad").In("Out", {"act2"}).In("Out@GRAD", {"dact2"}).Out("X@GRAD", {"dsum2"}).Build());
+  second.push_back(OpBuilder("elementwise_add_grad")
+                      .In("Y", {"b2"})
+                      .In("Out@GRAD", {"dsum2"})
+                      .Out("X@GRAD", {"dconv2"})
+                      .Out("Y@GRAD", {"db2"})
+                      .Attr("axis", int64_t{1})
+                      .Build());
+  second.push_back(OpBuilder("conv2d_grad")
+                      .In("Input", {"p"})
+                      .In("Filter", {"f2"})
+                      .In("Output@GRAD", {"dconv2"})
+                      .Out("Input@GRAD", {"dp"})
+                      .Out("Filter@GRAD", {"df2"})
+                      .Attr("strides", ones)
+                      .Attr("paddings", ones)
+                      .Attr("groups", int64_t{1})
+                      .Build());
+  // The first chain's forward (4 ops), the second chain, the first's backward.
+  c.ops.insert(c.ops.begin() + 4, second.begin(), second.end());
+  c.inputs.erase(std::find_if(c.inputs.begin(), c.inputs.end(), [](const auto& in) { return in.first == "dp"; }));
+  c.inputs.push_back({"f2", f2});
+  c.inputs.push_back({"b2", {f2[0]}});
+  c.inputs.push_back({"dp2", {x[0], f2[0], x[2] / 4, x[3] / 4}});
+  c.outputs = {"p2", "df", "db", "df2", "db2"};
+  return c;
+}
+
 // The layout oneDNN's forward writes for the chain's conv (3x3, pad 1, bias,
 // relu) on this CPU: what the step keeps, kPlain when it does not fire.
 ActLayout ChainLayout(const Dims& x, const Dims& f, ComputeType compute) {
@@ -90,6 +152,52 @@ TEST(BlockedLayoutTest, ConvReluPoolAndTheirGradientsStayBlocked) {
   CheckChain(ConvPoolChain("blocked_two_blocks", x2, f2, false), x2, f2, 1e-4, 1e-5, 7);
 }
 
+// The layout the second chain's conv gradient picks for dp (p plain, its dY
+// kept in the second chain's layout).
+ActLayout PooledGradLayoutFor(const Dims& p, const Dims& f2) {
+  jit::FusedConvSpec spec;
+  spec.input_dims = p;
+  spec.filter_dims = f2;
+  spec.strides = spec.paddings = spec.dilations = {1, 1};
+  spec.bias = true;
+  spec.activation = jit::MatmulActivation::kRelu;
+  spec.dst_layout = ChainLayout(p, f2, ComputeType::kF32);
+  return jit::ConvBackwardDInputLayout(spec, onednn::Settings{});
+}
+
+// The first chain's pooled gradient dp, written by the second conv's data
+// gradient and read by the first chain's pooling gradient, is kept in the
+// first chain's layout where the data gradient picks that layout itself:
+// no diff_src reorder, and the pooling gradient reads it grouped.
+TEST(BlockedLayoutTest, ThePooledGradientBetweenTwoChainsStaysBlocked) {
+  // LeNet's channels (1 -> 6 -> 16; 6 a partial block), and 2 -> 9 -> 5.
+  for (const auto& [x, f, f2] : std::vector<std::array<Dims, 3>>{{Dims{2, 1, 12, 12}, Dims{6, 1, 3, 3}, Dims{16, 6, 3, 3}},
+                                                                 {Dims{3, 2, 8, 8}, Dims{9, 2, 3, 3}, Dims{5, 9, 3, 3}}}) {
+    const LoweringCase c = TwoConvPoolChains("blocked_pooled_grad", x, f, f2);
+    const auto obj = CheckLoweringNumerics(c, 1e-4, 1e-5, 3);
+    const Dims p = {x[0], f[0], x[2] / 2, x[3] / 2};
+    const ActLayout layout = ChainLayout(x, f, ComputeType::kF32);
+    const bool kept = layout != ActLayout::kPlain && ChainLayout(p, f2, ComputeType::kF32) != ActLayout::kPlain &&
+                      PooledGradLayoutFor(p, f2) == layout;
+    EXPECT_EQ(obj->lowering.find("dp kept in ") != std::string::npos, kept) << obj->lowering;
+    if (!kept) continue;
+    const std::string listing = obj->Listing();
+    EXPECT_NE(listing.find("dOut too"), std::string::npos) << listing;
+    EXPECT_EQ(listing.find("diff_src"), std::string::npos) << listing;
+    // The golden is an AVX-512 CPU's, where oneDNN writes nChw16c.
+    if (layout == ActLayout::kNChw16c && f[0] == 6) CheckLoweringGolden(c);
+  }
+}
+
+// Must not fire: dp leaves the cluster (and so has a reader outside the pattern).
+TEST(BlockedLayoutTest, ThePooledGradientStaysPlainWhenItLeavesTheCluster) {
+  LoweringCase c = TwoConvPoolChains("blocked_pooled_grad_not_fired", {2, 1, 12, 12}, {6, 1, 3, 3}, {16, 6, 3, 3});
+  c.outputs.push_back("dp");
+  if (ChainLayout({2, 1, 12, 12}, {6, 1, 3, 3}, ComputeType::kF32) == ActLayout::kNChw16c) CheckLoweringGolden(c);
+  const auto obj = CheckLoweringNumerics(c, 1e-4, 1e-5);
+  EXPECT_EQ(obj->lowering.find("dp kept in "), std::string::npos) << obj->lowering;
+}
+
 TEST(BlockedLayoutTest, RunsWithBf16Convolutions) {
   KILN_SKIP_WITHOUT_BF16();
   // With AMX oneDNN's bf16 forward writes channels-last, which the step keeps.
@@ -111,6 +219,32 @@ TEST(BlockedLayoutTest, DoesNotFireWhenTheActivationLeavesOrThePoolIsNotTwoByTwo
   const auto three = CheckLoweringNumerics(ConvPoolChain("blocked_pool3", {2, 2, 6, 6}, {4, 2, 3, 3}, false, 3),
                                            1e-4, 1e-5);
   EXPECT_FALSE(StepMatched(*three, "blocked_layout")) << three->lowering;
+}
+
+// The gradient kernels given dOut grouped as dX (its padded lanes hold
+// garbage, not read): the same bits as from the plain dOut (dx; dx16 and db
+// with relu's gradient in bf16).
+void ExpectGroupedDoutGivesTheSame(const std::vector<uint8_t>& argmax, const std::vector<float>& dout,
+                                   const std::vector<float>& dx, const std::vector<uint16_t>& dx16,
+                                   const std::vector<float>& db, int64_t n, int64_t ch, int64_t h, int64_t w,
+                                   int64_t b) {
+  const int64_t cb = (ch + b - 1) / b, oh = h / 2, ow = w / 2;
+  std::vector<float> grouped(n * cb * oh * ow * b, 9.f), dxg(dx.size(), 5.f), dbg(ch, -1.f);
+  for (int64_t img = 0; img < n; ++img) {
+    for (int64_t k = 0; k < ch; ++k) {
+      for (int64_t s = 0; s < oh * ow; ++s) {
+        grouped[((img * cb + k / b) * oh * ow + s) * b + k % b] = dout[(img * ch + k) * oh * ow + s];
+      }
+    }
+  }
+  jit::MaxPool2x2GradPlainToBlocked(argmax.data(), grouped.data(), dxg.data(), n, ch, h, w, b,
+                                    jit::PoolGradThen::kNothing, jit::PooledGradLayout::kGrouped);
+  EXPECT_EQ(dxg, dx) << "b " << b;
+  std::vector<uint16_t> dx16g(dx16.size(), 1);
+  jit::MaxPool2x2GradPlainToBlockedBf16(argmax.data(), grouped.data(), dx16g.data(), n, ch, h, w, b,
+                                        jit::PoolGradThen::kReluGrad, dbg.data(), jit::PooledGradLayout::kGrouped);
+  EXPECT_EQ(dx16g, dx16) << "b " << b;
+  EXPECT_EQ(dbg, db) << "b " << b;
 }
 
 // The kernels against the plain definitions, with ties, NaN and every
@@ -154,6 +288,7 @@ TEST(BlockedLayoutTest, BlockedPoolKernelsMatchThePlainDefinition) {
       if (group * b + lane < ch) want_db[group * b + lane] += want;
     }
     for (int64_t k = 0; k < ch; ++k) EXPECT_NEAR(db[k], want_db[k], 1e-4 * (1 + std::fabs(want_db[k]))) << k;
+    ExpectGroupedDoutGivesTheSame(argmax, dout, dx, dx16, db, n, ch, h, w, b);
     for (int64_t img = 0; img < n; ++img) {
       for (int64_t k = 0; k < cb * b; ++k) {
         for (int64_t i = 0; i < h / 2; ++i) {
@@ -202,6 +337,14 @@ TEST(BlockedLayoutTest, KernelsResizeToOtherBatchesAndImageSizes) {
   }
   CheckResizedPrograms(ConvPoolChain("blocked_resize", {3, 2, 10, 8}, f, true), others, {"conv", "maxpool"}, 1e-4,
                        1e-5);
+  // Two chains, with the pooled gradient kept between them (where it is).
+  const Dims f1 = {6, 1, 3, 3}, f2 = {16, 6, 3, 3};
+  std::vector<LoweringCase> two;
+  for (const Dims& x : std::vector<Dims>{{1, 1, 8, 16}, {3, 1, 4, 4}}) {
+    two.push_back(TwoConvPoolChains("blocked_resize_two_" + DimsToString(x), x, f1, f2));
+  }
+  CheckResizedPrograms(TwoConvPoolChains("blocked_resize_two", {2, 1, 12, 12}, f1, f2), two, {"conv", "maxpool"},
+                       1e-4, 1e-5);
 }
 
 }  // namespace

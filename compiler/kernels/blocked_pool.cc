@@ -147,24 +147,44 @@ inline void PoolRow(const float* plane, float* o, uint8_t* codes, int64_t lanes,
   }
 }
 
-// codes: the row's argmax codes, b bytes a window.
+// The gradient of windows j0 .. j0+n-1 of row i into gv (grouped, the
+// padded lanes 0): from the group's plain planes g, or (kGrouped) from its
+// grouped rows g ([OH, OW, b]).
 template <int B>
-inline void PoolGradRow(const uint8_t* codes, const float* g, float* dplane, int64_t lanes, int64_t i, int64_t w,
-                        int64_t oh, int64_t ow, int64_t b, PoolGradThen then, float* gv) {
+inline void GatherGrad(const float* g, PooledGradLayout layout, int64_t lanes, int64_t i, int64_t j0, int64_t n,
+                       int64_t oh, int64_t ow, int64_t bb, float* gv) {
+  if (layout == PooledGradLayout::kGrouped) {
+    const float* row = g + (i * ow + j0) * bb;
+    if (lanes == bb) {
+      std::memcpy(gv, row, n * bb * sizeof(float));
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      std::memcpy(gv + j * bb, row + j * bb, lanes * sizeof(float));
+    }
+  } else {
+    for (int64_t l = 0; l < lanes; ++l) {
+      const float* src_g = g + (l * oh + i) * ow + j0;
+      for (int64_t j = 0; j < n; ++j) gv[j * bb + l] = src_g[j];
+    }
+  }
+  // Padded lanes: gradient 0 writes zeros.
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t l = lanes; l < bb; ++l) gv[j * bb + l] = 0.f;
+  }
+}
+
+// codes: the row's argmax codes, b bytes a window. g: as GatherGrad.
+template <int B>
+inline void PoolGradRow(const uint8_t* codes, const float* g, PooledGradLayout layout, float* dplane, int64_t lanes,
+                        int64_t i, int64_t w, int64_t oh, int64_t ow, int64_t b, PoolGradThen then, float* gv) {
   const int64_t bb = B > 0 ? B : b;
   const bool relu = then == PoolGradThen::kReluGrad;
   float* d0 = dplane + 2 * i * w * bb;
   float* d1 = d0 + w * bb;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    for (int64_t l = 0; l < lanes; ++l) {
-      const float* src_g = g + (l * oh + i) * ow + j0;
-      for (int64_t j = 0; j < n; ++j) gv[j * bb + l] = src_g[j];
-    }
-    // Padded lanes: gradient 0 writes zeros.
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t l = lanes; l < bb; ++l) gv[j * bb + l] = 0.f;
-    }
+    GatherGrad<B>(g, layout, lanes, i, j0, n, oh, ow, bb, gv);
     if (kAvx512 && bb <= 16) {
       PoolGradWindowsAvx512(codes + j0 * bb, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
       continue;
@@ -219,23 +239,25 @@ void ToBf16(const float* src, uint16_t* dst, int64_t n) {
 // T: float, or uint16_t for bf16 (each pair of rows goes through a float
 // scratch pair and is converted).
 template <int B, typename T>
-void PoolGradAll(const uint8_t* argmax, const float* dout, T* dx, int64_t n, int64_t c, int64_t h, int64_t w,
-                 int64_t b, PoolGradThen then, float* dbias) {
+void PoolGradAll(const uint8_t* argmax, const float* dout, PooledGradLayout layout, T* dx, int64_t n, int64_t c,
+                 int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias) {
   const int64_t cb = (c + b - 1) / b, oh = h / 2, ow = w / 2;
   std::vector<float> partial(dbias != nullptr ? n * cb * b : 0, 0.f);  // per (image, group, lane)
 #pragma omp parallel for schedule(static) if (n * cb * h * w * b >= 64 * 1024)
   for (int64_t p = 0; p < n * cb; ++p) {
     const int64_t img = p / cb, blk = p % cb, lanes = std::min(b, c - blk * b);
-    const int64_t plain = (img * c + blk * b) * oh * ow;
+    // The group's gradient: its plain planes, or its grouped rows.
+    const float* g = dout + (layout == PooledGradLayout::kGrouped ? p * oh * ow * b : (img * c + blk * b) * oh * ow);
     std::vector<float> gv(kChunk * b), rows(std::is_same_v<T, float> ? 0 : 2 * w * b);
     for (int64_t i = 0; i < oh; ++i) {
       T* dplane = dx + p * h * w * b;
       if constexpr (std::is_same_v<T, float>) {
-        PoolGradRow<B>(argmax + (p * oh + i) * ow * b, dout + plain, dplane, lanes, i, w, oh, ow, b, then, gv.data());
+        PoolGradRow<B>(argmax + (p * oh + i) * ow * b, g, layout, dplane, lanes, i, w, oh, ow, b, then, gv.data());
       } else {
         // The row pair 2i, 2i+1 into rows (as the plane's rows 0 and 1).
-        PoolGradRow<B>(argmax + (p * oh + i) * ow * b, dout + plain + i * ow, rows.data(), lanes, 0, w, oh, ow, b,
-                       then, gv.data());
+        const float* gi = g + (layout == PooledGradLayout::kGrouped ? i * ow * b : i * ow);
+        PoolGradRow<B>(argmax + (p * oh + i) * ow * b, gi, layout, rows.data(), lanes, 0, w, oh, ow, b, then,
+                       gv.data());
         ToBf16(rows.data(), dplane + 2 * i * w * b, 2 * w * b);
         if (dbias != nullptr) {
           float* part = partial.data() + p * b;
@@ -261,13 +283,13 @@ void PoolAny(const float* x, float* out, uint8_t* argmax, int64_t n, int64_t c, 
 }
 
 template <typename T>
-void PoolGradAny(const uint8_t* argmax, const float* dout, T* dx, int64_t n, int64_t c, int64_t h, int64_t w,
-                 int64_t b, PoolGradThen then, float* dbias = nullptr) {
+void PoolGradAny(const uint8_t* argmax, const float* dout, PooledGradLayout layout, T* dx, int64_t n, int64_t c,
+                 int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias = nullptr) {
   KILN_CHECK(b >= 1 && (b >= c || b == 8 || b == 16));
   KILN_CHECK((dbias == nullptr || !std::is_same_v<T, float>));
-  if (b == 16) return PoolGradAll<16>(argmax, dout, dx, n, c, h, w, b, then, dbias);
-  if (b == 8) return PoolGradAll<8>(argmax, dout, dx, n, c, h, w, b, then, dbias);
-  PoolGradAll<0>(argmax, dout, dx, n, c, h, w, b, then, dbias);
+  if (b == 16) return PoolGradAll<16>(argmax, dout, layout, dx, n, c, h, w, b, then, dbias);
+  if (b == 8) return PoolGradAll<8>(argmax, dout, layout, dx, n, c, h, w, b, then, dbias);
+  PoolGradAll<0>(argmax, dout, layout, dx, n, c, h, w, b, then, dbias);
 }
 
 }  // namespace
@@ -278,13 +300,14 @@ void MaxPool2x2BlockedToPlain(const float* x, float* out, uint8_t* argmax, int64
 }
 
 void MaxPool2x2GradPlainToBlocked(const uint8_t* argmax, const float* dout, float* dx, int64_t n, int64_t c,
-                                  int64_t h, int64_t w, int64_t b, PoolGradThen then) {
-  PoolGradAny(argmax, dout, dx, n, c, h, w, b, then);
+                                  int64_t h, int64_t w, int64_t b, PoolGradThen then, PooledGradLayout dout_layout) {
+  PoolGradAny(argmax, dout, dout_layout, dx, n, c, h, w, b, then);
 }
 
 void MaxPool2x2GradPlainToBlockedBf16(const uint8_t* argmax, const float* dout, uint16_t* dx, int64_t n, int64_t c,
-                                      int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias) {
-  PoolGradAny(argmax, dout, dx, n, c, h, w, b, then, dbias);
+                                      int64_t h, int64_t w, int64_t b, PoolGradThen then, float* dbias,
+                                      PooledGradLayout dout_layout) {
+  PoolGradAny(argmax, dout, dout_layout, dx, n, c, h, w, b, then, dbias);
 }
 
 }  // namespace kiln::jit

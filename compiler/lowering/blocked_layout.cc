@@ -148,6 +148,31 @@ void Apply(const Cluster& c, Units& units, const Chain& m, ActLayout layout, Ste
               m.y + " and " + m.ds + " kept in " + ActLayoutName(layout));
 }
 
+// dp kept for the pooling gradient at unit u (blocked_layout.h), if its
+// writer, the next conv's data gradient, picks that layout for it.
+void KeepPooledGradient(const Cluster& c, Units& units, const VarUses& uses, int u, StepTrace& trace) {
+  const auto* pg = dynamic_cast<const BlockedMaxPoolGradUnit*>(units[u].get());
+  if (pg == nullptr || pg->operands().dout.derived() || AnyOpExcluded(c, kStep, *pg)) return;
+  const std::string dp = pg->operands().dout.var;
+  const std::vector<int>& writers = uses.Writers(dp);
+  if (c.IsOutput(dp) || !c.IsF32(dp) || writers.size() != 1 || uses.Readers(dp) != std::vector<int>{u}) return;
+  const auto* g = dynamic_cast<const ConvGradUnit*>(units[writers.front()].get());
+  if (g == nullptr || AnyOpExcluded(c, kStep, *g) || g->operands().input.derived() ||
+      g->operands().dinput != DerivedBuffer(dp)) {
+    return;
+  }
+  const ActLayout layout = pg->operands().dx.layout;
+  if (ConvBackwardDInputLayout(g->spec(), c.options().OneDnnSettings()) != layout) return;
+  ConvGradUnit::Operands go = g->operands();
+  BlockedMaxPoolGradUnit::Operands po = pg->operands();
+  go.dinput = po.dout = KeptLayoutOf(dp, layout);
+  const std::vector<int> gops = g->ops(), pops = pg->ops();
+  const PoolGradThen then = pg->then();
+  units[writers.front()] = std::make_unique<ConvGradUnit>(kStep, gops, g->spec(), go);
+  units[u] = std::make_unique<BlockedMaxPoolGradUnit>(kStep, pops, po, then);
+  trace.Match(OpList(c, {gops.back(), pops.front()}) + " -> " + dp + " kept in " + ActLayoutName(layout));
+}
+
 }  // namespace
 
 Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
@@ -165,6 +190,8 @@ Units KeepBlockedLayout(const Cluster& c, Units units, StepTrace& trace) {
     uses = std::make_unique<VarUses>(units);
   }
   Compact(&units);
+  uses = std::make_unique<VarUses>(units);
+  for (size_t u = 0; u < units.size(); ++u) KeepPooledGradient(c, units, *uses, static_cast<int>(u), trace);
   return units;
 }
 

@@ -18,6 +18,12 @@
 // The pooled output p is written plain: the next conv's primitive reads the
 // layout it picks for itself, from a plain tensor.
 //
+// Then p's gradient dp: when the next conv's data gradient alone writes it,
+// the pooling gradient alone reads it, and that gradient picks the chain's
+// layout for it by itself, dp is kept in that layout too (the conv's
+// primitive would otherwise reorder it out to plain and the pooling gradient
+// gather it back into groups).
+//
 // Fires when every reader of y, dy, ds and dz is in the pattern (none leaves
 // the cluster), the forward primitive picks a layout it can keep for the conv's
 // shape, and nothing between the moved ops (relu_grad up, the bias

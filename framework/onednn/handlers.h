@@ -110,6 +110,13 @@ class ConvHandler : public OneDnnHandler {
   // backward) in `layout` (PrimitiveKey::src_kept_layout): the input a
   // chain keeps blocked. f32 compute only.
   void BindKeptSrc(ActLayout layout);
+  // The layout the data backward picks for its f32 diff_src when the src
+  // stays plain, if a cluster can keep it (nChw8c, nChw16c, nhwc); kPlain
+  // otherwise.
+  ActLayout BackwardDataDiffSrcLayout() const;
+  // Binds the data backward's diff_src in `layout`
+  // (PrimitiveKey::diff_src_kept_layout) while the src stays plain.
+  void BindKeptDiffSrc(ActLayout layout);
   // The weights' backward also writes the bias gradient (DNNL_ARG_DIFF_BIAS,
   // [C_out], the sum of diff_dst over N, H and W).
   void WithDiffBias();
@@ -124,6 +131,7 @@ class ConvHandler : public OneDnnHandler {
 
  private:
   PrimitiveEntry CreateBackwardData() const;
+  dnnl::convolution_backward_data::primitive_desc BackwardDataPd(const PrimitiveKey& key) const;
   ActLayout ForwardKeepableLayout(bool src) const;
   PrimitiveEntry CreateBackwardWeights() const;
   // The forward of `key` (fwd_key_, or bwd_key_ as the backward's hint) with
@@ -137,6 +145,9 @@ class ConvHandler : public OneDnnHandler {
   // `layout` reads it.
   dnnl::memory::desc SrcUserDesc(const PrimitiveKey& key) const;
   dnnl::memory::desc SrcDesc(const PrimitiveKey& key, ConvLayout layout, dnnl::memory::data_type type) const;
+  // diff_src (f32) likewise.
+  dnnl::memory::desc DiffSrcUserDesc(const PrimitiveKey& key) const;
+  dnnl::memory::desc DiffSrcDesc(const PrimitiveKey& key, ConvLayout layout) const;
   // The filter as `type` (f32: the tensor's own).
   dnnl::memory::desc FilterDesc(bool any, dnnl::memory::data_type type = dnnl::memory::data_type::f32) const;
 

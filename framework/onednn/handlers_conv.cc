@@ -185,6 +185,19 @@ dnnl::memory::desc ConvHandler::SrcDesc(const PrimitiveKey& k, ConvLayout layout
   return ActivationDesc(k.dims[0], layout, type);
 }
 
+dnnl::memory::desc ConvHandler::DiffSrcUserDesc(const PrimitiveKey& k) const {
+  const ActLayout kept = k.diff_src_kept_layout != ActLayout::kPlain ? k.diff_src_kept_layout : k.src_kept_layout;
+  return KeptDesc(k.dims[0], kept, dnnl::memory::data_type::f32);
+}
+
+dnnl::memory::desc ConvHandler::DiffSrcDesc(const PrimitiveKey& k, ConvLayout layout) const {
+  const dnnl::memory::data_type f32 = dnnl::memory::data_type::f32;
+  if (k.diff_src_kept_layout != ActLayout::kPlain && layout == FamilyOf(k.diff_src_kept_layout)) {
+    return KeptDesc(k.dims[0], k.diff_src_kept_layout, f32);
+  }
+  return SrcDesc(k, layout, f32);
+}
+
 ActLayout ConvHandler::ForwardKeepableLayout(bool src) const {
   if (!valid_ || detail::ReadsDst(fwd_key_) || (src && fwd_key_.compute != ComputeType::kF32)) {
     return ActLayout::kPlain;
@@ -237,26 +250,51 @@ bool ConvHandler::AcquireBackwardWeights() {
   return AcquireBackwardPrimitive();
 }
 
-PrimitiveEntry ConvHandler::CreateBackwardData() const {
-  const PrimitiveKey& k = bwd_key_;
-  const dnnl::memory::data_type type = OperandType(k.compute), f32 = dnnl::memory::data_type::f32;
+dnnl::convolution_backward_data::primitive_desc ConvHandler::BackwardDataPd(const PrimitiveKey& k) const {
+  const dnnl::memory::data_type type = OperandType(k.compute);
   using Pd = dnnl::convolution_backward_data::primitive_desc;
   auto make = [&](ConvLayout layout) {
     dnnl::convolution_backward_data::desc desc(
-        algorithm::convolution_direct, SrcDesc(k, layout, f32),
-        FilterDesc(layout != ConvLayout::kPlain, type), DiffDstDesc(k, layout, type), D(k.strides),
-        D(k.dilations), D(k.padding_l), D(k.padding_r));
+        algorithm::convolution_direct, DiffSrcDesc(k, layout), FilterDesc(layout != ConvLayout::kPlain, type),
+        DiffDstDesc(k, layout, type), D(k.strides), D(k.dilations), D(k.padding_l), D(k.padding_r));
     return Pd(desc, DefaultAttr(), Engine(), ForwardPd(k, layout));
   };
+  // A kept diff_src decides the family.
+  if (k.diff_src_kept_layout != ActLayout::kPlain) return make(FamilyOf(k.diff_src_kept_layout));
   // Blocked pads few input channels per group up to a block, and runs
   // slower than the gemm-based plain implementation there.
   const ConvLayout first = k.dims[1][1] >= 4 ? ConvLayout::kBlocked : ConvLayout::kPlain;
-  const Pd pd = ChooseLayout<Pd>({first, ConvLayout::kChannelsLast}, make);
+  return ChooseLayout<Pd>({first, ConvLayout::kChannelsLast}, make);
+}
+
+PrimitiveEntry ConvHandler::CreateBackwardData() const {
+  const PrimitiveKey& k = bwd_key_;
+  const dnnl::convolution_backward_data::primitive_desc pd = BackwardDataPd(k);
   PrimitiveEntry e = MakeEntry(pd, dnnl::convolution_backward_data(pd));
   AddReorder(&e, DNNL_ARG_WEIGHTS, false, FilterDesc(false), pd.weights_desc());
   AddReorder(&e, DNNL_ARG_DIFF_DST, false, DiffDstUserDesc(k), pd.diff_dst_desc());
-  AddReorder(&e, DNNL_ARG_DIFF_SRC, true, SrcUserDesc(k), pd.diff_src_desc());
+  AddReorder(&e, DNNL_ARG_DIFF_SRC, true, DiffSrcUserDesc(k), pd.diff_src_desc());
   return e;
+}
+
+ActLayout ConvHandler::BackwardDataDiffSrcLayout() const {
+  if (!valid_ || fwd_key_.src_kept_layout != ActLayout::kPlain) return ActLayout::kPlain;
+  PrimitiveKey k = bwd_key_;
+  k.kind = PrimitiveKind::kConvBackwardData;
+  k.diff_src_kept_layout = ActLayout::kPlain;
+  try {
+    const dnnl::memory::desc chosen = BackwardDataPd(k).diff_src_desc();
+    for (ActLayout layout : {ActLayout::kNChw16c, ActLayout::kNChw8c, ActLayout::kNhwc}) {
+      if (chosen == KeptDesc(k.dims[0], layout, dnnl::memory::data_type::f32)) return layout;
+    }
+  } catch (const dnnl::error&) {
+  }
+  return ActLayout::kPlain;
+}
+
+void ConvHandler::BindKeptDiffSrc(ActLayout layout) {
+  KILN_CHECK(fwd_key_.src_kept_layout == ActLayout::kPlain);
+  bwd_key_.diff_src_kept_layout = layout;
 }
 
 PrimitiveEntry ConvHandler::CreateBackwardWeights() const {

@@ -96,6 +96,7 @@ bool PrimitiveKey::operator==(const PrimitiveKey& o) const {
          algorithm == o.algorithm &&
          transpose_a == o.transpose_a && transpose_b == o.transpose_b && axis == o.axis && groups == o.groups &&
          kept_layout == o.kept_layout && kept_dtype == o.kept_dtype && src_kept_layout == o.src_kept_layout &&
+         diff_src_kept_layout == o.diff_src_kept_layout &&
          kernel == o.kernel && strides == o.strides && dilations == o.dilations && padding_l == o.padding_l &&
          padding_r == o.padding_r && FloatBits(alpha) == FloatBits(o.alpha) &&
          FloatBits(beta) == FloatBits(o.beta) && FloatBits(epsilon) == FloatBits(o.epsilon) && flags == o.flags &&
@@ -119,6 +120,7 @@ size_t PrimitiveKey::Hash() const {
   HashCombine(seed, static_cast<uint64_t>(kept_layout));
   HashCombine(seed, static_cast<uint64_t>(kept_dtype));
   HashCombine(seed, static_cast<uint64_t>(src_kept_layout));
+  HashCombine(seed, static_cast<uint64_t>(diff_src_kept_layout));
   HashCombineDims(seed, kernel);
   HashCombineDims(seed, strides);
   HashCombineDims(seed, dilations);
@@ -155,6 +157,7 @@ std::string PrimitiveKey::ToString() const {
   if (kept_layout != ActLayout::kPlain) os << " kept=" << ActLayoutName(kept_layout);
   if (kept_dtype != DataType::kFP32) os << " kept_dtype=" << DataTypeName(kept_dtype);
   if (src_kept_layout != ActLayout::kPlain) os << " src_kept=" << ActLayoutName(src_kept_layout);
+  if (diff_src_kept_layout != ActLayout::kPlain) os << " diff_src_kept=" << ActLayoutName(diff_src_kept_layout);
   PrintDims(os, "kernel", kernel);
   PrintDims(os, "strides", strides);
   PrintDims(os, "dilations", dilations);

@@ -96,6 +96,10 @@ struct PrimitiveKey {
   // convolution: the layout a chain keeps the f32 src (forward, weights'
   // backward) and diff_src (data backward) in, bound without a reorder.
   ActLayout src_kept_layout = ActLayout::kPlain;
+  // convolution data backward: the layout diff_src is written in when the
+  // src stays plain (src_kept_layout kPlain): a chain keeps the gradient of
+  // a plain value blocked for its one reader.
+  ActLayout diff_src_kept_layout = ActLayout::kPlain;
   Dims kernel;               // pooling window
   Dims strides;
   Dims dilations;            // oneDNN convention: 0 = dense

@@ -19,7 +19,9 @@ std::string ConvShapes(const FusedConvSpec& spec) {
          DimsToString(spec.strides) + " paddings " + DimsToString(spec.paddings) + " dilations " +
          DimsToString(spec.dilations) + " groups " + std::to_string(spec.groups) +
          (spec.src_layout != ActLayout::kPlain ? std::string(" input in ") + ActLayoutName(spec.src_layout) : "") +
-         (spec.dst_layout != ActLayout::kPlain ? std::string(" output ") + ActLayoutName(spec.dst_layout) : "");
+         (spec.dst_layout != ActLayout::kPlain ? std::string(" output ") + ActLayoutName(spec.dst_layout) : "") +
+         (spec.dinput_layout != ActLayout::kPlain ? std::string(" dInput in ") + ActLayoutName(spec.dinput_layout)
+                                                  : "");
 }
 
 // The handler of `spec` (with its fusion when `fused`); throws when the dims
@@ -40,6 +42,12 @@ std::unique_ptr<onednn::ConvHandler> ConvHandlerOf(const FusedConvSpec& spec, co
       ThrowInvalidArgument("oneDNN convolution: ", ConvShapes(spec), ": a kept input needs f32 compute");
     }
     h->BindKeptSrc(spec.src_layout);
+  }
+  if (spec.dinput_layout != ActLayout::kPlain) {
+    if (spec.src_layout != ActLayout::kPlain) {
+      ThrowInvalidArgument("oneDNN convolution: ", ConvShapes(spec), ": dInput is kept as Input when Input is kept");
+    }
+    h->BindKeptDiffSrc(spec.dinput_layout);
   }
   return h;
 }
@@ -119,7 +127,9 @@ class ConvGradKernel final : public runtime::Kernel {
     std::string bad = dims.empty() ? "no argument dims" : ConvInputMismatch(spec_, dims[0], &in, &out);
     if (bad.empty()) {
       std::vector<Dims> want = {{}, spec_.filter_dims, ActStoredDims(spec_.dst_layout, out)};
-      if (want_dinput_) want.push_back(dims[0]);
+      if (want_dinput_) {
+        want.push_back(spec_.dinput_layout != ActLayout::kPlain ? ActStoredDims(spec_.dinput_layout, in) : dims[0]);
+      }
       want.push_back(spec_.filter_dims);
       if (want_dbias_) want.push_back({spec_.filter_dims[0]});
       bad = ArgDimsMismatch(dims, want);
@@ -220,6 +230,13 @@ ActLayout ConvForwardSrcLayout(const FusedConvSpec& spec, const onednn::Settings
   plain.dst_layout = ActLayout::kPlain;
   plain.src_layout = ActLayout::kPlain;
   return ConvHandlerOf(plain, settings, /*fused=*/true)->ForwardSrcLayout();
+}
+
+ActLayout ConvBackwardDInputLayout(const FusedConvSpec& spec, const onednn::Settings& settings) {
+  FusedConvSpec plain = spec;
+  plain.src_layout = ActLayout::kPlain;
+  plain.dinput_layout = ActLayout::kPlain;
+  return ConvHandlerOf(plain, settings, /*fused=*/false)->BackwardDataDiffSrcLayout();
 }
 
 std::shared_ptr<const runtime::Kernel> MakeConvGradKernel(const FusedConvSpec& conv, bool want_dinput, bool want_dbias,

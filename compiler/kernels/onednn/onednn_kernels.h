@@ -111,6 +111,10 @@ struct FusedConvSpec {
   // The layout Input (and the gradient's dInput) is bound in without a
   // reorder: a chain keeps it as a batch norm wrote it (f32 compute).
   ActLayout src_layout = ActLayout::kPlain;
+  // The layout the gradient's dInput is written in while Input stays plain
+  // (src_layout kPlain): a chain keeps the gradient of a plain value for
+  // its one reader. kPlain: dInput as Input.
+  ActLayout dinput_layout = ActLayout::kPlain;
 };
 
 // The layout oneDNN's forward primitive picks for `spec`'s f32 Output when it
@@ -118,6 +122,9 @@ struct FusedConvSpec {
 ActLayout ConvForwardDstLayout(const FusedConvSpec& spec, const onednn::Settings& settings);
 // Likewise for its f32 Input (kPlain under bf16 compute).
 ActLayout ConvForwardSrcLayout(const FusedConvSpec& spec, const onednn::Settings& settings);
+// The layout oneDNN's data gradient picks for `spec`'s f32 dInput when Input
+// stays plain, if a cluster can keep it; kPlain otherwise.
+ActLayout ConvBackwardDInputLayout(const FusedConvSpec& spec, const onednn::Settings& settings);
 
 // The gradients of a conv2d (and of the bias added after it): `conv` gives
 // the shapes, groups and compute type; dY comes in `conv.dst_layout`, as

@@ -70,19 +70,21 @@ class BlockedMaxPoolKernel final : public runtime::Kernel {
 class BlockedMaxPoolGradKernel final : public runtime::Kernel {
  public:
   BlockedMaxPoolGradKernel(std::string name, const Dims& x_dims, ActLayout layout, PoolGradThen then, DataType out,
-                           bool with_dbias)
+                           bool with_dbias, PooledGradLayout dout_layout)
       : name_(std::move(name)),
         x_(x_dims),
         layout_(layout),
         group_(ActChannelGroup(layout, x_dims[1])),
         then_(then),
         out_(out),
-        with_dbias_(with_dbias) {}
+        with_dbias_(with_dbias),
+        dout_layout_(dout_layout) {}
   const std::string& name() const override { return name_; }
   std::string Describe() const override {
     return "kiln max-pool 2x2/2 gradient" +
            std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") + ", X and dX in " +
-           ActLayoutName(layout_) + (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
+           ActLayoutName(layout_) + (dout_layout_ == PooledGradLayout::kGrouped ? ", dOut too" : ", dOut plain") +
+           (out_ == DataType::kBF16 ? ", dX stored in bf16" : "") +
            (with_dbias_ ? ", the bias gradient summed in f32" : "") + " (routed by the forward's argmax)";
   }
   // The loops take N, H and W as arguments: the same kernel for a new X.
@@ -93,12 +95,13 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
     if (dims.size() > 2) kept_dx = {dims[2]};
     std::string bad = PooledXMismatch(x_, layout_, kept_dx, &x, "dX");
     if (bad.empty()) {
-      std::vector<Dims> want = {ActStoredDims(layout_, Pooled(x)), Pooled(x), dims[2]};
+      const Dims pooled = ActStoredDims(layout_, Pooled(x));
+      std::vector<Dims> want = {pooled, dout_layout_ == PooledGradLayout::kGrouped ? pooled : Pooled(x), dims[2]};
       if (with_dbias_) want.push_back({x[1]});
       bad = ArgsMismatch(dims, want);
     }
     if (!bad.empty()) return Refused(name_, bad, why);
-    return std::make_shared<BlockedMaxPoolGradKernel>(name_, x, layout_, then_, out_, with_dbias_);
+    return std::make_shared<BlockedMaxPoolGradKernel>(name_, x, layout_, then_, out_, with_dbias_, dout_layout_);
   }
   // args: argmax, dOut, dX (kept)[, dBias].
   void Run(const runtime::BufferView* args) const override {
@@ -106,10 +109,11 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
     const auto* dout = static_cast<const float*>(args[1].data);
     if (out_ == DataType::kBF16) {
       MaxPool2x2GradPlainToBlockedBf16(argmax, dout, static_cast<uint16_t*>(args[2].data), x_[0], x_[1], x_[2], x_[3],
-                                       group_, then_, with_dbias_ ? static_cast<float*>(args[3].data) : nullptr);
+                                       group_, then_, with_dbias_ ? static_cast<float*>(args[3].data) : nullptr,
+                                       dout_layout_);
     } else {
       MaxPool2x2GradPlainToBlocked(argmax, dout, static_cast<float*>(args[2].data), x_[0], x_[1], x_[2], x_[3], group_,
-                                   then_);
+                                   then_, dout_layout_);
     }
   }
 
@@ -121,6 +125,7 @@ class BlockedMaxPoolGradKernel final : public runtime::Kernel {
   PoolGradThen then_;
   DataType out_;
   bool with_dbias_;
+  PooledGradLayout dout_layout_;
 };
 
 }  // namespace
@@ -161,25 +166,29 @@ std::set<std::string> Written(const BlockedMaxPoolGradUnit::Operands& o) {
 
 BlockedMaxPoolGradUnit::BlockedMaxPoolGradUnit(const std::string& step, std::vector<int> ops, Operands operands,
                                                PoolGradThen then)
-    : Unit(step, std::move(ops), {operands.argmax.Name(), operands.dout}, Written(operands)),
+    : Unit(step, std::move(ops), {operands.argmax.Name(), operands.dout.Name()}, Written(operands)),
       o_(std::move(operands)),
       then_(then) {
   KILN_CHECK(o_.argmax.kind == DerivedKind::kPoolArgmax && o_.dx.kind == DerivedKind::kKeptLayout &&
              o_.argmax.layout == o_.dx.layout);
+  KILN_CHECK(!o_.dout.derived() || (o_.dout.kind == DerivedKind::kKeptLayout && o_.dout.layout == o_.dx.layout &&
+                                    o_.dout.dtype == DataType::kFP32),
+             "dOut ", o_.dout.Name(), " must be plain, or kept in f32 as dX ", o_.dx.Name());
 }
 
 std::string BlockedMaxPoolGradUnit::Describe(const Cluster&) const {
   return "kiln max-pool 2x2/2 gradient" + std::string(then_ == PoolGradThen::kReluGrad ? " and relu gradient" : "") +
-         " kernel reading " + o_.argmax.Name() + " and " + o_.dout + ", writing " + o_.dx.Name();
+         " kernel reading " + o_.argmax.Name() + " and " + o_.dout.Name() + ", writing " + o_.dx.Name();
 }
 
 std::vector<EmittedKernel> BlockedMaxPoolGradUnit::Emit(EmitContext& ctx) const {
   EmittedKernel k;
   const bool with_dbias = !o_.dbias.empty();
   KILN_CHECK(!with_dbias || o_.dx.dtype == DataType::kBF16);
+  const PooledGradLayout dout = o_.dout.derived() ? PooledGradLayout::kGrouped : PooledGradLayout::kPlain;
   k.kernel = std::make_shared<BlockedMaxPoolGradKernel>(ctx.KernelName("maxpool_grad"), o_.x_dims, o_.dx.layout,
-                                                        then_, o_.dx.dtype, with_dbias);
-  k.args = {o_.argmax.Name(), o_.dout, o_.dx.Name()};
+                                                        then_, o_.dx.dtype, with_dbias, dout);
+  k.args = {o_.argmax.Name(), o_.dout.Name(), o_.dx.Name()};
   if (with_dbias) k.args.push_back(o_.dbias);
   k.num_inputs = 2;
   k.new_vars.push_back(o_.dx.Desc(ctx.cluster()));
@@ -200,8 +209,13 @@ std::set<std::string> Written(const ConvGradUnit::Operands& o) {
 FusedConvSpec WithInput(FusedConvSpec spec, const ConvGradUnit::Operands& o) {
   KILN_CHECK(o.input.kind == DerivedKind::kNone || o.input.kind == DerivedKind::kKeptLayout);
   spec.src_layout = o.input.kind == DerivedKind::kKeptLayout ? o.input.layout : ActLayout::kPlain;
-  KILN_CHECK(o.dinput.var.empty() || (o.dinput.kind == o.input.kind && o.dinput.layout == o.input.layout),
-             "dInput ", o.dinput.Name(), " must be stored as Input ", o.input.Name());
+  spec.dinput_layout = ActLayout::kPlain;
+  if (o.dinput.var.empty() || (o.dinput.kind == o.input.kind && o.dinput.layout == o.input.layout)) return spec;
+  // A plain Input's gradient kept for its one reader.
+  KILN_CHECK(o.input.kind == DerivedKind::kNone && o.dinput.kind == DerivedKind::kKeptLayout &&
+                 o.dinput.dtype == DataType::kFP32,
+             "dInput ", o.dinput.Name(), " must be stored as Input ", o.input.Name(), " or, Input plain, kept in f32");
+  spec.dinput_layout = o.dinput.layout;
   return spec;
 }
 

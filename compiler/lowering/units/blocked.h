@@ -34,7 +34,7 @@ class BlockedMaxPoolUnit final : public Unit {
 };
 
 // pool2d_grad (max, 2x2, stride 2), and the relu_grad after it (on X, relu's
-// Out) when given, from the forward's argmax: dOut plain, the result kept as
+// Out) when given, from the forward's argmax: dOut plain or kept as dX, the result kept as
 // dx (f32, or bf16 for bf16 convolutions to read). With a dbias (bf16
 // only), also the bias gradient: the f32 sum of the result over N, H, W
 // before its rounding (the elementwise_add_grad among `ops`). Kernel args:
@@ -43,7 +43,8 @@ class BlockedMaxPoolGradUnit final : public Unit {
  public:
   struct Operands {
     DerivedBuffer argmax;  // PoolArgmaxOf the pooled output
-    std::string dout;
+    // The pooled output's gradient: plain, or kept (f32) in dx's layout.
+    DerivedBuffer dout;
     DerivedBuffer dx;   // KeptLayoutOf dX or relu_grad's X@GRAD
     std::string dbias;  // "" when not wanted
     Dims x_dims;        // X's logical [N,C,H,W]
@@ -52,6 +53,8 @@ class BlockedMaxPoolGradUnit final : public Unit {
   const char* kind() const override { return "blocked_max_pool_grad"; }
   std::string Describe(const Cluster& c) const override;
   std::vector<EmittedKernel> Emit(EmitContext& ctx) const override;
+  const Operands& operands() const { return o_; }
+  PoolGradThen then() const { return then_; }
 
  private:
   Operands o_;
@@ -66,7 +69,8 @@ class ConvGradUnit final : public Unit {
  public:
   struct Operands {
     // A var, or the var kept in spec.src_layout (KeptLayoutOf): then dinput
-    // is written in that layout too.
+    // is written in that layout too. A plain Input's dinput may be kept
+    // (f32) on its own (spec.dinput_layout).
     DerivedBuffer input;
     std::string filter;
     // In spec.dst_layout (KeptLayoutOf); its dtype kBF16 when made in bf16
