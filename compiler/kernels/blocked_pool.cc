@@ -147,21 +147,17 @@ inline void PoolRow(const float* plane, float* o, uint8_t* codes, int64_t lanes,
   }
 }
 
-// The gradient of windows j0 .. j0+n-1 of row i into gv (grouped, the
-// padded lanes 0): from the group's plain planes g, or (kGrouped) from its
-// grouped rows g ([OH, OW, b]).
+// The gradient of windows j0 .. j0+n-1 of row i, grouped with the padded
+// lanes 0: from the group's plain planes g (into gv), or (kGrouped) from
+// its grouped rows g ([OH, OW, b]): read in place when every lane is a
+// channel, else copied into gv. Returns where it is.
 template <int B>
-inline void GatherGrad(const float* g, PooledGradLayout layout, int64_t lanes, int64_t i, int64_t j0, int64_t n,
-                       int64_t oh, int64_t ow, int64_t bb, float* gv) {
+inline const float* GatherGrad(const float* g, PooledGradLayout layout, int64_t lanes, int64_t i, int64_t j0,
+                               int64_t n, int64_t oh, int64_t ow, int64_t bb, float* gv) {
   if (layout == PooledGradLayout::kGrouped) {
     const float* row = g + (i * ow + j0) * bb;
-    if (lanes == bb) {
-      std::memcpy(gv, row, n * bb * sizeof(float));
-      return;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      std::memcpy(gv + j * bb, row + j * bb, lanes * sizeof(float));
-    }
+    if (lanes == bb) return row;
+    std::memcpy(gv, row, n * bb * sizeof(float));
   } else {
     for (int64_t l = 0; l < lanes; ++l) {
       const float* src_g = g + (l * oh + i) * ow + j0;
@@ -172,6 +168,7 @@ inline void GatherGrad(const float* g, PooledGradLayout layout, int64_t lanes, i
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t l = lanes; l < bb; ++l) gv[j * bb + l] = 0.f;
   }
+  return gv;
 }
 
 // codes: the row's argmax codes, b bytes a window. g: as GatherGrad.
@@ -184,9 +181,9 @@ inline void PoolGradRow(const uint8_t* codes, const float* g, PooledGradLayout l
   float* d1 = d0 + w * bb;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    GatherGrad<B>(g, layout, lanes, i, j0, n, oh, ow, bb, gv);
+    const float* gg = GatherGrad<B>(g, layout, lanes, i, j0, n, oh, ow, bb, gv);
     if (kAvx512 && bb <= 16) {
-      PoolGradWindowsAvx512(codes + j0 * bb, gv, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
+      PoolGradWindowsAvx512(codes + j0 * bb, gg, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
       continue;
     }
     for (int64_t j = 0; j < n; ++j) {
@@ -196,11 +193,11 @@ inline void PoolGradRow(const uint8_t* codes, const float* g, PooledGradLayout l
       for (int64_t l = 0; l < bb; ++l) {
         const int32_t p = code[l], pos = p & 3;
         // relu's gradient where it follows: out > 0 ? dout : 0.
-        const float gg = !relu || (p & 4) != 0 ? gv[j * bb + l] : 0.f;
-        d0[at + l] = pos == 0 ? gg : 0.f;
-        d0[at + bb + l] = pos == 1 ? gg : 0.f;
-        d1[at + l] = pos == 2 ? gg : 0.f;
-        d1[at + bb + l] = pos == 3 ? gg : 0.f;
+        const float v = !relu || (p & 4) != 0 ? gg[j * bb + l] : 0.f;
+        d0[at + l] = pos == 0 ? v : 0.f;
+        d0[at + bb + l] = pos == 1 ? v : 0.f;
+        d1[at + l] = pos == 2 ? v : 0.f;
+        d1[at + bb + l] = pos == 3 ? v : 0.f;
       }
     }
   }
