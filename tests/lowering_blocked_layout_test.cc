@@ -173,27 +173,33 @@ TEST(BlockedLayoutTest, ThePooledGradientBetweenTwoChainsStaysBlocked) {
   // LeNet's channels (1 -> 6 -> 16; 6 a partial block), and 2 -> 9 -> 5.
   for (const auto& [x, f, f2] : std::vector<std::array<Dims, 3>>{{Dims{2, 1, 12, 12}, Dims{6, 1, 3, 3}, Dims{16, 6, 3, 3}},
                                                                  {Dims{3, 2, 8, 8}, Dims{9, 2, 3, 3}, Dims{5, 9, 3, 3}}}) {
-    const LoweringCase c = TwoConvPoolChains("blocked_pooled_grad", x, f, f2);
+    const LoweringCase c = TwoConvPoolChains("blocked_layout_pooled_grad", x, f, f2);
     const auto obj = CheckLoweringNumerics(c, 1e-4, 1e-5, 3);
     const Dims p = {x[0], f[0], x[2] / 2, x[3] / 2};
     const ActLayout layout = ChainLayout(x, f, ComputeType::kF32);
     const bool kept = layout != ActLayout::kPlain && ChainLayout(p, f2, ComputeType::kF32) != ActLayout::kPlain &&
                       PooledGradLayoutFor(p, f2) == layout;
     EXPECT_EQ(obj->lowering.find("dp kept in ") != std::string::npos, kept) << obj->lowering;
+    // LeNet's layers: where the first chain fires, oneDNN's data gradient
+    // picks its layout for dp on every CPU measured (nChw8c on an AVX2 AMD
+    // Zen 3, nChw16c on an AVX-512 Xeon).
+    if (f[0] == 6 && layout != ActLayout::kPlain) {
+      EXPECT_TRUE(kept) << ActLayoutName(layout);
+    }
     if (!kept) continue;
     const std::string listing = obj->Listing();
     EXPECT_NE(listing.find("dOut too"), std::string::npos) << listing;
     EXPECT_EQ(listing.find("diff_src"), std::string::npos) << listing;
-    // The golden is an AVX-512 CPU's, where oneDNN writes nChw16c.
-    if (layout == ActLayout::kNChw16c && f[0] == 6) CheckLoweringGolden(c);
+    // These goldens are an AVX2 CPU's, where oneDNN writes nChw8c.
+    if (layout == ActLayout::kNChw8c && f[0] == 6) CheckLoweringGolden(c);
   }
 }
 
 // Must not fire: dp leaves the cluster (and so has a reader outside the pattern).
 TEST(BlockedLayoutTest, ThePooledGradientStaysPlainWhenItLeavesTheCluster) {
-  LoweringCase c = TwoConvPoolChains("blocked_pooled_grad_not_fired", {2, 1, 12, 12}, {6, 1, 3, 3}, {16, 6, 3, 3});
+  LoweringCase c = TwoConvPoolChains("blocked_layout_pooled_grad_not_fired", {2, 1, 12, 12}, {6, 1, 3, 3}, {16, 6, 3, 3});
   c.outputs.push_back("dp");
-  if (ChainLayout({2, 1, 12, 12}, {6, 1, 3, 3}, ComputeType::kF32) == ActLayout::kNChw16c) CheckLoweringGolden(c);
+  if (ChainLayout({2, 1, 12, 12}, {6, 1, 3, 3}, ComputeType::kF32) == ActLayout::kNChw8c) CheckLoweringGolden(c);
   const auto obj = CheckLoweringNumerics(c, 1e-4, 1e-5);
   EXPECT_EQ(obj->lowering.find("dp kept in "), std::string::npos) << obj->lowering;
 }

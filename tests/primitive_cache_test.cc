@@ -79,6 +79,8 @@ TEST(PrimitiveKeyTest, EqualityAndHashCoverEveryField) {
     k.kept_layout = ActLayout::kNhwc;
     k.kept_dtype = DataType::kBF16;
   });
+  vary([](PrimitiveKey& k) { k.src_kept_layout = ActLayout::kNChw8c; });
+  vary([](PrimitiveKey& k) { k.diff_src_kept_layout = ActLayout::kNChw8c; });
   vary([](PrimitiveKey& k) { k.kernel = {2, 2}; });
   vary([](PrimitiveKey& k) { k.strides = {2, 2}; });
   vary([](PrimitiveKey& k) { k.dilations = {1, 1}; });

@@ -151,7 +151,6 @@ inline void PoolRow(const float* plane, float* o, uint8_t* codes, int64_t lanes,
 // lanes 0: from the group's plain planes g (into gv), or (kGrouped) from
 // its grouped rows g ([OH, OW, b]): read in place when every lane is a
 // channel, else copied into gv. Returns where it is.
-template <int B>
 inline const float* GatherGrad(const float* g, PooledGradLayout layout, int64_t lanes, int64_t i, int64_t j0,
                                int64_t n, int64_t oh, int64_t ow, int64_t bb, float* gv) {
   if (layout == PooledGradLayout::kGrouped) {
@@ -181,7 +180,7 @@ inline void PoolGradRow(const uint8_t* codes, const float* g, PooledGradLayout l
   float* d1 = d0 + w * bb;
   for (int64_t j0 = 0; j0 < ow; j0 += kChunk) {
     const int64_t n = std::min(kChunk, ow - j0);
-    const float* gg = GatherGrad<B>(g, layout, lanes, i, j0, n, oh, ow, bb, gv);
+    const float* gg = GatherGrad(g, layout, lanes, i, j0, n, oh, ow, bb, gv);
     if (kAvx512 && bb <= 16) {
       PoolGradWindowsAvx512(codes + j0 * bb, gg, d0 + 2 * j0 * bb, d1 + 2 * j0 * bb, n, bb, relu);
       continue;

@@ -25,7 +25,7 @@ void MaxPool2x2BlockedToPlain(const float* x, float* out, uint8_t* argmax, int64
 enum class PoolGradThen { kNothing, kReluGrad };
 
 // How the pooling gradient's dout is stored: plain [N, C, H/2, W/2], or
-// grouped as dx ([N, ceil(C/b), H/2, W/2, b]; its padded lanes are not read).
+// grouped as dx ([N, ceil(C/b), H/2, W/2, b]; its padded lanes are not used).
 enum class PooledGradLayout { kPlain, kGrouped };
 
 // The gradient of that pooling: dx (grouped, padded lanes zero) gets, in

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/onednn/handler_util.h"
@@ -43,7 +44,8 @@ dnnl::memory::desc ActivationDesc(const Dims& dims, ConvLayout layout, dnnl::mem
 // The primitive descriptor `make(layout)` of the first of `candidates`,
 // unless a later candidate gets an implementation of a higher ISA rank (a
 // layout oneDNN has no implementation for is skipped). Where each gets only
-// oneDNN's reference implementation, plain NCHW (gemm-based) is tried too:
+// oneDNN's reference implementation, or none, plain NCHW (gemm-based) is
+// tried too:
 // on an AVX2 CPU the blocked weights' gradient of a 3x3 convolution over a
 // 1x1 image (resnet18's last stage at 32x32 inputs) is reference-only, 0.9 s
 // a call at batch 32. Deterministic for a shape on a CPU, so runs, resumes
@@ -55,9 +57,7 @@ template <class Pd, class MakePd>
 Pd ChooseLayout(const std::vector<ConvLayout>& candidates, const MakePd& make) {
   std::optional<Pd> best;
   int best_rank = -2;
-  std::vector<ConvLayout> tries = candidates;
-  for (size_t i = 0; i < tries.size(); ++i) {
-    const ConvLayout layout = tries[i];
+  const auto consider = [&](ConvLayout layout) {
     try {
       Pd pd = make(layout);
       const int rank = IsaRank(pd.impl_info_str());
@@ -68,8 +68,10 @@ Pd ChooseLayout(const std::vector<ConvLayout>& candidates, const MakePd& make) {
     } catch (const dnnl::error&) {
       // No implementation in this layout: the next candidate.
     }
-    const bool plain_tried = std::find(tries.begin(), tries.end(), ConvLayout::kPlain) != tries.end();
-    if (i + 1 == tries.size() && best_rank < 0 && !plain_tried) tries.push_back(ConvLayout::kPlain);
+  };
+  for (ConvLayout layout : candidates) consider(layout);
+  if (best_rank < 0 && std::find(candidates.begin(), candidates.end(), ConvLayout::kPlain) == candidates.end()) {
+    consider(ConvLayout::kPlain);
   }
   if (!best) return make(candidates.front());  // throws oneDNN's error for the caller
   return *best;
@@ -247,7 +249,12 @@ bool ConvHandler::AcquireBackwardData() {
 bool ConvHandler::AcquireBackwardWeights() {
   if (!valid_) return false;
   bwd_key_.kind = PrimitiveKind::kConvBackwardWeights;
-  return AcquireBackwardPrimitive();
+  // A kept diff_src is the data pass's: the weights pass shares the entry of
+  // a plain dInput's.
+  const ActLayout diff_src = std::exchange(bwd_key_.diff_src_kept_layout, ActLayout::kPlain);
+  const bool acquired = AcquireBackwardPrimitive();
+  bwd_key_.diff_src_kept_layout = diff_src;
+  return acquired;
 }
 
 dnnl::convolution_backward_data::primitive_desc ConvHandler::BackwardDataPd(const PrimitiveKey& k) const {
@@ -283,7 +290,10 @@ ActLayout ConvHandler::BackwardDataDiffSrcLayout() const {
   k.kind = PrimitiveKind::kConvBackwardData;
   k.diff_src_kept_layout = ActLayout::kPlain;
   try {
-    const dnnl::memory::desc chosen = BackwardDataPd(k).diff_src_desc();
+    const dnnl::convolution_backward_data::primitive_desc pd = BackwardDataPd(k);
+    // A kernel would refuse a slow implementation: nothing to keep for it.
+    if (IsSlowImplementation(pd.impl_info_str()) && !settings().allow_slow_impls) return ActLayout::kPlain;
+    const dnnl::memory::desc chosen = pd.diff_src_desc();
     for (ActLayout layout : {ActLayout::kNChw16c, ActLayout::kNChw8c, ActLayout::kNhwc}) {
       if (chosen == KeptDesc(k.dims[0], layout, dnnl::memory::data_type::f32)) return layout;
     }

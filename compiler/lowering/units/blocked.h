@@ -34,8 +34,8 @@ class BlockedMaxPoolUnit final : public Unit {
 };
 
 // pool2d_grad (max, 2x2, stride 2), and the relu_grad after it (on X, relu's
-// Out) when given, from the forward's argmax: dOut plain or kept as dX, the result kept as
-// dx (f32, or bf16 for bf16 convolutions to read). With a dbias (bf16
+// Out) when given, from the forward's argmax: dOut plain or kept as dX,
+// the result kept as dx (f32, or bf16 for bf16 convolutions to read). With a dbias (bf16
 // only), also the bias gradient: the f32 sum of the result over N, H, W
 // before its rounding (the elementwise_add_grad among `ops`). Kernel args:
 // argmax, dOut -> dX (kept)[, dBias].
