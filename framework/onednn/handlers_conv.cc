@@ -45,11 +45,10 @@ dnnl::memory::desc ActivationDesc(const Dims& dims, ConvLayout layout, dnnl::mem
 // unless a later candidate gets an implementation of a higher ISA rank (a
 // layout oneDNN has no implementation for is skipped). Where each gets only
 // oneDNN's reference implementation, or none, plain NCHW (gemm-based) is
-// tried too:
-// on an AVX2 CPU the blocked weights' gradient of a 3x3 convolution over a
-// 1x1 image (resnet18's last stage at 32x32 inputs) is reference-only, 0.9 s
-// a call at batch 32. Deterministic for a shape on a CPU, so runs, resumes
-// and JIT on/off take the same kernels.
+// tried too: on an AVX2 CPU the blocked weights' gradient of a 3x3
+// convolution over a 1x1 image (resnet18's last stage at 32x32 inputs) is
+// reference-only, 0.9 s a call at batch 32. Deterministic for a shape on a
+// CPU, so runs, resumes and JIT on/off take the same kernels.
 // Measured (1 thread, LeNet's second layer, 6 -> 16 channels, batch 64): the
 // filter gradient runs at jit:avx2 blocked (0.60 ms) and jit:avx512_core in
 // channels-last (0.26 ms); the forward passes run fastest blocked.
